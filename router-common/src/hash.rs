@@ -1,0 +1,105 @@
+//! The flow hash, computed the same way by the XDP program and the agent.
+//!
+//! MurmurHash3's 32-bit mixing (Appleby) over the key's 32-bit words with a fixed seed: cheap
+//! (a few instructions a word, no loops the verifier has to bound beyond the fixed word count),
+//! well distributed, and identical on every balancer node, so with identical Maglev tables a
+//! flow lands on the same backend whichever node receives it (Maglev paper §3.3).
+
+use crate::FlowKey;
+
+const SEED: u32 = 0x5717_c4a1;
+
+#[inline(always)]
+const fn mix_word(h: u32, word: u32) -> u32 {
+    let mut k = word.wrapping_mul(0xcc9e_2d51);
+    k = k.rotate_left(15);
+    k = k.wrapping_mul(0x1b87_3593);
+    let h = (h ^ k).rotate_left(13);
+    h.wrapping_mul(5).wrapping_add(0xe654_6b64)
+}
+
+#[inline(always)]
+const fn finish(mut h: u32, len: u32) -> u32 {
+    h ^= len;
+    h ^= h >> 16;
+    h = h.wrapping_mul(0x85eb_ca6b);
+    h ^= h >> 13;
+    h = h.wrapping_mul(0xc2b2_ae35);
+    h ^ (h >> 16)
+}
+
+#[inline(always)]
+const fn word(b: &[u8; 16], i: usize) -> u32 {
+    u32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]])
+}
+
+#[inline(always)]
+const fn mix_addr(h: u32, a: &[u8; 16]) -> u32 {
+    let h = mix_word(h, word(a, 0));
+    let h = mix_word(h, word(a, 4));
+    let h = mix_word(h, word(a, 8));
+    mix_word(h, word(a, 12))
+}
+
+/// Hash of a flow's 5-tuple (addresses, ports, protocol). Fragments hash with zero ports.
+#[inline(always)]
+pub const fn flow_hash(key: &FlowKey) -> u32 {
+    let h = mix_addr(SEED, &key.src);
+    let h = mix_addr(h, &key.dst);
+    let ports = (key.sport as u32) | ((key.dport as u32) << 16);
+    let h = mix_word(h, ports);
+    let h = mix_word(h, key.proto as u32 | ((key.family as u32) << 8));
+    finish(h, 40)
+}
+
+/// Hash of the source address alone (`hash: source_ip`): every flow of one client address
+/// picks the same backend.
+#[inline(always)]
+pub const fn source_hash(src: &[u8; 16]) -> u32 {
+    finish(mix_addr(SEED, src), 16)
+}
+
+/// Where a flow falls in a split, `0..SPLIT_SCALE`: a remix of its hash, so the choice of pool is
+/// independent of the Maglev slot the same hash selects.
+#[inline(always)]
+pub const fn split_point(hash: u32) -> u32 {
+    finish(mix_word(SEED, hash), 4) % crate::SPLIT_SCALE as u32
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn golden_values_pin_the_hash() {
+        // The hash is part of the ABI: nodes and agents of one version must agree on it.
+        let key = FlowKey {
+            src: [198, 18, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0],
+            dst: [198, 18, 0, 10, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0],
+            sport: 40000u16.to_be(),
+            dport: 80u16.to_be(),
+            proto: 6,
+            family: 4,
+            _pad: [0; 2],
+        };
+        assert_eq!(flow_hash(&key), GOLDEN_FLOW);
+        assert_eq!(source_hash(&key.src), GOLDEN_SOURCE);
+    }
+
+    const GOLDEN_FLOW: u32 = 3_053_668_919;
+    const GOLDEN_SOURCE: u32 = 4_190_574_561;
+
+    #[test]
+    fn ports_change_the_flow_hash_but_not_the_source_hash() {
+        let a = FlowKey {
+            sport: 1,
+            ..FlowKey::default()
+        };
+        let b = FlowKey {
+            sport: 2,
+            ..FlowKey::default()
+        };
+        assert_ne!(flow_hash(&a), flow_hash(&b));
+        assert_eq!(source_hash(&a.src), source_hash(&b.src));
+    }
+}

@@ -1,0 +1,408 @@
+//! The ABI between Switchyard's XDP program (`router-ebpf`) and its agent (`router-userspace`).
+//!
+//! Everything the two halves exchange through BPF maps is defined here, once: map names, key and
+//! value layouts, the decision word, the flow hash, the [`Reason`] every packet verdict carries,
+//! and [`ABI_VERSION`], which names the pin directory so an agent never adopts maps of another
+//! shape.
+//!
+//! Rules for every type in this crate:
+//! - `#[repr(C)]`, no implicit padding (explicit `_pad` fields, zeroed), no `bool` (a `u32`
+//!   flag word instead);
+//! - byte order is part of the field: addresses are `[u8; 16]` in network order (IPv4 in the
+//!   first four bytes, the rest zero), ports are `u16` holding network-order bytes
+//!   (`u16::from_ne_bytes(wire)`), everything else is host order;
+//! - sizes and offsets are pinned by the tests at the bottom of this file.
+//!
+//! The `user` feature implements `aya::Pod` for the agent.
+#![no_std]
+
+pub mod hash;
+pub mod maps;
+mod reason;
+
+pub use hash::{flow_hash, source_hash};
+pub use reason::{Reason, Verdict};
+
+/// Version of the map layout. Maps are pinned under `<pin_path>/v<ABI_VERSION>/`; an agent
+/// refuses to adopt pinned maps of another version rather than reading them with the wrong shape.
+pub const ABI_VERSION: u32 = 1;
+
+/// Entries in one Maglev lookup table: a prime, as the Maglev paper (§3.4) requires, large
+/// enough that each of a few hundred backends gets hundreds of slots.
+pub const MAGLEV_SIZE: u32 = 65_537;
+/// Pool slots. Each pool owns two Maglev tables (the double buffer), so the `MAGLEV` map holds
+/// `MAX_POOLS * 2 * MAGLEV_SIZE` entries (4 bytes each: 32 MiB for 64 pools).
+pub const MAX_POOLS: u32 = 64;
+/// Backend slots, shared by all pools.
+pub const MAX_BACKENDS: u32 = 4_096;
+/// Service slots (one per virtual IP, port and protocol).
+pub const MAX_SERVICES: u32 = 1_024;
+/// Decision slots: one per service with a static target, one per decision group.
+pub const MAX_DECISIONS: u32 = 1_024;
+/// Flows kept by connection tracking (an LRU: the least recently used flow is evicted first).
+pub const CONNTRACK_SIZE: u32 = 262_144;
+/// Fragmented datagrams in flight (an LRU keyed by addresses, protocol and IP identification).
+pub const FRAGMENT_SIZE: u32 = 16_384;
+/// Interfaces the program may redirect to (`XDP_REDIRECT` through a device map).
+pub const MAX_TX_PORTS: u32 = 64;
+
+/// A pool slot that names no pool.
+pub const NO_POOL: u16 = u16::MAX;
+/// A Maglev entry or conntrack value that names no backend (an empty pool).
+pub const NO_BACKEND: u32 = u32::MAX;
+/// Weight scale of the second pool of a split in the decision word: `split_b / SPLIT_SCALE` of
+/// new flows go to pool B.
+pub const SPLIT_SCALE: u16 = 10_000;
+
+/// Address family tags used in keys (`family` fields).
+pub const FAMILY_V4: u8 = 4;
+/// See [`FAMILY_V4`].
+pub const FAMILY_V6: u8 = 6;
+
+/// IP protocol numbers used in keys.
+pub const PROTO_TCP: u8 = 6;
+/// See [`PROTO_TCP`].
+pub const PROTO_UDP: u8 = 17;
+
+/// `(virtual IP, port, protocol)`: the key of the `SERVICES` map.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub struct ServiceKey {
+    /// Virtual IP, network order; IPv4 in the first four bytes.
+    pub addr: [u8; 16],
+    /// Port, network-order bytes.
+    pub port: u16,
+    /// [`PROTO_TCP`] or [`PROTO_UDP`].
+    pub proto: u8,
+    /// [`FAMILY_V4`] or [`FAMILY_V6`].
+    pub family: u8,
+}
+
+/// Service flag: forward by rewriting the destination address (NAT) instead of DSR.
+pub const SVC_F_NAT: u32 = 1 << 0;
+/// Service flag: hash on the source address only (per-client stickiness).
+pub const SVC_F_HASH_SOURCE: u32 = 1 << 1;
+
+/// The value of the `SERVICES` map.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct Service {
+    /// Service slot: the index of its counters in `SVC_STATS`.
+    pub id: u32,
+    /// Index into `DECISIONS` of the word that says where new flows go. Services that share a
+    /// decision group share one slot, so one write switches them all.
+    pub decision: u32,
+    /// `SVC_F_*` bits.
+    pub flags: u32,
+    /// Zero.
+    pub _pad: u32,
+}
+
+/// Pool flag: when no backend of the pool (nor the fallback pool) is usable, pass packets to
+/// the kernel instead of dropping them (`when_all_down: pass`).
+pub const POOL_F_ALL_DOWN_PASS: u32 = 1 << 0;
+
+/// The value of the `POOLS` map, indexed by pool slot.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct Pool {
+    /// Which half of the pool's double-buffered Maglev table is live: 0 or 1. The agent writes
+    /// the inactive half, then flips this word.
+    pub active: u32,
+    /// `POOL_F_*` bits.
+    pub flags: u32,
+}
+
+/// Index of entry `slot` of the live table of `pool` in the `MAGLEV` map.
+#[inline(always)]
+pub const fn maglev_index(pool: u32, half: u32, slot: u32) -> u32 {
+    (pool * 2 + (half & 1)) * MAGLEV_SIZE + slot
+}
+
+/// Backend state: in use and healthy; tracked flows stay, new flows may be sent to it.
+pub const BACKEND_UP: u32 = 1;
+/// Backend state: draining (weight 0): tracked flows stay, it is in no Maglev table.
+pub const BACKEND_DRAINING: u32 = 2;
+/// Backend state: unhealthy or removed: tracked flows are re-selected.
+pub const BACKEND_DOWN: u32 = 0;
+
+/// The value of the `BACKENDS` map, indexed by backend slot.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct Backend {
+    /// Backend address, network order; IPv4 in the first four bytes.
+    pub addr: [u8; 16],
+    /// [`FAMILY_V4`] or [`FAMILY_V6`], widened.
+    pub family: u32,
+    /// `BACKEND_UP`, `BACKEND_DRAINING` or `BACKEND_DOWN`.
+    pub state: u32,
+}
+
+/// A flow's 5-tuple (plus family): the key of `CONNTRACK` and `NAT_REVERSE`, and the input of
+/// [`flow_hash`]. For fragments the ports are zero.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub struct FlowKey {
+    /// Source address, network order.
+    pub src: [u8; 16],
+    /// Destination address, network order.
+    pub dst: [u8; 16],
+    /// Source port, network-order bytes.
+    pub sport: u16,
+    /// Destination port, network-order bytes.
+    pub dport: u16,
+    /// IP protocol.
+    pub proto: u8,
+    /// [`FAMILY_V4`] or [`FAMILY_V6`].
+    pub family: u8,
+    /// Zero.
+    pub _pad: [u8; 2],
+}
+
+/// The value of `CONNTRACK`: where a tracked flow goes.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct FlowEntry {
+    /// Backend slot.
+    pub backend: u32,
+    /// Service slot (for counters; the key's destination already names the service).
+    pub service: u32,
+}
+
+/// The value of `NAT_REVERSE`, keyed by the 5-tuple a NAT backend's reply carries:
+/// what to restore as its source.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct NatEntry {
+    /// The virtual IP the client addressed, network order.
+    pub vip: [u8; 16],
+    /// Service slot.
+    pub service: u32,
+    /// Zero.
+    pub _pad: u32,
+}
+
+/// Key of `FRAGMENTS`: one fragmented datagram (RFC 791 §2.3 / RFC 8200 §4.5 identification).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub struct FragKey {
+    /// Source address, network order.
+    pub src: [u8; 16],
+    /// Destination address, network order.
+    pub dst: [u8; 16],
+    /// IP identification (IPv4: 16 bits widened), host order.
+    pub id: u32,
+    /// IP protocol of the datagram.
+    pub proto: u8,
+    /// [`FAMILY_V4`] or [`FAMILY_V6`].
+    pub family: u8,
+    /// Zero.
+    pub _pad: [u8; 2],
+}
+
+/// Value of `FRAGMENTS`: what the first fragment decided, for the ones that follow.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct FragEntry {
+    /// Backend slot.
+    pub backend: u32,
+    /// Service slot.
+    pub service: u32,
+    /// The service's `SVC_F_*` bits.
+    pub flags: u32,
+    /// Zero.
+    pub _pad: u32,
+}
+
+/// Packets and bytes: the value of every per-CPU counter map.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct Traffic {
+    /// Packets.
+    pub packets: u64,
+    /// Bytes, counted from the Ethernet header.
+    pub bytes: u64,
+}
+
+/// The value of the one-entry `CONFIG` map, written by the agent.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct Config {
+    /// Generation of the applied configuration (increases by one per apply).
+    pub generation: u64,
+    /// [`ABI_VERSION`] of the agent that wrote it.
+    pub abi_version: u32,
+    /// Zero.
+    pub _pad: u32,
+}
+
+/// The decision word: where a service's new flows go. One `u64`, written by the agent with one
+/// map update and read by the program with one load, so no packet sees half of two decisions.
+///
+/// Layout (host order): bits 0–15 pool A, 16–31 pool B, 32–47 the share of new flows sent to
+/// pool B in units of 1/[`SPLIT_SCALE`], 48–63 the fallback pool (the last known good pool, used
+/// when A and B have no usable backend). Unused pools are [`NO_POOL`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Decision {
+    /// The primary pool.
+    pub pool_a: u16,
+    /// The second pool of a split, or [`NO_POOL`].
+    pub pool_b: u16,
+    /// Share of new flows sent to `pool_b`, out of [`SPLIT_SCALE`].
+    pub split_b: u16,
+    /// Pool used when neither `pool_a` nor `pool_b` has a backend, or [`NO_POOL`].
+    pub fallback: u16,
+}
+
+impl Decision {
+    /// A decision that sends every new flow to `pool`.
+    pub const fn pool(pool: u16) -> Self {
+        Self {
+            pool_a: pool,
+            pool_b: NO_POOL,
+            split_b: 0,
+            fallback: NO_POOL,
+        }
+    }
+
+    /// Packs the decision into its map word.
+    #[inline(always)]
+    pub const fn encode(self) -> u64 {
+        (self.pool_a as u64)
+            | ((self.pool_b as u64) << 16)
+            | ((self.split_b as u64) << 32)
+            | ((self.fallback as u64) << 48)
+    }
+
+    /// Unpacks a map word.
+    #[inline(always)]
+    pub const fn decode(word: u64) -> Self {
+        Self {
+            pool_a: word as u16,
+            pool_b: (word >> 16) as u16,
+            split_b: (word >> 32) as u16,
+            fallback: (word >> 48) as u16,
+        }
+    }
+
+    /// Which pool a new flow with hash `hash` uses: pool B when the flow's split point, a value
+    /// in `0..SPLIT_SCALE` derived from the hash, falls below `split_b`.
+    #[inline(always)]
+    pub const fn pick(self, hash: u32) -> u16 {
+        if self.pool_b != NO_POOL && hash::split_point(hash) < self.split_b as u32 {
+            self.pool_b
+        } else {
+            self.pool_a
+        }
+    }
+}
+
+#[cfg(feature = "user")]
+mod pod {
+    // SAFETY: every type is #[repr(C)], has no padding (checked by the layout tests) and is
+    // valid for any bit pattern.
+    unsafe impl aya::Pod for super::ServiceKey {}
+    unsafe impl aya::Pod for super::Service {}
+    unsafe impl aya::Pod for super::Pool {}
+    unsafe impl aya::Pod for super::Backend {}
+    unsafe impl aya::Pod for super::FlowKey {}
+    unsafe impl aya::Pod for super::FlowEntry {}
+    unsafe impl aya::Pod for super::NatEntry {}
+    unsafe impl aya::Pod for super::FragKey {}
+    unsafe impl aya::Pod for super::FragEntry {}
+    unsafe impl aya::Pod for super::Traffic {}
+    unsafe impl aya::Pod for super::Config {}
+}
+
+#[cfg(test)]
+mod tests {
+    use core::mem::{offset_of, size_of};
+
+    use super::*;
+
+    #[test]
+    fn layouts_are_pinned() {
+        assert_eq!(size_of::<ServiceKey>(), 20);
+        assert_eq!(offset_of!(ServiceKey, port), 16);
+        assert_eq!(offset_of!(ServiceKey, proto), 18);
+        assert_eq!(offset_of!(ServiceKey, family), 19);
+
+        assert_eq!(size_of::<Service>(), 16);
+        assert_eq!(offset_of!(Service, decision), 4);
+        assert_eq!(offset_of!(Service, flags), 8);
+
+        assert_eq!(size_of::<Pool>(), 8);
+        assert_eq!(offset_of!(Pool, flags), 4);
+
+        assert_eq!(size_of::<Backend>(), 24);
+        assert_eq!(offset_of!(Backend, family), 16);
+        assert_eq!(offset_of!(Backend, state), 20);
+
+        assert_eq!(size_of::<FlowKey>(), 40);
+        assert_eq!(offset_of!(FlowKey, dst), 16);
+        assert_eq!(offset_of!(FlowKey, sport), 32);
+        assert_eq!(offset_of!(FlowKey, dport), 34);
+        assert_eq!(offset_of!(FlowKey, proto), 36);
+        assert_eq!(offset_of!(FlowKey, family), 37);
+
+        assert_eq!(size_of::<FlowEntry>(), 8);
+        assert_eq!(size_of::<NatEntry>(), 24);
+        assert_eq!(offset_of!(NatEntry, service), 16);
+
+        assert_eq!(size_of::<FragKey>(), 40);
+        assert_eq!(offset_of!(FragKey, id), 32);
+        assert_eq!(offset_of!(FragKey, proto), 36);
+        assert_eq!(size_of::<FragEntry>(), 16);
+
+        assert_eq!(size_of::<Traffic>(), 16);
+        assert_eq!(size_of::<Config>(), 16);
+        assert_eq!(offset_of!(Config, abi_version), 8);
+    }
+
+    #[test]
+    fn decision_word_round_trips() {
+        let d = Decision {
+            pool_a: 3,
+            pool_b: 7,
+            split_b: 500,
+            fallback: 9,
+        };
+        assert_eq!(Decision::decode(d.encode()), d);
+        assert_eq!(d.encode(), 3 | (7 << 16) | (500 << 32) | (9 << 48));
+        assert_eq!(Decision::decode(Decision::pool(2).encode()).pool_b, NO_POOL);
+    }
+
+    #[test]
+    fn split_sends_its_share_to_pool_b() {
+        let d = Decision {
+            pool_a: 0,
+            pool_b: 1,
+            split_b: 500,
+            fallback: NO_POOL,
+        };
+        let mut b = 0u32;
+        for i in 0..100_000u32 {
+            let key = FlowKey {
+                sport: i as u16,
+                dport: (i >> 16) as u16,
+                ..FlowKey::default()
+            };
+            if d.pick(flow_hash(&key)) == 1 {
+                b += 1;
+            }
+        }
+        // 5 % of 100,000 = 5,000; allow 0.3 percentage points.
+        assert!((4_700..=5_300).contains(&b), "{b} of 100000 went to pool B");
+    }
+
+    #[test]
+    fn maglev_index_is_disjoint_per_pool_and_half() {
+        assert_eq!(maglev_index(0, 0, 0), 0);
+        assert_eq!(maglev_index(0, 1, 0), MAGLEV_SIZE);
+        assert_eq!(maglev_index(1, 0, 5), 2 * MAGLEV_SIZE + 5);
+        assert_eq!(
+            maglev_index(MAX_POOLS - 1, 1, MAGLEV_SIZE - 1),
+            MAX_POOLS * 2 * MAGLEV_SIZE - 1
+        );
+    }
+}

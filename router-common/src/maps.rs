@@ -1,0 +1,95 @@
+//! Names of the program's maps, which the agent uses to find and pin them (so neither side can
+//! misspell one), with what each holds. Names are at most 15 bytes (`BPF_OBJ_NAME_LEN` - 1).
+//!
+//! | map | type | key → value | writer → reader | entries |
+//! |---|---|---|---|---|
+//! | `SERVICES` | hash | [`ServiceKey`] → [`Service`] | agent → program | [`MAX_SERVICES`] |
+//! | `DECISIONS` | array | slot → decision word `u64` ([`Decision`]) | agent → program | [`MAX_DECISIONS`] |
+//! | `POOLS` | array | pool slot → [`Pool`] | agent → program | [`MAX_POOLS`] |
+//! | `MAGLEV` | array | [`maglev_index`] → backend slot `u32` | agent → program | `MAX_POOLS·2·MAGLEV_SIZE` |
+//! | `BACKENDS` | array | backend slot → [`Backend`] | agent → program | [`MAX_BACKENDS`] |
+//! | `CONNTRACK` | LRU hash | [`FlowKey`] → [`FlowEntry`] | program → program, agent (read) | [`CONNTRACK_SIZE`] |
+//! | `NAT_REVERSE` | LRU hash | reply [`FlowKey`] → [`NatEntry`] | program → program | [`CONNTRACK_SIZE`] |
+//! | `FRAGMENTS` | LRU hash | [`FragKey`] → [`FragEntry`] | program → program | [`FRAGMENT_SIZE`] |
+//! | `TX_PORTS` | devmap hash | ifindex → ifindex | agent → program | [`MAX_TX_PORTS`] |
+//! | `REASON_STATS` | per-CPU array | [`Reason`] → [`Traffic`] | program → agent | [`Reason::COUNT`] |
+//! | `SVC_STATS` | per-CPU array | `service·4 + verdict` → [`Traffic`] | program → agent | `MAX_SERVICES·4` |
+//! | `BACKEND_STATS` | per-CPU array | backend slot → [`Traffic`] | program → agent | [`MAX_BACKENDS`] |
+//! | `CONFIG` | array | 0 → [`Config`] | agent → program, `status` | 1 |
+//!
+//! [`ServiceKey`]: crate::ServiceKey
+//! [`Service`]: crate::Service
+//! [`Decision`]: crate::Decision
+//! [`Pool`]: crate::Pool
+//! [`maglev_index`]: crate::maglev_index
+//! [`Backend`]: crate::Backend
+//! [`FlowKey`]: crate::FlowKey
+//! [`FlowEntry`]: crate::FlowEntry
+//! [`NatEntry`]: crate::NatEntry
+//! [`FragKey`]: crate::FragKey
+//! [`FragEntry`]: crate::FragEntry
+//! [`Traffic`]: crate::Traffic
+//! [`Config`]: crate::Config
+//! [`Reason`]: crate::Reason
+//! [`Reason::COUNT`]: crate::Reason::COUNT
+//! [`MAX_SERVICES`]: crate::MAX_SERVICES
+//! [`MAX_DECISIONS`]: crate::MAX_DECISIONS
+//! [`MAX_POOLS`]: crate::MAX_POOLS
+//! [`MAX_BACKENDS`]: crate::MAX_BACKENDS
+//! [`CONNTRACK_SIZE`]: crate::CONNTRACK_SIZE
+//! [`FRAGMENT_SIZE`]: crate::FRAGMENT_SIZE
+//! [`MAX_TX_PORTS`]: crate::MAX_TX_PORTS
+
+/// Services by `(virtual IP, port, protocol)`.
+pub const SERVICES: &str = "SERVICES";
+/// Decision words.
+pub const DECISIONS: &str = "DECISIONS";
+/// Pools: live table half and flags.
+pub const POOLS: &str = "POOLS";
+/// All pools' double-buffered Maglev tables.
+pub const MAGLEV: &str = "MAGLEV";
+/// Backends by slot.
+pub const BACKENDS: &str = "BACKENDS";
+/// Connection tracking.
+pub const CONNTRACK: &str = "CONNTRACK";
+/// NAT reply rewriting.
+pub const NAT_REVERSE: &str = "NAT_REVERSE";
+/// Fragmented datagrams in flight.
+pub const FRAGMENTS: &str = "FRAGMENTS";
+/// Redirect targets.
+pub const TX_PORTS: &str = "TX_PORTS";
+/// Packets and bytes by reason.
+pub const REASON_STATS: &str = "REASON_STATS";
+/// Packets and bytes by service and verdict.
+pub const SVC_STATS: &str = "SVC_STATS";
+/// Packets and bytes forwarded to each backend.
+pub const BACKEND_STATS: &str = "BACKEND_STATS";
+/// Generation and ABI version.
+pub const CONFIG: &str = "CONFIG";
+
+/// Every map the program defines, for pinning and `switchyard maps`.
+pub const ALL: [&str; 13] = [
+    SERVICES,
+    DECISIONS,
+    POOLS,
+    MAGLEV,
+    BACKENDS,
+    CONNTRACK,
+    NAT_REVERSE,
+    FRAGMENTS,
+    TX_PORTS,
+    REASON_STATS,
+    SVC_STATS,
+    BACKEND_STATS,
+    CONFIG,
+];
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn names_fit_the_kernel_limit() {
+        for name in super::ALL {
+            assert!(name.len() <= 15, "{name} is longer than 15 bytes");
+        }
+    }
+}

@@ -1,0 +1,2 @@
+//! Switchyard's agent: configuration, health checks, Maglev tables, map writes, attach and pin,
+//! local API and metrics. The `switchyard` binary (`main.rs`) is a thin CLI over this library.

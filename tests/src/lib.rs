@@ -1,0 +1,1 @@
+//! Test harness: packet builders, fixture tables, network-namespace topologies, privilege guard.
