@@ -1,0 +1,167 @@
+//! The validated runtime configuration: what the rest of the agent consumes. Produced only by
+//! `config::load` (parse → validate → convert); every value here has passed validation, so
+//! consumers need no error paths for malformed config.
+
+use std::{net::IpAddr, net::SocketAddr, path::PathBuf, time::Duration};
+
+/// The whole merged configuration of one config directory.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Config {
+    /// `agent:`.
+    pub agent: Agent,
+    /// `services:`, in file order (files in name order).
+    pub services: Vec<Service>,
+    /// `pools:`, in file order (files in name order).
+    pub pools: Vec<Pool>,
+}
+
+/// `agent:` settings.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Agent {
+    /// Local HTTP API and `/metrics` (default `127.0.0.1:9900`).
+    pub api: SocketAddr,
+    /// bpffs directory the maps and the XDP link are pinned under (default
+    /// `/sys/fs/bpf/switchyard`).
+    pub pin_path: PathBuf,
+}
+
+/// Transport protocol of a service.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Protocol {
+    /// TCP.
+    Tcp,
+    /// UDP.
+    Udp,
+}
+
+/// How packets reach a backend.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Forward {
+    /// Rewrite MAC addresses only; the backend holds the VIP on a loopback and replies directly.
+    DsrL2,
+    /// Rewrite the destination address; replies come back through the program.
+    Nat,
+}
+
+/// What a new flow's hash covers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HashMode {
+    /// Addresses, ports and protocol (default).
+    FiveTuple,
+    /// Source address only: every connection of a client lands on one backend.
+    SourceIp,
+}
+
+/// Where a service sends new flows.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Target {
+    /// `{ pool: NAME }`.
+    Pool(String),
+    /// `{ split: [ { pool, weight }, { pool, weight } ] }`: exactly two pools (the decision word
+    /// carries two; see docs/decisions), weights > 0.
+    Split(Vec<SplitShare>),
+}
+
+/// One pool of a split.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SplitShare {
+    /// Pool name (validated to exist).
+    pub pool: String,
+    /// Relative weight, ≥ 1.
+    pub weight: u32,
+}
+
+/// `services[]`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Service {
+    /// Unique name.
+    pub name: String,
+    /// Virtual IP.
+    pub vip: IpAddr,
+    /// Port, 1–65535.
+    pub port: u16,
+    /// Protocol.
+    pub protocol: Protocol,
+    /// Forwarding mode.
+    pub forward: Forward,
+    /// Hash mode.
+    pub hash: HashMode,
+    /// Target.
+    pub to: Target,
+}
+
+/// What to do with a pool's packets when no backend is usable.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WhenAllDown {
+    /// Drop them (default).
+    Drop,
+    /// Pass them to the kernel stack.
+    Pass,
+}
+
+/// `pools[].backends[]`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Backend {
+    /// Address (the same family as every service that uses the pool).
+    pub address: IpAddr,
+    /// Relative weight, 0–65535 (default 100); 0 drains: tracked flows stay, no new ones.
+    pub weight: u32,
+}
+
+/// `pools[]`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Pool {
+    /// Unique name.
+    pub name: String,
+    /// Backends, unique addresses.
+    pub backends: Vec<Backend>,
+    /// Health check; `None` means every backend counts as healthy.
+    pub health_check: Option<HealthCheck>,
+    /// Behaviour with no usable backend.
+    pub when_all_down: WhenAllDown,
+}
+
+/// What a health check does to one backend.
+#[derive(Clone, Debug, PartialEq)]
+pub enum CheckKind {
+    /// Connect to `port` over TCP; success is an established connection.
+    Tcp {
+        /// Port on the backend.
+        port: u16,
+    },
+    /// `GET path` on `port` over HTTP/1.1; success is a status in `expect`.
+    Http {
+        /// Port on the backend.
+        port: u16,
+        /// Request path, starting with `/`.
+        path: String,
+        /// Accepted status codes (default `[200]`).
+        expect: Vec<u16>,
+    },
+}
+
+/// `pools[].health_check`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct HealthCheck {
+    /// The probe.
+    pub kind: CheckKind,
+    /// Time between probes while healthy (default 1 s); ±10 % jitter is added.
+    pub interval: Duration,
+    /// Time a probe may take (default 1 s, and never more than `interval`).
+    pub timeout: Duration,
+    /// Consecutive failures that mark a backend down (default 3).
+    pub unhealthy_threshold: u32,
+    /// Consecutive successes that mark a down backend up (default 2).
+    pub healthy_threshold: u32,
+    /// Probe spacing while down.
+    pub backoff: Backoff,
+}
+
+/// Probe spacing while a backend is down: `interval · factor^n`, capped at `max`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Backoff {
+    /// Growth per failed probe while down, ≥ 1 (default 1: no backoff).
+    pub factor: f64,
+    /// Cap on the spacing (default: `interval`).
+    pub max: Duration,
+}
