@@ -1,12 +1,272 @@
+//! Switchyard's XDP program: parse → classify → select → forward → count.
+//!
+//! One entry ([`switchyard`]), one exit: [`process`] returns an [`Outcome`] carrying the XDP
+//! action and the [`Reason`] for it, and the entry counts it before returning. The packet path
+//! is described in docs/architecture.md; the maps in `router_common::maps`.
+//!
+//! Kernel contract: native XDP on veth and real NICs, `bpf_fib_lookup` (4.18, GPL-only: hence
+//! the licence), `BPF_MAP_TYPE_DEVMAP_HASH` (5.4), BTF-defined maps (5.2), LRU hash (4.10).
 #![no_std]
 #![no_main]
+
+mod csum;
+mod forward;
+mod maps;
+mod parse;
+mod select;
+
 use aya_ebpf::{bindings::xdp_action, macros::xdp, programs::XdpContext};
-#[xdp]
-pub fn switchyard(_ctx: XdpContext) -> u32 {
-    xdp_action::XDP_PASS
+use router_common::{
+    FlowKey, FragEntry, FragKey, NO_BACKEND, NatEntry, Reason, SVC_F_NAT, ServiceKey, Traffic,
+    Verdict,
+};
+
+use crate::{
+    maps::{BACKEND_STATS, FRAGMENTS, NAT_REVERSE, REASON_STATS, SCRATCH, SERVICES, SVC_STATS},
+    parse::{Packet, frag},
+    select::{select, usable_backend},
+};
+
+/// Marks "no service" / "no backend" in an [`Outcome`].
+const NONE: u32 = u32::MAX;
+
+/// What happened to a packet.
+struct Outcome {
+    action: u32,
+    reason: Reason,
+    service: u32,
+    backend: u32,
 }
+
+impl Outcome {
+    /// The verdict a reason carries when the packet is not forwarded.
+    const fn unforwarded(reason: Reason, service: u32) -> Self {
+        let action = match reason {
+            Reason::NotIp
+            | Reason::NoService
+            | Reason::MalformedPass
+            | Reason::FragmentUnknown
+            | Reason::AllDownPass => xdp_action::XDP_PASS,
+            _ => xdp_action::XDP_DROP,
+        };
+        Self {
+            action,
+            reason,
+            service,
+            backend: NONE,
+        }
+    }
+}
+
+#[xdp]
+pub fn switchyard(ctx: XdpContext) -> u32 {
+    let out = process(&ctx);
+    count(&ctx, &out);
+    out.action
+}
+
+#[inline(always)]
+fn process(ctx: &XdpContext) -> Outcome {
+    let Some(pkt) = SCRATCH.get_ptr_mut(0) else {
+        return Outcome::unforwarded(Reason::BadState, NONE);
+    };
+    // Per-CPU scratch: nothing else touches it while this program runs on this CPU.
+    let pkt = unsafe { &mut *pkt };
+    if let Err(reason) = parse::parse(ctx, pkt) {
+        return Outcome::unforwarded(reason, NONE);
+    }
+    if pkt.frag == frag::LATER {
+        return later_fragment(ctx, pkt);
+    }
+    let key = ServiceKey {
+        addr: pkt.flow.dst,
+        port: pkt.flow.dport,
+        proto: pkt.flow.proto,
+        family: pkt.flow.family,
+    };
+    let Some(svc) = (unsafe { SERVICES.get(key) }).copied() else {
+        return nat_reply(ctx, pkt);
+    };
+    if pkt.is_icmp() && svc.flags & SVC_F_NAT != 0 {
+        // Rewriting the quoted header of a NAT flow is not implemented: the kernel gets it.
+        return Outcome::unforwarded(Reason::NoService, svc.id);
+    }
+    // All fragments of a datagram must reach one backend, and later ones carry no ports: the
+    // whole datagram is balanced on addresses only.
+    let mut flow = pkt.flow;
+    if pkt.frag == frag::FIRST {
+        flow.sport = 0;
+        flow.dport = 0;
+    }
+    let choice = match select(&flow, &svc, !pkt.is_icmp()) {
+        Ok(c) => c,
+        Err(reason) => return Outcome::unforwarded(reason, svc.id),
+    };
+    if pkt.frag == frag::FIRST {
+        let entry = FragEntry {
+            backend: choice.id,
+            service: svc.id,
+            flags: svc.flags,
+            _pad: 0,
+        };
+        let _ = FRAGMENTS.insert(frag_key(pkt), entry, 0);
+    }
+    let mut reason = choice.reason;
+    if pkt.is_icmp() {
+        reason = Reason::IcmpForwarded;
+    } else if pkt.frag != frag::NONE {
+        reason = Reason::Fragment;
+    }
+    if svc.flags & SVC_F_NAT != 0 {
+        if let Err(r) = nat_request(ctx, pkt, &choice.backend.addr, svc.id) {
+            return Outcome::unforwarded(r, svc.id);
+        }
+    }
+    finish(
+        forward::send(ctx, pkt, &choice.backend.addr),
+        reason,
+        svc.id,
+        choice.id,
+    )
+}
+
+/// Builds the outcome of a forwarding attempt.
+#[inline(always)]
+fn finish(sent: Result<u32, Reason>, reason: Reason, service: u32, backend: u32) -> Outcome {
+    match sent {
+        Ok(action) => Outcome {
+            action,
+            reason,
+            service,
+            backend,
+        },
+        Err(r) => Outcome::unforwarded(r, service),
+    }
+}
+
+#[inline(always)]
+fn frag_key(pkt: &Packet) -> FragKey {
+    FragKey {
+        src: pkt.flow.src,
+        dst: pkt.flow.dst,
+        id: pkt.frag_id,
+        proto: pkt.flow.proto,
+        family: pkt.flow.family,
+        _pad: [0; 2],
+    }
+}
+
+/// A non-first fragment follows the first fragment's choice, if it was seen.
+#[inline(always)]
+fn later_fragment(ctx: &XdpContext, pkt: &Packet) -> Outcome {
+    let Some(entry) = (unsafe { FRAGMENTS.get(frag_key(pkt)) }).copied() else {
+        return Outcome::unforwarded(Reason::FragmentUnknown, NONE);
+    };
+    let Some(backend) = usable_backend(entry.backend) else {
+        return Outcome::unforwarded(Reason::NoBackend, entry.service);
+    };
+    if entry.flags & SVC_F_NAT != 0 {
+        if let Err(r) = forward::rewrite_addr(ctx, pkt, true, &backend.addr) {
+            return Outcome::unforwarded(r, entry.service);
+        }
+    }
+    finish(
+        forward::send(ctx, pkt, &backend.addr),
+        Reason::Fragment,
+        entry.service,
+        entry.backend,
+    )
+}
+
+/// Rewrites a request of a NAT service towards `backend` and records how to restore its replies.
+#[inline(always)]
+fn nat_request(
+    ctx: &XdpContext,
+    pkt: &Packet,
+    backend: &[u8; 16],
+    service: u32,
+) -> Result<(), Reason> {
+    if pkt.frag == frag::NONE {
+        let reply = FlowKey {
+            src: *backend,
+            dst: pkt.flow.src,
+            sport: pkt.flow.dport,
+            dport: pkt.flow.sport,
+            ..pkt.flow
+        };
+        let entry = NatEntry {
+            vip: pkt.flow.dst,
+            service,
+            _pad: 0,
+        };
+        // Refreshes the entry too, so it ages like the flow (both maps are LRU).
+        let _ = NAT_REVERSE.insert(reply, entry, 0);
+    }
+    forward::rewrite_addr(ctx, pkt, true, backend)
+}
+
+/// A packet for no service may be a NAT backend's reply: restore the virtual IP as its source
+/// and send it to the client. Anything else is passed untouched.
+#[inline(always)]
+fn nat_reply(ctx: &XdpContext, pkt: &Packet) -> Outcome {
+    if pkt.is_icmp() || pkt.frag != frag::NONE {
+        return Outcome::unforwarded(Reason::NoService, NONE);
+    }
+    let Some(entry) = (unsafe { NAT_REVERSE.get(pkt.flow) }).copied() else {
+        return Outcome::unforwarded(Reason::NoService, NONE);
+    };
+    if let Err(r) = forward::rewrite_addr(ctx, pkt, false, &entry.vip) {
+        return Outcome::unforwarded(r, entry.service);
+    }
+    finish(
+        forward::send(ctx, pkt, &pkt.flow.dst),
+        Reason::NatReply,
+        entry.service,
+        NONE,
+    )
+}
+
+#[inline(always)]
+fn add(counter: Option<*mut Traffic>, bytes: u64) {
+    if let Some(t) = counter {
+        // Per-CPU slot: no other writer while this program runs on this CPU.
+        unsafe {
+            (*t).packets += 1;
+            (*t).bytes += bytes;
+        }
+    }
+}
+
+#[inline(always)]
+fn count(ctx: &XdpContext, out: &Outcome) {
+    let bytes = (ctx.data_end() - ctx.data()) as u64;
+    add(REASON_STATS.get_ptr_mut(out.reason as u32), bytes);
+    if out.service != NONE {
+        let verdict = match out.action {
+            xdp_action::XDP_PASS => Verdict::Pass,
+            xdp_action::XDP_TX => Verdict::Tx,
+            xdp_action::XDP_REDIRECT => Verdict::Redirect,
+            _ => Verdict::Drop,
+        };
+        let slot = out
+            .service
+            .wrapping_mul(Verdict::COUNT)
+            .wrapping_add(verdict as u32);
+        add(SVC_STATS.get_ptr_mut(slot), bytes);
+    }
+    if out.backend != NONE && out.backend != NO_BACKEND {
+        add(BACKEND_STATS.get_ptr_mut(out.backend), bytes);
+    }
+}
+
 #[cfg(not(test))]
 #[panic_handler]
 fn panic(_info: &core::panic::PanicInfo) -> ! {
+    // Unreachable: the program has no panicking paths (no indexing, unwrap or division by a
+    // variable); the verifier would reject an infinite loop anyway.
     loop {}
 }
+
+#[unsafe(link_section = "license")]
+#[unsafe(no_mangle)]
+static LICENSE: [u8; 4] = *b"GPL\0";

@@ -1,0 +1,64 @@
+//! The program's maps. Layouts, writers and readers are documented once, in
+//! `router_common::maps`; the names here are the ones listed there (a test in the agent checks
+//! that the loaded object has every name in `router_common::maps::ALL`).
+//!
+//! All maps are BTF-described (`#[btf_map]`), so `bpftool map dump pinned …` prints named
+//! fields.
+
+use aya_ebpf::{
+    btf_maps::{Array, DevMapHash, HashMap, LruHashMap, PerCpuArray},
+    macros::btf_map,
+};
+use router_common::{
+    Backend, CONNTRACK_SIZE, Config, FRAGMENT_SIZE, FlowEntry, FlowKey, FragEntry, FragKey,
+    MAGLEV_SIZE, MAX_BACKENDS, MAX_DECISIONS, MAX_POOLS, MAX_SERVICES, MAX_TX_PORTS, NatEntry,
+    Pool, Reason, Service, ServiceKey, Traffic, Verdict,
+};
+
+#[btf_map]
+pub static SERVICES: HashMap<ServiceKey, Service, { MAX_SERVICES as usize }> = HashMap::new();
+
+#[btf_map]
+pub static DECISIONS: Array<u64, { MAX_DECISIONS as usize }> = Array::new();
+
+#[btf_map]
+pub static POOLS: Array<Pool, { MAX_POOLS as usize }> = Array::new();
+
+#[btf_map]
+pub static MAGLEV: Array<u32, { (MAX_POOLS * 2 * MAGLEV_SIZE) as usize }> = Array::new();
+
+#[btf_map]
+pub static BACKENDS: Array<Backend, { MAX_BACKENDS as usize }> = Array::new();
+
+#[btf_map]
+pub static CONNTRACK: LruHashMap<FlowKey, FlowEntry, { CONNTRACK_SIZE as usize }> =
+    LruHashMap::new();
+
+#[btf_map]
+pub static NAT_REVERSE: LruHashMap<FlowKey, NatEntry, { CONNTRACK_SIZE as usize }> =
+    LruHashMap::new();
+
+#[btf_map]
+pub static FRAGMENTS: LruHashMap<FragKey, FragEntry, { FRAGMENT_SIZE as usize }> =
+    LruHashMap::new();
+
+#[btf_map]
+pub static TX_PORTS: DevMapHash<{ MAX_TX_PORTS as usize }> = DevMapHash::new();
+
+#[btf_map]
+pub static REASON_STATS: PerCpuArray<Traffic, { Reason::COUNT as usize }> = PerCpuArray::new();
+
+#[btf_map]
+pub static SVC_STATS: PerCpuArray<Traffic, { (MAX_SERVICES * Verdict::COUNT) as usize }> =
+    PerCpuArray::new();
+
+#[btf_map]
+pub static BACKEND_STATS: PerCpuArray<Traffic, { MAX_BACKENDS as usize }> = PerCpuArray::new();
+
+#[btf_map]
+pub static CONFIG: Array<Config, 1> = Array::new();
+
+/// Per-CPU scratch space for the packet being processed (see `parse::Packet`). Not part of the
+/// ABI: the agent neither reads nor pins it.
+#[btf_map]
+pub static SCRATCH: PerCpuArray<crate::parse::Packet, 1> = PerCpuArray::new();

@@ -1,0 +1,351 @@
+//! Header parsing: Ethernet (up to two VLAN tags), IPv4 (options, fragments), IPv6 (a bounded
+//! extension-header walk, fragments), TCP and UDP ports, and the inner flow of ICMP
+//! "fragmentation needed" (RFC 1191) and ICMPv6 "packet too big" (RFC 8201) errors.
+//!
+//! Every read goes through [`ptr_at`], which checks the access against `data_end`; every offset
+//! is bounded by construction (a 4-bit IHL, a constant number of VLAN tags and extension
+//! headers), which is what the verifier needs to accept variable offsets.
+
+use core::mem::size_of;
+
+use aya_ebpf::programs::XdpContext;
+use network_types::{
+    eth::EthHdr,
+    ip::{Ipv4Hdr, Ipv6Hdr},
+    vlan::VlanHdr,
+};
+use router_common::{FAMILY_V4, FAMILY_V6, FlowKey, PROTO_TCP, PROTO_UDP, Reason};
+
+const ETH_P_IP: u16 = 0x0800;
+const ETH_P_IPV6: u16 = 0x86dd;
+const ETH_P_8021Q: u16 = 0x8100;
+const ETH_P_8021AD: u16 = 0x88a8;
+/// 802.1ad outer tag plus 802.1Q inner tag.
+const MAX_VLAN_TAGS: usize = 2;
+/// Extension headers walked before giving up (RFC 8200 §4.1 recommends an order in which each
+/// appears at most once; six covers hop-by-hop, destination ×2, routing, fragment, AH).
+const MAX_IPV6_EXT: usize = 6;
+
+const PROTO_ICMP: u8 = 1;
+const PROTO_ICMPV6: u8 = 58;
+const IPV6_HOPOPTS: u8 = 0;
+const IPV6_ROUTING: u8 = 43;
+const IPV6_FRAGMENT: u8 = 44;
+const IPV6_AH: u8 = 51;
+const IPV6_DSTOPTS: u8 = 60;
+
+/// Deepest header offset the parser reads at, in bytes from the start of the frame.
+pub const MAX_OFFSET: usize = 2047;
+
+/// ICMP destination unreachable / fragmentation needed (RFC 792, RFC 1191).
+const ICMP_DEST_UNREACH: u8 = 3;
+const ICMP_FRAG_NEEDED: u8 = 4;
+/// ICMPv6 packet too big (RFC 4443 §3.2, RFC 8201).
+const ICMPV6_PKT_TOOBIG: u8 = 2;
+/// ICMP and ICMPv6 headers are 8 bytes before the quoted packet.
+const ICMP_HDR_LEN: usize = 8;
+
+/// A checked pointer to a `T` at byte `off` of the packet, or `None` if it would cross
+/// `data_end`.
+///
+/// `T` must be at least two bytes: LLVM turns `p + 1 > end` into `p >= end`, and the verifier
+/// derives no readable range from that form when `p` has a variable offset (kernel
+/// `find_good_pkt_pointers`, seen on 6.18).
+#[inline(always)]
+pub fn ptr_at<T>(ctx: &XdpContext, off: usize) -> Option<*mut T> {
+    // Offsets past MAX_OFFSET are refused: it bounds every offset for the verifier, including
+    // ones re-read from map memory. Headers never reach that deep in a sane packet.
+    if off > MAX_OFFSET {
+        return None;
+    }
+    let start = ctx.data();
+    let end = ctx.data_end();
+    let p = start + off;
+    if p + size_of::<T>() > end {
+        return None;
+    }
+    Some(p as *mut T)
+}
+
+/// Where a packet sits in a fragmented datagram. (Plain integers rather than an enum with
+/// payloads: LLVM may store an uninitialised payload from any register, including a packet
+/// pointer, which the verifier rejects as a partial pointer spill.)
+pub mod frag {
+    /// Not fragmented.
+    pub const NONE: u32 = 0;
+    /// The first fragment (offset 0, more fragments): carries the L4 header.
+    pub const FIRST: u32 = 1;
+    /// A later fragment: no L4 header.
+    pub const LATER: u32 = 2;
+}
+
+/// What the parser found: the flow to balance and where its headers are.
+///
+/// It lives in the per-CPU `SCRATCH` map, not on the stack, for two reasons: the BPF stack is
+/// 512 bytes, and a value read back from map memory is unknown to the verifier. The second is
+/// what keeps verification tractable: every parse path (VLAN depth, IPv4 options, each IPv6
+/// extension chain) ends in the same verifier state once `l3`/`l4` are re-read and bounded,
+/// instead of multiplying the states of everything after it.
+#[repr(C)]
+pub struct Packet {
+    /// Offset of the (outer) IP header.
+    pub l3: usize,
+    /// Offset of the L4 header, meaningful unless `frag` is [`frag::LATER`].
+    pub l4: usize,
+    /// The flow to select a backend for. For an ICMP error this is the quoted flow turned
+    /// around (client → virtual IP), so it matches that flow's conntrack entry and hash.
+    pub flow: FlowKey,
+    /// Fragment state of the outer datagram: a [`frag`] constant.
+    pub frag: u32,
+    /// IP identification of a fragmented datagram (IPv4: 16 bits widened), else 0.
+    pub frag_id: u32,
+    /// 1 if the packet is an ICMP/ICMPv6 error quoting `flow`, else 0.
+    pub icmp: u32,
+}
+
+impl Packet {
+    /// Offset of the IP header, re-read from map memory (see the type's doc).
+    #[inline(always)]
+    pub fn l3(&self) -> usize {
+        unsafe { core::ptr::read_volatile(&self.l3) }
+    }
+
+    /// Offset of the L4 header, re-read from map memory (see the type's doc).
+    #[inline(always)]
+    pub fn l4(&self) -> usize {
+        unsafe { core::ptr::read_volatile(&self.l4) }
+    }
+
+    /// Whether the packet is an ICMP error quoting `flow`.
+    #[inline(always)]
+    pub fn is_icmp(&self) -> bool {
+        self.icmp != 0
+    }
+
+    /// Stores `off` as the L4 offset and returns it re-read: an unknown value to the verifier,
+    /// so each round of the extension-header walk starts from one state.
+    #[inline(always)]
+    fn forget_l4(&mut self, off: usize) -> usize {
+        unsafe {
+            core::ptr::write_volatile(&mut self.l4, off);
+            core::ptr::read_volatile(&self.l4)
+        }
+    }
+}
+
+/// Parses Ethernet, VLAN tags, IP and L4 ports into `pkt`.
+///
+/// `Err(Reason::NotIp)` for non-IP frames, `Err(Reason::NoService)` for IP packets that can carry
+/// no service flow (other protocols, ICMP other than the two PMTU errors), and
+/// `Err(Reason::MalformedPass)` for truncated or inconsistent headers.
+#[inline(always)]
+pub fn parse(ctx: &XdpContext, pkt: &mut Packet) -> Result<(), Reason> {
+    pkt.flow = FlowKey::default();
+    pkt.frag = frag::NONE;
+    pkt.frag_id = 0;
+    pkt.icmp = 0;
+    let eth: *const EthHdr = ptr_at(ctx, 0).ok_or(Reason::MalformedPass)?;
+    let mut ether_type = u16::from_be(unsafe { (*eth).ether_type });
+    let mut off = EthHdr::LEN;
+    for _ in 0..MAX_VLAN_TAGS {
+        if ether_type != ETH_P_8021Q && ether_type != ETH_P_8021AD {
+            break;
+        }
+        let vlan: *const VlanHdr = ptr_at(ctx, off).ok_or(Reason::MalformedPass)?;
+        ether_type = u16::from_be(unsafe { (*vlan).ether_type });
+        off += VlanHdr::LEN;
+    }
+    match ether_type {
+        ETH_P_IP => parse_ipv4(ctx, off, pkt),
+        ETH_P_IPV6 => parse_ipv6(ctx, off, pkt),
+        _ => Err(Reason::NotIp),
+    }
+}
+
+#[inline(always)]
+fn v4_addr(a: [u8; 4]) -> [u8; 16] {
+    [a[0], a[1], a[2], a[3], 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]
+}
+
+/// Reads the source and destination ports at `off` (TCP and UDP both start with them).
+#[inline(always)]
+fn ports(ctx: &XdpContext, off: usize) -> Result<(u16, u16), Reason> {
+    let p: *const [u16; 2] = ptr_at(ctx, off).ok_or(Reason::MalformedPass)?;
+    let p = unsafe { *p };
+    Ok((p[0], p[1]))
+}
+
+#[inline(always)]
+fn parse_ipv4(ctx: &XdpContext, l3: usize, pkt: &mut Packet) -> Result<(), Reason> {
+    let ip: *const Ipv4Hdr = ptr_at(ctx, l3).ok_or(Reason::MalformedPass)?;
+    let ip = unsafe { &*ip };
+    let ihl = ((ip.vihl & 0x0f) as usize) * 4;
+    if ip.vihl >> 4 != 4 || ihl < Ipv4Hdr::LEN {
+        return Err(Reason::MalformedPass);
+    }
+    let l4 = l3 + ihl;
+    let frags = u16::from_be_bytes(ip.frags);
+    let more = frags & 0x2000 != 0;
+    let offset = frags & 0x1fff;
+    let frag = if offset != 0 {
+        frag::LATER
+    } else if more {
+        frag::FIRST
+    } else {
+        frag::NONE
+    };
+    pkt.frag_id = if frag == frag::NONE {
+        0
+    } else {
+        u16::from_be_bytes(ip.id) as u32
+    };
+    pkt.l3 = l3;
+    pkt.l4 = l4;
+    pkt.frag = frag;
+    match ip.proto {
+        PROTO_TCP | PROTO_UDP => {
+            let f = &mut pkt.flow;
+            f.src = v4_addr(ip.src_addr);
+            f.dst = v4_addr(ip.dst_addr);
+            f.proto = ip.proto;
+            f.family = FAMILY_V4;
+            if frag == frag::NONE {
+                (f.sport, f.dport) = ports(ctx, l4)?;
+            }
+            Ok(())
+        }
+        PROTO_ICMP if frag == frag::NONE => {
+            pkt.icmp = 1;
+            icmpv4_inner(ctx, l4, &mut pkt.flow)
+        }
+        _ => Err(Reason::NoService),
+    }
+}
+
+/// The flow quoted by an ICMP fragmentation-needed error, turned around.
+#[inline(always)]
+fn icmpv4_inner(ctx: &XdpContext, l4: usize, f: &mut FlowKey) -> Result<(), Reason> {
+    let icmp: *const [u8; ICMP_HDR_LEN] = ptr_at(ctx, l4).ok_or(Reason::MalformedPass)?;
+    let (kind, code) = unsafe { ((*icmp)[0], (*icmp)[1]) };
+    if kind != ICMP_DEST_UNREACH || code != ICMP_FRAG_NEEDED {
+        return Err(Reason::NoService);
+    }
+    let inner_l3 = l4 + ICMP_HDR_LEN;
+    let ip: *const Ipv4Hdr = ptr_at(ctx, inner_l3).ok_or(Reason::MalformedPass)?;
+    let ip = unsafe { &*ip };
+    let ihl = ((ip.vihl & 0x0f) as usize) * 4;
+    if ip.vihl >> 4 != 4 || ihl < Ipv4Hdr::LEN {
+        return Err(Reason::MalformedPass);
+    }
+    if ip.proto != PROTO_TCP && ip.proto != PROTO_UDP {
+        return Err(Reason::NoService);
+    }
+    let (sport, dport) = ports(ctx, inner_l3 + ihl)?;
+    // The quoted packet left the virtual IP towards the client: reverse it.
+    f.src = v4_addr(ip.dst_addr);
+    f.dst = v4_addr(ip.src_addr);
+    f.sport = dport;
+    f.dport = sport;
+    f.proto = ip.proto;
+    f.family = FAMILY_V4;
+    Ok(())
+}
+
+#[inline(always)]
+fn parse_ipv6(ctx: &XdpContext, l3: usize, pkt: &mut Packet) -> Result<(), Reason> {
+    let ip: *const Ipv6Hdr = ptr_at(ctx, l3).ok_or(Reason::MalformedPass)?;
+    let ip = unsafe { &*ip };
+    if ip.vcf[0] >> 4 != 6 {
+        return Err(Reason::MalformedPass);
+    }
+    let mut next = ip.next_hdr;
+    let mut off = l3 + Ipv6Hdr::LEN;
+    let mut frag = frag::NONE;
+    for _ in 0..MAX_IPV6_EXT {
+        match next {
+            IPV6_HOPOPTS | IPV6_ROUTING | IPV6_DSTOPTS => {
+                let h: *const [u8; 2] = ptr_at(ctx, off).ok_or(Reason::MalformedPass)?;
+                let [nh, len] = unsafe { *h };
+                next = nh;
+                off += (len as usize + 1) * 8;
+            }
+            IPV6_AH => {
+                let h: *const [u8; 2] = ptr_at(ctx, off).ok_or(Reason::MalformedPass)?;
+                let [nh, len] = unsafe { *h };
+                next = nh;
+                off += (len as usize + 2) * 4;
+            }
+            IPV6_FRAGMENT => {
+                let h: *const [u8; 8] = ptr_at(ctx, off).ok_or(Reason::MalformedPass)?;
+                let h = unsafe { *h };
+                next = h[0];
+                let offset_flags = u16::from_be_bytes([h[2], h[3]]);
+                frag = if offset_flags >> 3 != 0 {
+                    frag::LATER
+                } else if offset_flags & 1 != 0 {
+                    frag::FIRST
+                } else {
+                    // An atomic fragment (RFC 6946): a whole datagram.
+                    frag::NONE
+                };
+                pkt.frag_id = if frag == frag::NONE {
+                    0
+                } else {
+                    u32::from_be_bytes([h[4], h[5], h[6], h[7]])
+                };
+                off += 8;
+            }
+            _ => break,
+        }
+        off = pkt.forget_l4(off);
+    }
+    pkt.l3 = l3;
+    pkt.l4 = off;
+    pkt.frag = frag;
+    match next {
+        PROTO_TCP | PROTO_UDP => {
+            let f = &mut pkt.flow;
+            f.src = ip.src_addr;
+            f.dst = ip.dst_addr;
+            f.proto = next;
+            f.family = FAMILY_V6;
+            if frag == frag::NONE {
+                (f.sport, f.dport) = ports(ctx, off)?;
+            }
+            Ok(())
+        }
+        PROTO_ICMPV6 if frag == frag::NONE => {
+            pkt.icmp = 1;
+            icmpv6_inner(ctx, off, &mut pkt.flow)
+        }
+        // Still an extension header after MAX_IPV6_EXT: too long a chain to follow.
+        IPV6_HOPOPTS | IPV6_ROUTING | IPV6_DSTOPTS | IPV6_AH | IPV6_FRAGMENT => {
+            Err(Reason::MalformedPass)
+        }
+        _ => Err(Reason::NoService),
+    }
+}
+
+/// The flow quoted by an ICMPv6 packet-too-big error, turned around. The quoted header's
+/// extension headers are not walked: the quote must start with TCP or UDP.
+#[inline(always)]
+fn icmpv6_inner(ctx: &XdpContext, l4: usize, f: &mut FlowKey) -> Result<(), Reason> {
+    let icmp: *const [u8; ICMP_HDR_LEN] = ptr_at(ctx, l4).ok_or(Reason::MalformedPass)?;
+    if unsafe { (*icmp)[0] } != ICMPV6_PKT_TOOBIG {
+        return Err(Reason::NoService);
+    }
+    let inner_l3 = l4 + ICMP_HDR_LEN;
+    let ip: *const Ipv6Hdr = ptr_at(ctx, inner_l3).ok_or(Reason::MalformedPass)?;
+    let ip = unsafe { &*ip };
+    if ip.next_hdr != PROTO_TCP && ip.next_hdr != PROTO_UDP {
+        return Err(Reason::NoService);
+    }
+    let (sport, dport) = ports(ctx, inner_l3 + Ipv6Hdr::LEN)?;
+    f.src = ip.dst_addr;
+    f.dst = ip.src_addr;
+    f.sport = dport;
+    f.dport = sport;
+    f.proto = ip.next_hdr;
+    f.family = FAMILY_V6;
+    Ok(())
+}
