@@ -1,0 +1,162 @@
+//! Attaching the program to interfaces through pinned `bpf_link`s.
+//!
+//! A link pinned at `<pin dir>/link_<iface>` keeps the program attached after the agent exits:
+//! the data plane keeps forwarding with the last maps, and a restarted agent adopts the link
+//! instead of attaching again (the program never leaves the interface). Only `detach` removes
+//! it — the agent never detaches by accident.
+
+use std::{
+    ffi::CString,
+    path::{Path, PathBuf},
+};
+
+use aya::{
+    Ebpf,
+    programs::{
+        XdpMode,
+        links::{FdLink, PinnedLink},
+    },
+};
+use router_common::maps;
+
+use super::{DataplaneError, load, maps::KernelMaps};
+
+/// How the program runs on an interface.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Mode {
+    /// Native (driver) XDP: the default, and the fast one.
+    Native,
+    /// Generic (skb) XDP: works on any interface, at the cost of an skb per packet.
+    Generic,
+}
+
+impl Mode {
+    /// `native` or `generic`.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Mode::Native => "native",
+            Mode::Generic => "generic",
+        }
+    }
+
+    fn xdp(self) -> XdpMode {
+        match self {
+            Mode::Native => XdpMode::Driver,
+            Mode::Generic => XdpMode::Skb,
+        }
+    }
+}
+
+/// What `attach` did on one interface.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Attached {
+    /// Attached now.
+    New,
+    /// A link pinned by an earlier agent was found and kept.
+    Adopted,
+}
+
+/// The interface index of `iface`.
+pub fn ifindex(iface: &str) -> Result<u32, DataplaneError> {
+    let c = CString::new(iface).map_err(|_| DataplaneError::NoSuchInterface(iface.into()))?;
+    // SAFETY: `c` is a valid C string.
+    let index = unsafe { libc::if_nametoindex(c.as_ptr()) };
+    if index == 0 { Err(DataplaneError::NoSuchInterface(iface.into())) } else { Ok(index) }
+}
+
+/// Where the link for `iface` is pinned.
+pub fn link_path(pin_dir: &Path, iface: &str) -> PathBuf {
+    pin_dir.join(format!("link_{iface}"))
+}
+
+/// Interfaces with a pinned link under `pin_dir`.
+pub fn attached_interfaces(pin_dir: &Path) -> Vec<String> {
+    let Ok(dir) = std::fs::read_dir(pin_dir) else { return Vec::new() };
+    let mut out: Vec<String> = dir
+        .filter_map(Result::ok)
+        .filter_map(|e| e.file_name().to_str()?.strip_prefix("link_").map(str::to_owned))
+        .collect();
+    out.sort();
+    out
+}
+
+/// Attaches the loaded program to `iface` (or adopts the link an earlier agent pinned there),
+/// and adds the interface to `TX_PORTS` so other interfaces can redirect to it.
+///
+/// Errors leave the interface as it was: a missing interface, another XDP program already
+/// attached ([`DataplaneError::Busy`]), or a mode the driver does not support.
+pub fn attach(
+    ebpf: &mut Ebpf,
+    maps: &mut KernelMaps,
+    iface: &str,
+    mode: Mode,
+    pin_dir: &Path,
+) -> Result<Attached, DataplaneError> {
+    let index = ifindex(iface)?;
+    let path = link_path(pin_dir, iface);
+    let outcome = if PinnedLink::from_pin(&path).is_ok() {
+        Attached::Adopted
+    } else {
+        let prog = load::program_mut(ebpf)?;
+        let id = prog.attach_to_if_index(index, mode.xdp()).map_err(|e| attach_error(iface, mode, e))?;
+        let link = prog.take_link(id).map_err(|e| DataplaneError::Program(Box::new(e)))?;
+        // The netlink fallback (kernels before 5.9) gives a link that cannot be pinned.
+        let fd_link = FdLink::try_from(link).map_err(|e| DataplaneError::Io {
+            what: "this kernel gave no bpf_link (needs 5.9+) for",
+            path: path.clone(),
+            source: std::io::Error::other(e.to_string()),
+        })?;
+        fd_link.pin(&path).map_err(|e| DataplaneError::Io {
+            what: "pinning the XDP link at",
+            path: path.clone(),
+            source: std::io::Error::other(e.to_string()),
+        })?;
+        Attached::New
+    };
+    maps.tx_ports.insert(index, index, None, 0).map_err(|e| DataplaneError::Io {
+        what: "adding the interface to map",
+        path: maps::TX_PORTS.into(),
+        source: std::io::Error::other(e.to_string()),
+    })?;
+    Ok(outcome)
+}
+
+fn attach_error(iface: &str, mode: Mode, e: aya::programs::ProgramError) -> DataplaneError {
+    if let aya::programs::ProgramError::SyscallError(s) = &e {
+        match s.io_error.raw_os_error() {
+            Some(libc::EBUSY) | Some(libc::EEXIST) => {
+                return DataplaneError::Busy { iface: iface.into() };
+            }
+            Some(libc::EPERM) | Some(libc::EACCES) => {
+                return DataplaneError::NotPrivileged("attaching an XDP program");
+            }
+            _ => {}
+        }
+    }
+    DataplaneError::Attach { iface: iface.into(), mode: mode.name(), source: Box::new(e) }
+}
+
+/// Detaches the program from `iface` by removing its pinned link. When no interface is left
+/// and `keep_maps` is false, the map pins go too (the maps then disappear with the program).
+pub fn detach(pin_dir: &Path, iface: &str, keep_maps: bool) -> Result<(), DataplaneError> {
+    let path = link_path(pin_dir, iface);
+    let link = PinnedLink::from_pin(&path).map_err(|_| DataplaneError::Io {
+        what: "switchyard is not attached here (no pinned link):",
+        path: path.clone(),
+        source: std::io::ErrorKind::NotFound.into(),
+    })?;
+    let fd_link = link.unpin().map_err(|source| DataplaneError::Io {
+        what: "unpinning",
+        path: path.clone(),
+        source,
+    })?;
+    // Closing the last reference to the link detaches the program.
+    drop(fd_link);
+    if !keep_maps && attached_interfaces(pin_dir).is_empty() {
+        for name in maps::ALL {
+            let _ = std::fs::remove_file(pin_dir.join(name));
+        }
+        let _ = std::fs::remove_dir(pin_dir);
+    }
+    Ok(())
+}

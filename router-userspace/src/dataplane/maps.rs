@@ -1,0 +1,184 @@
+//! Typed handles on the program's maps, and the kernel implementation of [`Dataplane`].
+
+use std::{fs::File, os::fd::AsFd as _, path::Path};
+
+use aya::{
+    Ebpf,
+    maps::{Array, HashMap, Map, MapData, PerCpuArray, xdp::DevMapHash},
+};
+use memmap2::{MmapMut, MmapOptions};
+use router_common::{
+    Backend, Config, FlowEntry, FlowKey, MAGLEV_SIZE, MAX_POOLS, Pool, Service, ServiceKey,
+    Traffic, maglev_index, maps,
+};
+
+use super::{Dataplane, DataplaneError};
+
+/// Bytes of the whole `MAGLEV` array (4-byte entries).
+const MAGLEV_BYTES: usize = (MAX_POOLS as usize) * 2 * (MAGLEV_SIZE as usize) * 4;
+
+/// Every map of the program, typed.
+pub struct KernelMaps {
+    services: HashMap<MapData, ServiceKey, Service>,
+    decisions: Array<MapData, u64>,
+    pools: Array<MapData, Pool>,
+    backends: Array<MapData, Backend>,
+    config: Array<MapData, Config>,
+    /// Redirect targets (ifindex → ifindex).
+    pub tx_ports: DevMapHash<MapData>,
+    /// Packets and bytes by reason.
+    pub reason_stats: PerCpuArray<MapData, Traffic>,
+    /// Packets and bytes by service and verdict.
+    pub svc_stats: PerCpuArray<MapData, Traffic>,
+    /// Packets and bytes by backend.
+    pub backend_stats: PerCpuArray<MapData, Traffic>,
+    /// Connection tracking (read for status and tests).
+    pub conntrack: HashMap<MapData, FlowKey, FlowEntry>,
+    /// The `MAGLEV` array, mapped (`BPF_F_MMAPABLE`).
+    maglev: MmapMut,
+}
+
+fn typed<T>(name: &'static str, map: Map) -> Result<T, DataplaneError>
+where
+    T: TryFrom<Map, Error = aya::maps::MapError>,
+{
+    T::try_from(map).map_err(|e| DataplaneError::map(name, e))
+}
+
+fn mmap_maglev(data: &MapData) -> Result<MmapMut, DataplaneError> {
+    let fd = data.fd().as_fd().try_clone_to_owned().map_err(|source| DataplaneError::Io {
+        what: "duplicating the fd of map",
+        path: maps::MAGLEV.into(),
+        source,
+    })?;
+    let file = File::from(fd);
+    // SAFETY: the mapping covers exactly the array's memory (BPF_F_MMAPABLE arrays are
+    // page-aligned and at least this long); the program only reads it, and this process is its
+    // only writer.
+    unsafe { MmapOptions::new().len(MAGLEV_BYTES).map_mut(&file) }.map_err(|source| {
+        DataplaneError::Io { what: "mapping", path: maps::MAGLEV.into(), source }
+    })
+}
+
+impl KernelMaps {
+    /// Takes the maps out of a loaded object.
+    pub fn take(ebpf: &mut Ebpf) -> Result<Self, DataplaneError> {
+        let mut take = |name: &'static str| ebpf.take_map(name).ok_or(DataplaneError::MissingMap(name));
+        let maglev = match take(maps::MAGLEV)? {
+            Map::Array(data) => mmap_maglev(&data)?,
+            _ => return Err(DataplaneError::MissingMap(maps::MAGLEV)),
+        };
+        Ok(Self {
+            services: typed(maps::SERVICES, take(maps::SERVICES)?)?,
+            decisions: typed(maps::DECISIONS, take(maps::DECISIONS)?)?,
+            pools: typed(maps::POOLS, take(maps::POOLS)?)?,
+            backends: typed(maps::BACKENDS, take(maps::BACKENDS)?)?,
+            config: typed(maps::CONFIG, take(maps::CONFIG)?)?,
+            tx_ports: typed(maps::TX_PORTS, take(maps::TX_PORTS)?)?,
+            reason_stats: typed(maps::REASON_STATS, take(maps::REASON_STATS)?)?,
+            svc_stats: typed(maps::SVC_STATS, take(maps::SVC_STATS)?)?,
+            backend_stats: typed(maps::BACKEND_STATS, take(maps::BACKEND_STATS)?)?,
+            conntrack: typed(maps::CONNTRACK, take(maps::CONNTRACK)?)?,
+            maglev,
+        })
+    }
+
+    /// Opens the maps pinned in `dir` (read-mostly users: `status`, tests).
+    pub fn open_pinned(dir: &Path) -> Result<Self, DataplaneError> {
+        let open = |name: &'static str| -> Result<MapData, DataplaneError> {
+            MapData::from_pin(dir.join(name)).map_err(|e| DataplaneError::map(name, e))
+        };
+        let map = |name: &'static str, f: fn(MapData) -> Map| open(name).map(f);
+        let maglev = mmap_maglev(&open(maps::MAGLEV)?)?;
+        Ok(Self {
+            services: typed(maps::SERVICES, map(maps::SERVICES, Map::HashMap)?)?,
+            decisions: typed(maps::DECISIONS, map(maps::DECISIONS, Map::Array)?)?,
+            pools: typed(maps::POOLS, map(maps::POOLS, Map::Array)?)?,
+            backends: typed(maps::BACKENDS, map(maps::BACKENDS, Map::Array)?)?,
+            config: typed(maps::CONFIG, map(maps::CONFIG, Map::Array)?)?,
+            tx_ports: typed(maps::TX_PORTS, map(maps::TX_PORTS, Map::DevMapHash)?)?,
+            reason_stats: typed(maps::REASON_STATS, map(maps::REASON_STATS, Map::PerCpuArray)?)?,
+            svc_stats: typed(maps::SVC_STATS, map(maps::SVC_STATS, Map::PerCpuArray)?)?,
+            backend_stats: typed(maps::BACKEND_STATS, map(maps::BACKEND_STATS, Map::PerCpuArray)?)?,
+            conntrack: typed(maps::CONNTRACK, map(maps::CONNTRACK, Map::LruHashMap)?)?,
+            maglev,
+        })
+    }
+
+    /// The generation word.
+    pub fn config(&self) -> Result<Config, DataplaneError> {
+        self.config.get(&0, 0).map_err(|e| DataplaneError::map(maps::CONFIG, e))
+    }
+
+    /// Services currently in the map.
+    pub fn services(&self) -> Vec<(ServiceKey, Service)> {
+        self.services.iter().filter_map(Result::ok).collect()
+    }
+
+    /// Backend slot `slot`.
+    pub fn backend(&self, slot: u32) -> Result<Backend, DataplaneError> {
+        self.backends.get(&slot, 0).map_err(|e| DataplaneError::map(maps::BACKENDS, e))
+    }
+
+    /// Pool slot `slot`.
+    pub fn pool(&self, slot: u32) -> Result<Pool, DataplaneError> {
+        self.pools.get(&slot, 0).map_err(|e| DataplaneError::map(maps::POOLS, e))
+    }
+
+    /// Decision word `slot`.
+    pub fn decision(&self, slot: u32) -> Result<u64, DataplaneError> {
+        self.decisions.get(&slot, 0).map_err(|e| DataplaneError::map(maps::DECISIONS, e))
+    }
+
+    /// Entry `entry` of half `half` of pool `pool`'s Maglev table.
+    pub fn table_entry(&self, pool: u32, half: u32, entry: u32) -> Option<u32> {
+        let at = maglev_index(pool, half, entry) as usize * 4;
+        let b = self.maglev.get(at..at + 4)?;
+        Some(u32::from_ne_bytes([b[0], b[1], b[2], b[3]]))
+    }
+}
+
+impl Dataplane for KernelMaps {
+    fn set_backend(&mut self, slot: u32, backend: Backend) -> Result<(), DataplaneError> {
+        self.backends.set(slot, backend, 0).map_err(|e| DataplaneError::map(maps::BACKENDS, e))
+    }
+
+    fn write_table(&mut self, pool: u32, half: u32, table: &[u32]) -> Result<(), DataplaneError> {
+        let start = maglev_index(pool, half, 0) as usize * 4;
+        let end = start + table.len().min(MAGLEV_SIZE as usize) * 4;
+        let Some(dst) = self.maglev.get_mut(start..end) else {
+            return Err(DataplaneError::map(
+                maps::MAGLEV,
+                aya::maps::MapError::OutOfBounds { index: pool, max_entries: MAX_POOLS },
+            ));
+        };
+        for (chunk, entry) in dst.chunks_exact_mut(4).zip(table) {
+            chunk.copy_from_slice(&entry.to_ne_bytes());
+        }
+        Ok(())
+    }
+
+    fn set_pool(&mut self, slot: u32, pool: Pool) -> Result<(), DataplaneError> {
+        // The update syscall orders the table stores above before the flip becomes visible.
+        self.pools.set(slot, pool, 0).map_err(|e| DataplaneError::map(maps::POOLS, e))
+    }
+
+    fn set_decision(&mut self, slot: u32, word: u64) -> Result<(), DataplaneError> {
+        self.decisions.set(slot, word, 0).map_err(|e| DataplaneError::map(maps::DECISIONS, e))
+    }
+
+    fn set_service(&mut self, key: ServiceKey, service: Service) -> Result<(), DataplaneError> {
+        self.services.insert(key, service, 0).map_err(|e| DataplaneError::map(maps::SERVICES, e))
+    }
+
+    fn remove_service(&mut self, key: &ServiceKey) -> Result<(), DataplaneError> {
+        match self.services.remove(key) {
+            Ok(()) | Err(aya::maps::MapError::KeyNotFound) => Ok(()),
+            Err(e) => Err(DataplaneError::map(maps::SERVICES, e)),
+        }
+    }
+
+    fn set_config(&mut self, config: Config) -> Result<(), DataplaneError> {
+        self.config.set(0, config, 0).map_err(|e| DataplaneError::map(maps::CONFIG, e))
+    }
+}

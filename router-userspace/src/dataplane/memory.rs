@@ -1,0 +1,99 @@
+//! An in-memory [`Dataplane`] for tests: it records every write in order, so tests can check
+//! both the final state and that no write exposed a half-built state.
+
+use std::collections::HashMap;
+
+use router_common::{Backend, Config, MAGLEV_SIZE, Pool, Service, ServiceKey};
+
+use super::{Dataplane, DataplaneError};
+
+/// One recorded write.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Write {
+    /// `set_backend(slot, …)`.
+    Backend(u32, Backend),
+    /// `write_table(pool, half, …)`.
+    Table(u32, u32),
+    /// `set_pool(slot, …)`.
+    Pool(u32, Pool),
+    /// `set_decision(slot, word)`.
+    Decision(u32, u64),
+    /// `set_service(key, …)`.
+    Service(ServiceKey, Service),
+    /// `remove_service(key)`.
+    RemoveService(ServiceKey),
+    /// `set_config(…)`.
+    Config(Config),
+}
+
+/// Maps as plain collections.
+#[derive(Default, Debug)]
+pub struct MemoryDataplane {
+    /// Backend slots written.
+    pub backends: HashMap<u32, Backend>,
+    /// Tables by (pool, half).
+    pub tables: HashMap<(u32, u32), Vec<u32>>,
+    /// Pool slots written.
+    pub pools: HashMap<u32, Pool>,
+    /// Decision words written.
+    pub decisions: HashMap<u32, u64>,
+    /// Services present.
+    pub services: HashMap<ServiceKey, Service>,
+    /// Last generation word.
+    pub config: Config,
+    /// Every write, in order.
+    pub log: Vec<Write>,
+}
+
+impl MemoryDataplane {
+    /// The live table of pool `slot`, as the program would read it.
+    pub fn live_table(&self, slot: u32) -> Option<&Vec<u32>> {
+        let pool = self.pools.get(&slot)?;
+        self.tables.get(&(slot, pool.active))
+    }
+}
+
+impl Dataplane for MemoryDataplane {
+    fn set_backend(&mut self, slot: u32, backend: Backend) -> Result<(), DataplaneError> {
+        self.backends.insert(slot, backend);
+        self.log.push(Write::Backend(slot, backend));
+        Ok(())
+    }
+
+    fn write_table(&mut self, pool: u32, half: u32, table: &[u32]) -> Result<(), DataplaneError> {
+        assert_eq!(table.len(), MAGLEV_SIZE as usize, "a table is MAGLEV_SIZE entries");
+        self.tables.insert((pool, half), table.to_vec());
+        self.log.push(Write::Table(pool, half));
+        Ok(())
+    }
+
+    fn set_pool(&mut self, slot: u32, pool: Pool) -> Result<(), DataplaneError> {
+        self.pools.insert(slot, pool);
+        self.log.push(Write::Pool(slot, pool));
+        Ok(())
+    }
+
+    fn set_decision(&mut self, slot: u32, word: u64) -> Result<(), DataplaneError> {
+        self.decisions.insert(slot, word);
+        self.log.push(Write::Decision(slot, word));
+        Ok(())
+    }
+
+    fn set_service(&mut self, key: ServiceKey, service: Service) -> Result<(), DataplaneError> {
+        self.services.insert(key, service);
+        self.log.push(Write::Service(key, service));
+        Ok(())
+    }
+
+    fn remove_service(&mut self, key: &ServiceKey) -> Result<(), DataplaneError> {
+        self.services.remove(key);
+        self.log.push(Write::RemoveService(*key));
+        Ok(())
+    }
+
+    fn set_config(&mut self, config: Config) -> Result<(), DataplaneError> {
+        self.config = config;
+        self.log.push(Write::Config(config));
+        Ok(())
+    }
+}

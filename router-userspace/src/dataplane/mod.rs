@@ -1,0 +1,116 @@
+//! The agent's side of the kernel: the embedded XDP object, loading and pinning, attaching to
+//! interfaces, and typed access to the maps.
+//!
+//! Everything above this module writes maps through the [`Dataplane`] trait, which has a kernel
+//! implementation ([`maps::KernelMaps`]) and an in-memory one ([`memory::MemoryDataplane`]) so
+//! the publisher and the agent are tested without privileges.
+
+pub mod attach;
+pub mod counters;
+pub mod load;
+pub mod maps;
+pub mod memory;
+pub mod object;
+
+use std::path::PathBuf;
+
+use router_common::{Backend, Config, Pool, Service, ServiceKey};
+
+/// Errors from loading, attaching and map access. Each says what was being done and to what.
+#[derive(Debug, thiserror::Error)]
+pub enum DataplaneError {
+    /// The binary was built with `AYA_BUILD_SKIP=1`.
+    #[error(
+        "this switchyard binary carries no XDP program (it was built with AYA_BUILD_SKIP=1); \
+         rebuild it without AYA_BUILD_SKIP"
+    )]
+    StubObject,
+    /// The object could not be parsed or a map could not be created or pinned.
+    #[error("loading the XDP object: {0}")]
+    Load(#[source] Box<aya::EbpfError>),
+    /// The verifier or the kernel refused the program.
+    #[error("loading the XDP program into the kernel: {0}")]
+    Program(#[source] Box<aya::programs::ProgramError>),
+    /// A map operation failed.
+    #[error("map {name}: {source}")]
+    Map {
+        /// Map name.
+        name: &'static str,
+        /// Cause.
+        #[source]
+        source: Box<aya::maps::MapError>,
+    },
+    /// A map the object should define is missing.
+    #[error("the XDP object has no map {0}")]
+    MissingMap(&'static str),
+    /// No interface with this name.
+    #[error("no interface named {0:?}")]
+    NoSuchInterface(String),
+    /// Another XDP program is attached to the interface.
+    #[error(
+        "interface {iface} already has another XDP program attached (see `bpftool net show dev \
+         {iface}`); detach it first (`ip link set dev {iface} xdp off`) — switchyard changed \
+         nothing"
+    )]
+    Busy {
+        /// Interface.
+        iface: String,
+    },
+    /// Attaching failed.
+    #[error("attaching to {iface} in {mode} mode: {source}")]
+    Attach {
+        /// Interface.
+        iface: String,
+        /// `native` or `generic`.
+        mode: &'static str,
+        /// Cause.
+        #[source]
+        source: Box<aya::programs::ProgramError>,
+    },
+    /// The pin directory is not on a BPF filesystem.
+    #[error(
+        "pin path {0} is not on a BPF filesystem (bpffs); mount one with \
+         `mount -t bpf bpf /sys/fs/bpf` or set agent.pin_path"
+    )]
+    NotBpffs(PathBuf),
+    /// A file-system operation failed.
+    #[error("{what} {path}: {source}")]
+    Io {
+        /// What was being done.
+        what: &'static str,
+        /// On what.
+        path: PathBuf,
+        /// Cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Not running as root (or without CAP_BPF/CAP_NET_ADMIN).
+    #[error("{0} needs root (CAP_BPF and CAP_NET_ADMIN); run it with sudo")]
+    NotPrivileged(&'static str),
+}
+
+impl DataplaneError {
+    pub(crate) fn map(name: &'static str, e: impl Into<aya::maps::MapError>) -> Self {
+        Self::Map { name, source: Box::new(e.into()) }
+    }
+}
+
+/// The map writes the publisher makes. Implementations apply each write at once; the caller
+/// orders them so the program never sees a state that points at something not yet written.
+pub trait Dataplane {
+    /// Writes backend slot `slot`.
+    fn set_backend(&mut self, slot: u32, backend: Backend) -> Result<(), DataplaneError>;
+    /// Writes half `half` (0 or 1) of pool `pool`'s Maglev table; `table` has
+    /// `router_common::MAGLEV_SIZE` entries.
+    fn write_table(&mut self, pool: u32, half: u32, table: &[u32]) -> Result<(), DataplaneError>;
+    /// Writes pool slot `slot` (its live half and flags): the flip that publishes a table.
+    fn set_pool(&mut self, slot: u32, pool: Pool) -> Result<(), DataplaneError>;
+    /// Writes decision word `slot` (one 8-byte update).
+    fn set_decision(&mut self, slot: u32, word: u64) -> Result<(), DataplaneError>;
+    /// Inserts or replaces a service.
+    fn set_service(&mut self, key: ServiceKey, service: Service) -> Result<(), DataplaneError>;
+    /// Removes a service; removing an absent one is not an error.
+    fn remove_service(&mut self, key: &ServiceKey) -> Result<(), DataplaneError>;
+    /// Writes the generation word.
+    fn set_config(&mut self, config: Config) -> Result<(), DataplaneError>;
+}
