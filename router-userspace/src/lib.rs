@@ -2,3 +2,4 @@
 //! local API and metrics. The `switchyard` binary (`main.rs`) is a thin CLI over this library.
 
 pub mod dataplane;
+pub mod maglev;
