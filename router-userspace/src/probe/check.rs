@@ -1,0 +1,404 @@
+//! One health probe against one backend: a TCP connect, or an HTTP/1.1 `GET` judged by its
+//! status code, each bounded by the check's timeout.
+//!
+//! A [`Checker`] is prepared once per backend (URL parsed, HTTP client built) and run once per
+//! probe. Every probe opens a fresh connection (no keep-alive pool), so a probe tests that the
+//! backend accepts new connections, as the data plane's new flows need. HTTP probes go straight
+//! to the backend: proxy settings from the environment are ignored, redirects are not followed
+//! (a `3xx` is judged against `expect` like any status) and nothing is retried.
+
+use std::{
+    error::Error as StdError,
+    io,
+    net::{IpAddr, SocketAddr},
+    time::Duration,
+};
+
+use tokio::{net::TcpStream, time::Instant};
+
+use crate::config::{CheckKind, HealthCheck};
+
+/// The result of one probe.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProbeOutcome {
+    /// Whether the probe passed.
+    pub success: bool,
+    /// Wall-clock time from the start of the probe to its result (close to the timeout when it
+    /// timed out).
+    pub latency: Duration,
+    /// What happened, for logs and `status`: `"connected"`, `"status 200"`, `"status 503"`,
+    /// `"connection refused"`, `"timeout after 300ms"`, or another error's text.
+    pub detail: String,
+}
+
+/// A probe of one backend, prepared once and run any number of times.
+#[derive(Clone, Debug)]
+pub struct Checker {
+    timeout: Duration,
+    kind: Prepared,
+}
+
+#[derive(Clone, Debug)]
+enum Prepared {
+    Tcp(SocketAddr),
+    Http {
+        client: reqwest::Client,
+        url: reqwest::Url,
+        expect: Vec<u16>,
+    },
+    /// The check cannot be run (a path that makes no URL, a client that cannot be built): every
+    /// probe fails with this text. Config validation should make this unreachable.
+    Broken(String),
+}
+
+impl Checker {
+    /// Prepares `check` against the backend at `address`.
+    ///
+    /// Never fails: a check that cannot be run yields a checker whose every probe fails with the
+    /// reason in [`ProbeOutcome::detail`].
+    pub fn new(address: IpAddr, check: &HealthCheck) -> Self {
+        let kind = match &check.kind {
+            CheckKind::Tcp { port } => Prepared::Tcp(SocketAddr::new(address, *port)),
+            CheckKind::Http { port, path, expect } => {
+                prepare_http(SocketAddr::new(address, *port), path, expect)
+            }
+        };
+        Self {
+            timeout: check.timeout,
+            kind,
+        }
+    }
+
+    /// The URL an HTTP check requests (`http://[::1]:8080/healthz`); `None` for other checks.
+    pub fn url(&self) -> Option<&str> {
+        match &self.kind {
+            Prepared::Http { url, .. } => Some(url.as_str()),
+            _ => None,
+        }
+    }
+
+    /// Runs one probe; it takes at most about the check's timeout.
+    pub async fn probe(&self) -> ProbeOutcome {
+        match &self.kind {
+            Prepared::Tcp(addr) => tcp(*addr, self.timeout).await,
+            Prepared::Http {
+                client,
+                url,
+                expect,
+            } => http(client, url, expect, self.timeout).await,
+            Prepared::Broken(reason) => ProbeOutcome {
+                success: false,
+                latency: Duration::ZERO,
+                detail: reason.clone(),
+            },
+        }
+    }
+}
+
+fn prepare_http(addr: SocketAddr, path: &str, expect: &[u16]) -> Prepared {
+    // Without the slash, `@host/` would turn the backend address into URL user info.
+    if !path.starts_with('/') {
+        return Prepared::Broken(format!(
+            "health check path {path:?} does not start with '/'"
+        ));
+    }
+    // SocketAddr's Display brackets IPv6 addresses: `[::1]:8080`.
+    let text = format!("http://{addr}{path}");
+    let url = match reqwest::Url::parse(&text) {
+        Ok(url) => url,
+        Err(e) => return Prepared::Broken(format!("invalid health check URL {text:?}: {e}")),
+    };
+    let client = reqwest::Client::builder()
+        .no_proxy()
+        .redirect(reqwest::redirect::Policy::none())
+        .retry(reqwest::retry::never())
+        .pool_max_idle_per_host(0)
+        .user_agent(concat!("switchyard-probe/", env!("CARGO_PKG_VERSION")))
+        .build();
+    match client {
+        Ok(client) => Prepared::Http {
+            client,
+            url,
+            expect: expect.to_vec(),
+        },
+        Err(e) => Prepared::Broken(format!("cannot build HTTP client: {}", describe(&e))),
+    }
+}
+
+/// Probes `addr` with a TCP connect; success is an established connection, closed at once.
+pub async fn tcp(addr: SocketAddr, timeout: Duration) -> ProbeOutcome {
+    let start = Instant::now();
+    let result = tokio::time::timeout(timeout, TcpStream::connect(addr)).await;
+    let latency = start.elapsed();
+    match result {
+        Ok(Ok(_stream)) => outcome(true, latency, "connected".to_owned()),
+        Ok(Err(e)) => outcome(false, latency, describe_io(&e)),
+        Err(_) => outcome(false, latency, timed_out(timeout)),
+    }
+}
+
+/// Probes `url` with `GET` through `client`; success is a response status in `expect`. Only
+/// the status line and headers are awaited; the body is not read.
+pub async fn http(
+    client: &reqwest::Client,
+    url: &reqwest::Url,
+    expect: &[u16],
+    timeout: Duration,
+) -> ProbeOutcome {
+    let start = Instant::now();
+    let request = client
+        .get(url.clone())
+        .header(reqwest::header::CONNECTION, "close")
+        .send();
+    let result = tokio::time::timeout(timeout, request).await;
+    let latency = start.elapsed();
+    match result {
+        Ok(Ok(response)) => {
+            let status = response.status().as_u16();
+            outcome(
+                expect.contains(&status),
+                latency,
+                format!("status {status}"),
+            )
+        }
+        Ok(Err(e)) => outcome(false, latency, describe(&e)),
+        Err(_) => outcome(false, latency, timed_out(timeout)),
+    }
+}
+
+fn outcome(success: bool, latency: Duration, detail: String) -> ProbeOutcome {
+    ProbeOutcome {
+        success,
+        latency,
+        detail,
+    }
+}
+
+fn timed_out(timeout: Duration) -> String {
+    format!("timeout after {}ms", timeout.as_millis())
+}
+
+/// Short text for an I/O error: the common connect failures by name, others as the OS says.
+fn describe_io(e: &io::Error) -> String {
+    match e.kind() {
+        io::ErrorKind::ConnectionRefused => "connection refused".to_owned(),
+        io::ErrorKind::ConnectionReset => "connection reset".to_owned(),
+        io::ErrorKind::ConnectionAborted => "connection aborted".to_owned(),
+        io::ErrorKind::HostUnreachable => "host unreachable".to_owned(),
+        io::ErrorKind::NetworkUnreachable => "network unreachable".to_owned(),
+        io::ErrorKind::TimedOut => "connect timed out".to_owned(),
+        _ => e.to_string(),
+    }
+}
+
+/// Short text for an HTTP client error: the first I/O error in its source chain, else the
+/// innermost cause (reqwest's own text only names the URL).
+fn describe(e: &(dyn StdError + 'static)) -> String {
+    let mut current: &(dyn StdError + 'static) = e;
+    loop {
+        if let Some(io) = current.downcast_ref::<io::Error>() {
+            return describe_io(io);
+        }
+        match current.source() {
+            Some(next) => current = next,
+            None => return current.to_string(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Backoff;
+    use crate::probe::test_support::{HttpServer, closed_port, silent_server};
+    use tokio::net::{TcpListener, TcpSocket};
+
+    const TIMEOUT: Duration = Duration::from_millis(300);
+    /// Allowance over the timeout for scheduling on a loaded 2-core machine.
+    const MARGIN: Duration = Duration::from_millis(400);
+
+    fn health_check(kind: CheckKind) -> HealthCheck {
+        HealthCheck {
+            kind,
+            interval: Duration::from_secs(1),
+            timeout: TIMEOUT,
+            unhealthy_threshold: 3,
+            healthy_threshold: 2,
+            backoff: Backoff {
+                factor: 1.0,
+                max: Duration::from_secs(1),
+            },
+        }
+    }
+
+    fn http_check(port: u16, path: &str, expect: &[u16]) -> HealthCheck {
+        health_check(CheckKind::Http {
+            port,
+            path: path.to_owned(),
+            expect: expect.to_vec(),
+        })
+    }
+
+    async fn probe(address: IpAddr, check: HealthCheck) -> ProbeOutcome {
+        Checker::new(address, &check).probe().await
+    }
+
+    fn v4() -> IpAddr {
+        IpAddr::from([127, 0, 0, 1])
+    }
+
+    fn v6() -> IpAddr {
+        IpAddr::from(std::net::Ipv6Addr::LOCALHOST)
+    }
+
+    #[tokio::test]
+    async fn tcp_probe_to_a_listening_port_succeeds() {
+        let listener = TcpListener::bind((v4(), 0)).await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let out = probe(v4(), health_check(CheckKind::Tcp { port })).await;
+        assert!(out.success, "{out:?}");
+        assert_eq!(out.detail, "connected");
+        assert!(out.latency < TIMEOUT);
+    }
+
+    #[tokio::test]
+    async fn tcp_probe_to_a_listening_ipv6_port_succeeds() {
+        let listener = TcpListener::bind((v6(), 0)).await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let out = probe(v6(), health_check(CheckKind::Tcp { port })).await;
+        assert!(out.success, "{out:?}");
+    }
+
+    #[tokio::test]
+    async fn tcp_probe_to_a_closed_port_fails_as_refused() {
+        let port = closed_port(v4()).await;
+        let out = probe(v4(), health_check(CheckKind::Tcp { port })).await;
+        assert!(!out.success);
+        assert_eq!(out.detail, "connection refused");
+        assert!(out.latency < TIMEOUT);
+    }
+
+    #[tokio::test]
+    async fn tcp_probe_to_a_full_accept_queue_times_out() {
+        // Linux drops SYNs to a listener whose accept queue is full, so connects hang.
+        let socket = TcpSocket::new_v4().unwrap();
+        socket.bind((v4(), 0).into()).unwrap();
+        let listener = socket.listen(0).unwrap();
+        let addr = listener.local_addr().unwrap();
+        let mut held = Vec::new();
+        for _ in 0..16 {
+            match tokio::time::timeout(Duration::from_millis(100), TcpStream::connect(addr)).await {
+                Ok(stream) => held.push(stream.unwrap()),
+                Err(_) => break,
+            }
+        }
+        let start = Instant::now();
+        let out = tcp(addr, TIMEOUT).await;
+        assert!(!out.success);
+        assert_eq!(out.detail, "timeout after 300ms");
+        assert!(out.latency >= TIMEOUT);
+        assert!(start.elapsed() < TIMEOUT + MARGIN, "{:?}", start.elapsed());
+    }
+
+    #[tokio::test]
+    async fn http_probe_with_status_200_succeeds_and_sends_get_path() {
+        let server = HttpServer::start(v4(), 200).await;
+        let out = probe(v4(), http_check(server.port(), "/healthz?full=1", &[200])).await;
+        assert!(out.success, "{out:?}");
+        assert_eq!(out.detail, "status 200");
+        let head = server.requests().pop().unwrap();
+        assert!(
+            head.starts_with("GET /healthz?full=1 HTTP/1.1\r\n"),
+            "{head}"
+        );
+        let host = format!("host: 127.0.0.1:{}\r\n", server.port());
+        assert!(head.to_ascii_lowercase().contains(&host), "{head}");
+    }
+
+    #[tokio::test]
+    async fn http_probe_with_status_503_fails() {
+        let server = HttpServer::start(v4(), 503).await;
+        let out = probe(v4(), http_check(server.port(), "/", &[200])).await;
+        assert!(!out.success);
+        assert_eq!(out.detail, "status 503");
+    }
+
+    #[tokio::test]
+    async fn http_probe_accepts_any_listed_status() {
+        let server = HttpServer::start(v4(), 204).await;
+        let out = probe(v4(), http_check(server.port(), "/", &[200, 204])).await;
+        assert!(out.success, "{out:?}");
+        assert_eq!(out.detail, "status 204");
+    }
+
+    #[tokio::test]
+    async fn http_probe_does_not_follow_redirects() {
+        let server = HttpServer::start(v4(), 302).await;
+        let out = probe(v4(), http_check(server.port(), "/", &[200])).await;
+        assert!(!out.success);
+        assert_eq!(out.detail, "status 302");
+        assert_eq!(server.requests().len(), 1);
+    }
+
+    #[tokio::test]
+    async fn http_probe_over_ipv6_uses_a_bracketed_url() {
+        let server = HttpServer::start(v6(), 200).await;
+        let check = http_check(server.port(), "/health", &[200]);
+        let checker = Checker::new(v6(), &check);
+        let url = format!("http://[::1]:{}/health", server.port());
+        assert_eq!(checker.url(), Some(url.as_str()));
+        let out = checker.probe().await;
+        assert!(out.success, "{out:?}");
+        let head = server.requests().pop().unwrap().to_ascii_lowercase();
+        assert!(
+            head.contains(&format!("host: [::1]:{}\r\n", server.port())),
+            "{head}"
+        );
+    }
+
+    #[tokio::test]
+    async fn http_probe_to_a_closed_port_fails_as_refused() {
+        let port = closed_port(v6()).await;
+        let out = probe(v6(), http_check(port, "/", &[200])).await;
+        assert!(!out.success);
+        assert_eq!(out.detail, "connection refused");
+    }
+
+    #[tokio::test]
+    async fn http_probe_to_a_silent_server_times_out_within_margin() {
+        let (port, _server) = silent_server(v4()).await;
+        let start = Instant::now();
+        let out = probe(v4(), http_check(port, "/", &[200])).await;
+        let elapsed = start.elapsed();
+        assert!(!out.success);
+        assert_eq!(out.detail, "timeout after 300ms");
+        assert!(out.latency >= TIMEOUT, "{out:?}");
+        assert!(elapsed < TIMEOUT + MARGIN, "{elapsed:?}");
+    }
+
+    #[tokio::test]
+    async fn http_probe_to_a_non_http_server_fails_with_a_reason() {
+        let listener = TcpListener::bind((v4(), 0)).await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let _server = tokio::spawn(async move {
+            use tokio::io::AsyncWriteExt;
+            while let Ok((mut stream, _)) = listener.accept().await {
+                let _ = stream.write_all(b"SSH-2.0-OpenSSH_9.6\r\n").await;
+            }
+        });
+        let out = probe(v4(), http_check(port, "/", &[200])).await;
+        assert!(!out.success);
+        assert!(!out.detail.is_empty());
+        assert!(!out.detail.starts_with("timeout"), "{out:?}");
+    }
+
+    #[tokio::test]
+    async fn http_check_with_a_relative_path_fails_every_probe() {
+        let server = HttpServer::start(v4(), 200).await;
+        let path = format!("@127.0.0.1:{}/", server.port());
+        let out = probe(v4(), http_check(server.port(), &path, &[200])).await;
+        assert!(!out.success);
+        assert!(out.detail.contains("does not start with '/'"), "{out:?}");
+        assert!(server.requests().is_empty());
+    }
+}
