@@ -5,3 +5,4 @@ pub mod config;
 pub mod dataplane;
 pub mod maglev;
 pub mod probe;
+pub mod publish;

@@ -61,7 +61,11 @@ pub fn ifindex(iface: &str) -> Result<u32, DataplaneError> {
     let c = CString::new(iface).map_err(|_| DataplaneError::NoSuchInterface(iface.into()))?;
     // SAFETY: `c` is a valid C string.
     let index = unsafe { libc::if_nametoindex(c.as_ptr()) };
-    if index == 0 { Err(DataplaneError::NoSuchInterface(iface.into())) } else { Ok(index) }
+    if index == 0 {
+        Err(DataplaneError::NoSuchInterface(iface.into()))
+    } else {
+        Ok(index)
+    }
 }
 
 /// Where the link for `iface` is pinned.
@@ -71,10 +75,17 @@ pub fn link_path(pin_dir: &Path, iface: &str) -> PathBuf {
 
 /// Interfaces with a pinned link under `pin_dir`.
 pub fn attached_interfaces(pin_dir: &Path) -> Vec<String> {
-    let Ok(dir) = std::fs::read_dir(pin_dir) else { return Vec::new() };
+    let Ok(dir) = std::fs::read_dir(pin_dir) else {
+        return Vec::new();
+    };
     let mut out: Vec<String> = dir
         .filter_map(Result::ok)
-        .filter_map(|e| e.file_name().to_str()?.strip_prefix("link_").map(str::to_owned))
+        .filter_map(|e| {
+            e.file_name()
+                .to_str()?
+                .strip_prefix("link_")
+                .map(str::to_owned)
+        })
         .collect();
     out.sort();
     out
@@ -98,8 +109,12 @@ pub fn attach(
         Attached::Adopted
     } else {
         let prog = load::program_mut(ebpf)?;
-        let id = prog.attach_to_if_index(index, mode.xdp()).map_err(|e| attach_error(iface, mode, e))?;
-        let link = prog.take_link(id).map_err(|e| DataplaneError::Program(Box::new(e)))?;
+        let id = prog
+            .attach_to_if_index(index, mode.xdp())
+            .map_err(|e| attach_error(iface, mode, e))?;
+        let link = prog
+            .take_link(id)
+            .map_err(|e| DataplaneError::Program(Box::new(e)))?;
         // The netlink fallback (kernels before 5.9) gives a link that cannot be pinned.
         let fd_link = FdLink::try_from(link).map_err(|e| DataplaneError::Io {
             what: "this kernel gave no bpf_link (needs 5.9+) for",
@@ -113,11 +128,13 @@ pub fn attach(
         })?;
         Attached::New
     };
-    maps.tx_ports.insert(index, index, None, 0).map_err(|e| DataplaneError::Io {
-        what: "adding the interface to map",
-        path: maps::TX_PORTS.into(),
-        source: std::io::Error::other(e.to_string()),
-    })?;
+    maps.tx_ports
+        .insert(index, index, None, 0)
+        .map_err(|e| DataplaneError::Io {
+            what: "adding the interface to map",
+            path: maps::TX_PORTS.into(),
+            source: std::io::Error::other(e.to_string()),
+        })?;
     Ok(outcome)
 }
 
@@ -125,7 +142,9 @@ fn attach_error(iface: &str, mode: Mode, e: aya::programs::ProgramError) -> Data
     if let aya::programs::ProgramError::SyscallError(s) = &e {
         match s.io_error.raw_os_error() {
             Some(libc::EBUSY) | Some(libc::EEXIST) => {
-                return DataplaneError::Busy { iface: iface.into() };
+                return DataplaneError::Busy {
+                    iface: iface.into(),
+                };
             }
             Some(libc::EPERM) | Some(libc::EACCES) => {
                 return DataplaneError::NotPrivileged("attaching an XDP program");
@@ -133,7 +152,11 @@ fn attach_error(iface: &str, mode: Mode, e: aya::programs::ProgramError) -> Data
             _ => {}
         }
     }
-    DataplaneError::Attach { iface: iface.into(), mode: mode.name(), source: Box::new(e) }
+    DataplaneError::Attach {
+        iface: iface.into(),
+        mode: mode.name(),
+        source: Box::new(e),
+    }
 }
 
 /// Detaches the program from `iface` by removing its pinned link. When no interface is left

@@ -32,8 +32,14 @@ pub fn snapshot(
     services: impl IntoIterator<Item = u32>,
     backends: impl IntoIterator<Item = u32>,
 ) -> Snapshot {
-    let reasons = Reason::ALL.iter().map(|r| (*r, sum(&maps.reason_stats, *r as u32))).collect();
-    let mut snap = Snapshot { reasons, ..Snapshot::default() };
+    let reasons = Reason::ALL
+        .iter()
+        .map(|r| (*r, sum(&maps.reason_stats, *r as u32)))
+        .collect();
+    let mut snap = Snapshot {
+        reasons,
+        ..Snapshot::default()
+    };
     for s in services.into_iter().filter(|s| *s < MAX_SERVICES) {
         for v in Verdict::ALL {
             let t = sum(&maps.svc_stats, s * Verdict::COUNT + v as u32);

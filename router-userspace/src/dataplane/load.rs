@@ -66,7 +66,10 @@ pub fn load(pins: Option<&Path>) -> Result<Ebpf, DataplaneError> {
     let paths: Vec<(&'static str, PathBuf)> = match pins {
         Some(dir) => {
             prepare_pin_dir(dir)?;
-            maps::ALL.iter().map(|name| (*name, dir.join(name))).collect()
+            maps::ALL
+                .iter()
+                .map(|name| (*name, dir.join(name)))
+                .collect()
         }
         None => Vec::new(),
     };
@@ -81,18 +84,26 @@ pub fn load(pins: Option<&Path>) -> Result<Ebpf, DataplaneError> {
         }
         e => DataplaneError::Load(Box::new(e)),
     })?;
-    program_mut(&mut ebpf)?.load().map_err(|e| DataplaneError::Program(Box::new(e)))?;
+    program_mut(&mut ebpf)?
+        .load()
+        .map_err(|e| DataplaneError::Program(Box::new(e)))?;
     Ok(ebpf)
 }
 
 /// The XDP program of a loaded object.
 pub fn program_mut(ebpf: &mut Ebpf) -> Result<&mut Xdp, DataplaneError> {
-    let prog = ebpf.program_mut(object::PROGRAM).ok_or(DataplaneError::MissingMap("program"))?;
-    prog.try_into().map_err(|e| DataplaneError::Program(Box::new(e)))
+    let prog = ebpf
+        .program_mut(object::PROGRAM)
+        .ok_or(DataplaneError::MissingMap("program"))?;
+    prog.try_into()
+        .map_err(|e| DataplaneError::Program(Box::new(e)))
 }
 
 /// The XDP program of a loaded object, shared.
 pub fn program(ebpf: &Ebpf) -> Result<&Xdp, DataplaneError> {
-    let prog = ebpf.program(object::PROGRAM).ok_or(DataplaneError::MissingMap("program"))?;
-    prog.try_into().map_err(|e| DataplaneError::Program(Box::new(e)))
+    let prog = ebpf
+        .program(object::PROGRAM)
+        .ok_or(DataplaneError::MissingMap("program"))?;
+    prog.try_into()
+        .map_err(|e| DataplaneError::Program(Box::new(e)))
 }

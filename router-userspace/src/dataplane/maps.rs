@@ -46,24 +46,33 @@ where
 }
 
 fn mmap_maglev(data: &MapData) -> Result<MmapMut, DataplaneError> {
-    let fd = data.fd().as_fd().try_clone_to_owned().map_err(|source| DataplaneError::Io {
-        what: "duplicating the fd of map",
-        path: maps::MAGLEV.into(),
-        source,
-    })?;
+    let fd = data
+        .fd()
+        .as_fd()
+        .try_clone_to_owned()
+        .map_err(|source| DataplaneError::Io {
+            what: "duplicating the fd of map",
+            path: maps::MAGLEV.into(),
+            source,
+        })?;
     let file = File::from(fd);
     // SAFETY: the mapping covers exactly the array's memory (BPF_F_MMAPABLE arrays are
     // page-aligned and at least this long); the program only reads it, and this process is its
     // only writer.
     unsafe { MmapOptions::new().len(MAGLEV_BYTES).map_mut(&file) }.map_err(|source| {
-        DataplaneError::Io { what: "mapping", path: maps::MAGLEV.into(), source }
+        DataplaneError::Io {
+            what: "mapping",
+            path: maps::MAGLEV.into(),
+            source,
+        }
     })
 }
 
 impl KernelMaps {
     /// Takes the maps out of a loaded object.
     pub fn take(ebpf: &mut Ebpf) -> Result<Self, DataplaneError> {
-        let mut take = |name: &'static str| ebpf.take_map(name).ok_or(DataplaneError::MissingMap(name));
+        let mut take =
+            |name: &'static str| ebpf.take_map(name).ok_or(DataplaneError::MissingMap(name));
         let maglev = match take(maps::MAGLEV)? {
             Map::Array(data) => mmap_maglev(&data)?,
             _ => return Err(DataplaneError::MissingMap(maps::MAGLEV)),
@@ -97,9 +106,15 @@ impl KernelMaps {
             backends: typed(maps::BACKENDS, map(maps::BACKENDS, Map::Array)?)?,
             config: typed(maps::CONFIG, map(maps::CONFIG, Map::Array)?)?,
             tx_ports: typed(maps::TX_PORTS, map(maps::TX_PORTS, Map::DevMapHash)?)?,
-            reason_stats: typed(maps::REASON_STATS, map(maps::REASON_STATS, Map::PerCpuArray)?)?,
+            reason_stats: typed(
+                maps::REASON_STATS,
+                map(maps::REASON_STATS, Map::PerCpuArray)?,
+            )?,
             svc_stats: typed(maps::SVC_STATS, map(maps::SVC_STATS, Map::PerCpuArray)?)?,
-            backend_stats: typed(maps::BACKEND_STATS, map(maps::BACKEND_STATS, Map::PerCpuArray)?)?,
+            backend_stats: typed(
+                maps::BACKEND_STATS,
+                map(maps::BACKEND_STATS, Map::PerCpuArray)?,
+            )?,
             conntrack: typed(maps::CONNTRACK, map(maps::CONNTRACK, Map::LruHashMap)?)?,
             maglev,
         })
@@ -107,7 +122,9 @@ impl KernelMaps {
 
     /// The generation word.
     pub fn config(&self) -> Result<Config, DataplaneError> {
-        self.config.get(&0, 0).map_err(|e| DataplaneError::map(maps::CONFIG, e))
+        self.config
+            .get(&0, 0)
+            .map_err(|e| DataplaneError::map(maps::CONFIG, e))
     }
 
     /// Services currently in the map.
@@ -117,17 +134,23 @@ impl KernelMaps {
 
     /// Backend slot `slot`.
     pub fn backend(&self, slot: u32) -> Result<Backend, DataplaneError> {
-        self.backends.get(&slot, 0).map_err(|e| DataplaneError::map(maps::BACKENDS, e))
+        self.backends
+            .get(&slot, 0)
+            .map_err(|e| DataplaneError::map(maps::BACKENDS, e))
     }
 
     /// Pool slot `slot`.
     pub fn pool(&self, slot: u32) -> Result<Pool, DataplaneError> {
-        self.pools.get(&slot, 0).map_err(|e| DataplaneError::map(maps::POOLS, e))
+        self.pools
+            .get(&slot, 0)
+            .map_err(|e| DataplaneError::map(maps::POOLS, e))
     }
 
     /// Decision word `slot`.
     pub fn decision(&self, slot: u32) -> Result<u64, DataplaneError> {
-        self.decisions.get(&slot, 0).map_err(|e| DataplaneError::map(maps::DECISIONS, e))
+        self.decisions
+            .get(&slot, 0)
+            .map_err(|e| DataplaneError::map(maps::DECISIONS, e))
     }
 
     /// Entry `entry` of half `half` of pool `pool`'s Maglev table.
@@ -140,7 +163,9 @@ impl KernelMaps {
 
 impl Dataplane for KernelMaps {
     fn set_backend(&mut self, slot: u32, backend: Backend) -> Result<(), DataplaneError> {
-        self.backends.set(slot, backend, 0).map_err(|e| DataplaneError::map(maps::BACKENDS, e))
+        self.backends
+            .set(slot, backend, 0)
+            .map_err(|e| DataplaneError::map(maps::BACKENDS, e))
     }
 
     fn write_table(&mut self, pool: u32, half: u32, table: &[u32]) -> Result<(), DataplaneError> {
@@ -149,7 +174,10 @@ impl Dataplane for KernelMaps {
         let Some(dst) = self.maglev.get_mut(start..end) else {
             return Err(DataplaneError::map(
                 maps::MAGLEV,
-                aya::maps::MapError::OutOfBounds { index: pool, max_entries: MAX_POOLS },
+                aya::maps::MapError::OutOfBounds {
+                    index: pool,
+                    max_entries: MAX_POOLS,
+                },
             ));
         };
         for (chunk, entry) in dst.chunks_exact_mut(4).zip(table) {
@@ -160,15 +188,21 @@ impl Dataplane for KernelMaps {
 
     fn set_pool(&mut self, slot: u32, pool: Pool) -> Result<(), DataplaneError> {
         // The update syscall orders the table stores above before the flip becomes visible.
-        self.pools.set(slot, pool, 0).map_err(|e| DataplaneError::map(maps::POOLS, e))
+        self.pools
+            .set(slot, pool, 0)
+            .map_err(|e| DataplaneError::map(maps::POOLS, e))
     }
 
     fn set_decision(&mut self, slot: u32, word: u64) -> Result<(), DataplaneError> {
-        self.decisions.set(slot, word, 0).map_err(|e| DataplaneError::map(maps::DECISIONS, e))
+        self.decisions
+            .set(slot, word, 0)
+            .map_err(|e| DataplaneError::map(maps::DECISIONS, e))
     }
 
     fn set_service(&mut self, key: ServiceKey, service: Service) -> Result<(), DataplaneError> {
-        self.services.insert(key, service, 0).map_err(|e| DataplaneError::map(maps::SERVICES, e))
+        self.services
+            .insert(key, service, 0)
+            .map_err(|e| DataplaneError::map(maps::SERVICES, e))
     }
 
     fn remove_service(&mut self, key: &ServiceKey) -> Result<(), DataplaneError> {
@@ -179,6 +213,8 @@ impl Dataplane for KernelMaps {
     }
 
     fn set_config(&mut self, config: Config) -> Result<(), DataplaneError> {
-        self.config.set(0, config, 0).map_err(|e| DataplaneError::map(maps::CONFIG, e))
+        self.config
+            .set(0, config, 0)
+            .map_err(|e| DataplaneError::map(maps::CONFIG, e))
     }
 }

@@ -61,7 +61,11 @@ impl Dataplane for MemoryDataplane {
     }
 
     fn write_table(&mut self, pool: u32, half: u32, table: &[u32]) -> Result<(), DataplaneError> {
-        assert_eq!(table.len(), MAGLEV_SIZE as usize, "a table is MAGLEV_SIZE entries");
+        assert_eq!(
+            table.len(),
+            MAGLEV_SIZE as usize,
+            "a table is MAGLEV_SIZE entries"
+        );
         self.tables.insert((pool, half), table.to_vec());
         self.log.push(Write::Table(pool, half));
         Ok(())

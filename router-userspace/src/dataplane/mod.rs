@@ -91,7 +91,10 @@ pub enum DataplaneError {
 
 impl DataplaneError {
     pub(crate) fn map(name: &'static str, e: impl Into<aya::maps::MapError>) -> Self {
-        Self::Map { name, source: Box::new(e.into()) }
+        Self::Map {
+            name,
+            source: Box::new(e.into()),
+        }
     }
 }
 

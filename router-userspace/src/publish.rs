@@ -1,0 +1,736 @@
+//! The map writer: turns a validated [`Config`] plus backend health into map contents, and
+//! writes only what changed, in an order that never exposes a half-built state.
+//!
+//! Order of one apply (ARCHITECTURE.md, "Map writes"):
+//! 1. backends that are new or changed (a service cannot reach them yet);
+//! 2. pool tables: each changed table is written into the pool's inactive half, then the pool's
+//!    `active` word flips (one update);
+//! 3. decision words (one 8-byte update each);
+//! 4. services (new or changed);
+//! 5. removals in reverse: services, then backends marked down (their tracked flows re-select),
+//!    then pool and decision slots freed;
+//! 6. the generation word.
+//!
+//! Slots (service, pool, backend) are allocated round-robin, so a freed slot is reused as late as
+//! possible: a conntrack entry that still names a removed backend's slot sees it down (and
+//! re-selects) rather than meeting a new backend there.
+
+use std::{
+    collections::{BTreeMap, HashMap},
+    net::IpAddr,
+};
+
+use router_common::{
+    ABI_VERSION, BACKEND_DOWN, BACKEND_DRAINING, BACKEND_UP, Backend, Decision, FAMILY_V4,
+    FAMILY_V6, MAGLEV_SIZE, MAX_BACKENDS, MAX_POOLS, MAX_SERVICES, NO_POOL, POOL_F_ALL_DOWN_PASS,
+    PROTO_TCP, PROTO_UDP, Pool, SPLIT_SCALE, SVC_F_HASH_SOURCE, SVC_F_NAT, Service, ServiceKey,
+};
+
+use crate::{
+    config::{self, Config, Forward, HashMode, Protocol, Target, WhenAllDown},
+    dataplane::{Dataplane, DataplaneError},
+    maglev::{self, MaglevBackend, MaglevError},
+};
+
+/// Why an apply or a health update could not be written.
+#[derive(Debug, thiserror::Error)]
+pub enum PublishError {
+    /// A map write failed.
+    #[error(transparent)]
+    Dataplane(#[from] DataplaneError),
+    /// No free slot of a kind (the limits are in router-common).
+    #[error(
+        "no free {0} slot (limits: {MAX_SERVICES} services, {MAX_POOLS} pools, {MAX_BACKENDS} backends)"
+    )]
+    Full(&'static str),
+    /// A Maglev table could not be built.
+    #[error("pool {pool}: {source}")]
+    Maglev {
+        /// Pool name.
+        pool: String,
+        /// Cause.
+        #[source]
+        source: MaglevError,
+    },
+}
+
+/// Round-robin slot allocator over `0..limit`.
+#[derive(Debug)]
+struct Slots {
+    used: Vec<bool>,
+    next: usize,
+}
+
+impl Slots {
+    fn new(limit: u32) -> Self {
+        Self {
+            used: vec![false; limit as usize],
+            next: 0,
+        }
+    }
+
+    fn take(&mut self, what: &'static str) -> Result<u32, PublishError> {
+        let n = self.used.len();
+        for i in 0..n {
+            let at = (self.next + i) % n;
+            if let Some(slot) = self.used.get_mut(at).filter(|u| !**u) {
+                *slot = true;
+                self.next = (at + 1) % n;
+                return Ok(at as u32);
+            }
+        }
+        Err(PublishError::Full(what))
+    }
+
+    fn free(&mut self, slot: u32) {
+        if let Some(u) = self.used.get_mut(slot as usize) {
+            *u = false;
+        }
+    }
+}
+
+/// One backend of one pool, as published.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BackendState {
+    /// Address.
+    pub address: IpAddr,
+    /// Backend slot.
+    pub slot: u32,
+    /// Configured weight.
+    pub weight: u32,
+    /// Last health verdict (true until a health check says otherwise).
+    pub healthy: bool,
+}
+
+impl BackendState {
+    fn entry(&self) -> Backend {
+        let state = match (self.healthy, self.weight) {
+            (false, _) => BACKEND_DOWN,
+            (true, 0) => BACKEND_DRAINING,
+            (true, _) => BACKEND_UP,
+        };
+        Backend {
+            addr: addr16(self.address),
+            family: family(self.address) as u32,
+            state,
+        }
+    }
+}
+
+/// One pool, as published.
+#[derive(Clone, Debug)]
+pub struct PoolState {
+    /// Pool slot.
+    pub slot: u32,
+    /// `POOL_F_*` flags.
+    pub flags: u32,
+    /// Backends in configuration order.
+    pub backends: Vec<BackendState>,
+    /// Which half is live.
+    active: u32,
+    /// The live table (None before the first write).
+    live: Option<Vec<u32>>,
+}
+
+impl PoolState {
+    /// Backends that receive new flows.
+    pub fn healthy_count(&self) -> usize {
+        self.backends.iter().filter(|b| b.healthy).count()
+    }
+}
+
+/// One service, as published.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ServiceState {
+    /// Map key.
+    pub key: ServiceKey,
+    /// Map value (its `id` is the service slot, `decision` the decision slot).
+    pub value: Service,
+    /// Decision word.
+    pub word: u64,
+}
+
+/// The published state, and the writer that keeps the maps equal to it.
+#[derive(Debug)]
+pub struct Publisher {
+    generation: u64,
+    services: BTreeMap<String, ServiceState>,
+    pools: BTreeMap<String, PoolState>,
+    service_slots: Slots,
+    pool_slots: Slots,
+    backend_slots: Slots,
+}
+
+impl Default for Publisher {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// An address as the maps hold it: network order, IPv4 in the first four bytes.
+pub fn addr16(a: IpAddr) -> [u8; 16] {
+    match a {
+        IpAddr::V4(v4) => {
+            let mut out = [0u8; 16];
+            out[..4].copy_from_slice(&v4.octets());
+            out
+        }
+        IpAddr::V6(v6) => v6.octets(),
+    }
+}
+
+fn family(a: IpAddr) -> u8 {
+    if a.is_ipv4() { FAMILY_V4 } else { FAMILY_V6 }
+}
+
+/// The `SERVICES` key of a configured service.
+pub fn service_key(s: &config::Service) -> ServiceKey {
+    ServiceKey {
+        addr: addr16(s.vip),
+        port: s.port.to_be(),
+        proto: match s.protocol {
+            Protocol::Tcp => PROTO_TCP,
+            Protocol::Udp => PROTO_UDP,
+        },
+        family: family(s.vip),
+    }
+}
+
+impl Publisher {
+    /// A publisher with nothing published (generation 0).
+    pub fn new() -> Self {
+        Self {
+            generation: 0,
+            services: BTreeMap::new(),
+            pools: BTreeMap::new(),
+            service_slots: Slots::new(MAX_SERVICES),
+            pool_slots: Slots::new(MAX_POOLS),
+            backend_slots: Slots::new(MAX_BACKENDS),
+        }
+    }
+
+    /// Generation of the last applied config (0 before the first).
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    /// Published pools by name.
+    pub fn pools(&self) -> &BTreeMap<String, PoolState> {
+        &self.pools
+    }
+
+    /// Published services by name.
+    pub fn services(&self) -> &BTreeMap<String, ServiceState> {
+        &self.services
+    }
+
+    /// Makes the maps hold `cfg`, keeping the health of backends that stay. Returns the new
+    /// generation.
+    pub fn apply(&mut self, dp: &mut dyn Dataplane, cfg: &Config) -> Result<u64, PublishError> {
+        // 1. Backends, pool by pool (new pools get slots; their tables come in step 2).
+        let mut pools = BTreeMap::new();
+        for p in &cfg.pools {
+            let old = self.pools.remove(&p.name);
+            let mut old_backends: HashMap<IpAddr, BackendState> = old
+                .as_ref()
+                .map(|o| o.backends.iter().map(|b| (b.address, b.clone())).collect())
+                .unwrap_or_default();
+            let mut backends = Vec::with_capacity(p.backends.len());
+            for b in &p.backends {
+                let state = match old_backends.remove(&b.address) {
+                    Some(prev) => BackendState {
+                        weight: b.weight,
+                        ..prev
+                    },
+                    None => BackendState {
+                        address: b.address,
+                        slot: self.backend_slots.take("backend")?,
+                        weight: b.weight,
+                        healthy: true,
+                    },
+                };
+                dp.set_backend(state.slot, state.entry())?;
+                backends.push(state);
+            }
+            // Backends that left this pool: down first (flows re-select), slot freed.
+            for gone in old_backends.into_values() {
+                dp.set_backend(
+                    gone.slot,
+                    BackendState {
+                        healthy: false,
+                        ..gone.clone()
+                    }
+                    .entry(),
+                )?;
+                self.backend_slots.free(gone.slot);
+            }
+            let flags = match p.when_all_down {
+                WhenAllDown::Drop => 0,
+                WhenAllDown::Pass => POOL_F_ALL_DOWN_PASS,
+            };
+            let state = match old {
+                Some(o) => PoolState {
+                    flags,
+                    backends,
+                    ..o
+                },
+                None => PoolState {
+                    slot: self.pool_slots.take("pool")?,
+                    flags,
+                    backends,
+                    active: 1,
+                    live: None,
+                },
+            };
+            pools.insert(p.name.clone(), state);
+        }
+        // 2. Tables and pool words.
+        for (name, pool) in &mut pools {
+            publish_pool(dp, name, pool, true)?;
+        }
+        // Pools no longer configured: their backends go down; slots are freed after services.
+        let removed_pools = std::mem::replace(&mut self.pools, pools);
+        // 3 + 4. Decisions, then services.
+        let mut services = BTreeMap::new();
+        let mut stale = Vec::new();
+        for s in &cfg.services {
+            let key = service_key(s);
+            // A service whose address, port or protocol changed is a new service.
+            let old = match self.services.remove(&s.name) {
+                Some(o) if o.key == key => Some(o),
+                Some(o) => {
+                    stale.push(o);
+                    None
+                }
+                None => None,
+            };
+            let slot = match &old {
+                Some(o) => o.value.id,
+                None => self.service_slots.take("service")?,
+            };
+            let word = self.decision_word(&s.to);
+            let mut flags = 0;
+            if s.forward == Forward::Nat {
+                flags |= SVC_F_NAT;
+            }
+            if s.hash == HashMode::SourceIp {
+                flags |= SVC_F_HASH_SOURCE;
+            }
+            // A service's decision slot is its own slot until decision groups arrive.
+            let value = Service {
+                id: slot,
+                decision: slot,
+                flags,
+                _pad: 0,
+            };
+            if old.as_ref().is_none_or(|o| o.word != word) {
+                dp.set_decision(slot, word)?;
+            }
+            if old.as_ref().is_none_or(|o| o.value != value) {
+                dp.set_service(key, value)?;
+            }
+            services.insert(s.name.clone(), ServiceState { key, value, word });
+        }
+        // 5. Removals, in reverse.
+        stale.extend(std::mem::replace(&mut self.services, services).into_values());
+        for gone in stale {
+            if !self.services.values().any(|s| s.key == gone.key) {
+                dp.remove_service(&gone.key)?;
+            }
+            self.service_slots.free(gone.value.id);
+        }
+        for gone in removed_pools.into_values() {
+            for b in &gone.backends {
+                dp.set_backend(
+                    b.slot,
+                    BackendState {
+                        healthy: false,
+                        ..b.clone()
+                    }
+                    .entry(),
+                )?;
+                self.backend_slots.free(b.slot);
+            }
+            self.pool_slots.free(gone.slot);
+        }
+        // 6. Generation.
+        self.generation += 1;
+        dp.set_config(router_common::Config {
+            generation: self.generation,
+            abi_version: ABI_VERSION,
+            _pad: 0,
+        })?;
+        Ok(self.generation)
+    }
+
+    /// Records a health verdict for `address` in `pool`; on a change, writes the backend's state
+    /// and republishes the pool's table. Returns whether anything changed. Unknown pools or
+    /// addresses (a probe that outlived a config change) are ignored.
+    pub fn set_health(
+        &mut self,
+        dp: &mut dyn Dataplane,
+        pool: &str,
+        address: IpAddr,
+        healthy: bool,
+    ) -> Result<bool, PublishError> {
+        let Some(p) = self.pools.get_mut(pool) else {
+            return Ok(false);
+        };
+        let Some(b) = p.backends.iter_mut().find(|b| b.address == address) else {
+            return Ok(false);
+        };
+        if b.healthy == healthy {
+            return Ok(false);
+        }
+        b.healthy = healthy;
+        let (slot, entry) = (b.slot, b.entry());
+        if healthy {
+            // Up: the slot is valid before the table points at it.
+            dp.set_backend(slot, entry)?;
+            publish_pool(dp, pool, p, false)?;
+        } else {
+            // Down: out of the table first, then tracked flows re-select.
+            publish_pool(dp, pool, p, false)?;
+            dp.set_backend(slot, entry)?;
+        }
+        Ok(true)
+    }
+
+    fn decision_word(&self, to: &Target) -> u64 {
+        let slot = |name: &str| self.pools.get(name).map_or(NO_POOL, |p| p.slot as u16);
+        match to {
+            Target::Pool(p) => Decision::pool(slot(p)).encode(),
+            Target::Split(shares) => {
+                let (a, b) = match shares.as_slice() {
+                    [a, b, ..] => (a, b),
+                    [a] => (a, a),
+                    [] => return Decision::pool(NO_POOL).encode(),
+                };
+                let total = u64::from(a.weight) + u64::from(b.weight);
+                let split_b = (u64::from(b.weight) * u64::from(SPLIT_SCALE))
+                    .checked_div(total)
+                    .unwrap_or(0) as u16;
+                Decision {
+                    pool_a: slot(&a.pool),
+                    pool_b: slot(&b.pool),
+                    split_b,
+                    fallback: NO_POOL,
+                }
+                .encode()
+            }
+        }
+    }
+}
+
+/// Builds `pool`'s table from its healthy, weighted backends; when it differs from the live one
+/// (or `force_flags` and the flags may have changed), writes the inactive half and flips.
+fn publish_pool(
+    dp: &mut dyn Dataplane,
+    name: &str,
+    pool: &mut PoolState,
+    force_flags: bool,
+) -> Result<(), PublishError> {
+    let members: Vec<MaglevBackend> = pool
+        .backends
+        .iter()
+        .filter(|b| b.healthy && b.weight > 0)
+        .map(|b| MaglevBackend {
+            id: b.slot,
+            key: b.address.to_string(),
+            weight: b.weight,
+        })
+        .collect();
+    let table = maglev::build(&members, MAGLEV_SIZE).map_err(|source| PublishError::Maglev {
+        pool: name.to_owned(),
+        source,
+    })?;
+    if pool.live.as_ref() == Some(&table) {
+        if force_flags {
+            dp.set_pool(
+                pool.slot,
+                Pool {
+                    active: pool.active,
+                    flags: pool.flags,
+                },
+            )?;
+        }
+        return Ok(());
+    }
+    let half = pool.active ^ 1;
+    dp.write_table(pool.slot, half, &table)?;
+    dp.set_pool(
+        pool.slot,
+        Pool {
+            active: half,
+            flags: pool.flags,
+        },
+    )?;
+    pool.active = half;
+    pool.live = Some(table);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use router_common::{NO_BACKEND, SPLIT_SCALE};
+
+    use super::*;
+    use crate::{
+        config::{
+            Agent, Backend as CfgBackend, Pool as CfgPool, Service as CfgService, SplitShare,
+        },
+        dataplane::memory::{MemoryDataplane, Write},
+    };
+
+    fn pool(name: &str, addrs: &[(&str, u32)]) -> CfgPool {
+        CfgPool {
+            name: name.into(),
+            backends: addrs
+                .iter()
+                .map(|(a, w)| CfgBackend {
+                    address: a.parse().unwrap(),
+                    weight: *w,
+                })
+                .collect(),
+            health_check: None,
+            when_all_down: WhenAllDown::Drop,
+        }
+    }
+
+    fn service(name: &str, port: u16, to: Target) -> CfgService {
+        CfgService {
+            name: name.into(),
+            vip: "198.18.0.10".parse().unwrap(),
+            port,
+            protocol: Protocol::Tcp,
+            forward: Forward::DsrL2,
+            hash: HashMode::FiveTuple,
+            to,
+        }
+    }
+
+    fn config(services: Vec<CfgService>, pools: Vec<CfgPool>) -> Config {
+        Config {
+            agent: Agent {
+                api: "127.0.0.1:9900".parse().unwrap(),
+                pin_path: "/sys/fs/bpf/switchyard".into(),
+            },
+            services,
+            pools,
+        }
+    }
+
+    fn owners(table: &[u32]) -> BTreeMap<u32, usize> {
+        let mut m = BTreeMap::new();
+        for id in table {
+            *m.entry(*id).or_default() += 1;
+        }
+        m
+    }
+
+    #[test]
+    fn apply_publishes_backends_tables_decisions_services_in_order() {
+        let mut dp = MemoryDataplane::default();
+        let mut p = Publisher::new();
+        let cfg = config(
+            vec![service("web", 80, Target::Pool("dc1".into()))],
+            vec![pool("dc1", &[("198.18.1.11", 100), ("198.18.1.12", 100)])],
+        );
+        assert_eq!(p.apply(&mut dp, &cfg).unwrap(), 1);
+        let pos = |f: &dyn Fn(&Write) -> bool| dp.log.iter().position(f).unwrap();
+        let backend = pos(&|w| matches!(w, Write::Backend(..)));
+        let table = pos(&|w| matches!(w, Write::Table(..)));
+        let flip = pos(&|w| matches!(w, Write::Pool(..)));
+        let decision = pos(&|w| matches!(w, Write::Decision(..)));
+        let svc = pos(&|w| matches!(w, Write::Service(..)));
+        let generation = pos(&|w| matches!(w, Write::Config(..)));
+        assert!(
+            backend < table
+                && table < flip
+                && flip < decision
+                && decision < svc
+                && svc < generation
+        );
+
+        let slot = p.pools()["dc1"].slot;
+        let live = dp.live_table(slot).unwrap();
+        let counts = owners(live);
+        assert_eq!(counts.len(), 2, "both backends own entries: {counts:?}");
+        let s = &p.services()["web"];
+        assert_eq!(dp.services[&s.key], s.value);
+        assert_eq!(
+            Decision::decode(dp.decisions[&s.value.decision]).pool_a,
+            slot as u16
+        );
+        assert_eq!(dp.config.generation, 1);
+    }
+
+    #[test]
+    fn reapplying_the_same_config_writes_only_the_generation() {
+        let mut dp = MemoryDataplane::default();
+        let mut p = Publisher::new();
+        let cfg = config(
+            vec![service("web", 80, Target::Pool("dc1".into()))],
+            vec![pool("dc1", &[("198.18.1.11", 100)])],
+        );
+        p.apply(&mut dp, &cfg).unwrap();
+        dp.log.clear();
+        p.apply(&mut dp, &cfg).unwrap();
+        assert!(
+            !dp.log.iter().any(|w| matches!(
+                w,
+                Write::Table(..) | Write::Service(..) | Write::Decision(..)
+            )),
+            "{:?}",
+            dp.log
+        );
+        assert_eq!(dp.config.generation, 2);
+    }
+
+    #[test]
+    fn an_unhealthy_backend_leaves_the_table_before_it_is_marked_down() {
+        let mut dp = MemoryDataplane::default();
+        let mut p = Publisher::new();
+        let cfg = config(
+            vec![service("web", 80, Target::Pool("dc1".into()))],
+            vec![pool("dc1", &[("198.18.1.11", 100), ("198.18.1.12", 100)])],
+        );
+        p.apply(&mut dp, &cfg).unwrap();
+        let dead = p.pools()["dc1"].backends[0].slot;
+        dp.log.clear();
+        assert!(
+            p.set_health(&mut dp, "dc1", "198.18.1.11".parse().unwrap(), false)
+                .unwrap()
+        );
+        let flip = dp
+            .log
+            .iter()
+            .position(|w| matches!(w, Write::Pool(..)))
+            .unwrap();
+        let down = dp
+            .log
+            .iter()
+            .position(|w| matches!(w, Write::Backend(..)))
+            .unwrap();
+        assert!(
+            flip < down,
+            "table flipped before the backend went down: {:?}",
+            dp.log
+        );
+        assert_eq!(dp.backends[&dead].state, BACKEND_DOWN);
+        let slot = p.pools()["dc1"].slot;
+        assert!(!dp.live_table(slot).unwrap().contains(&dead));
+        // A repeated verdict changes nothing.
+        assert!(
+            !p.set_health(&mut dp, "dc1", "198.18.1.11".parse().unwrap(), false)
+                .unwrap()
+        );
+        // Recovery: back in the table.
+        assert!(
+            p.set_health(&mut dp, "dc1", "198.18.1.11".parse().unwrap(), true)
+                .unwrap()
+        );
+        assert!(dp.live_table(slot).unwrap().contains(&dead));
+        assert_eq!(dp.backends[&dead].state, BACKEND_UP);
+    }
+
+    #[test]
+    fn all_backends_down_empties_the_table() {
+        let mut dp = MemoryDataplane::default();
+        let mut p = Publisher::new();
+        let cfg = config(vec![], vec![pool("dc1", &[("198.18.1.11", 100)])]);
+        p.apply(&mut dp, &cfg).unwrap();
+        p.set_health(&mut dp, "dc1", "198.18.1.11".parse().unwrap(), false)
+            .unwrap();
+        let slot = p.pools()["dc1"].slot;
+        assert!(
+            dp.live_table(slot)
+                .unwrap()
+                .iter()
+                .all(|e| *e == NO_BACKEND)
+        );
+    }
+
+    #[test]
+    fn weight_zero_drains_health_survives_reapply() {
+        let mut dp = MemoryDataplane::default();
+        let mut p = Publisher::new();
+        let mut cfg = config(
+            vec![],
+            vec![pool("dc1", &[("198.18.1.11", 100), ("198.18.1.12", 100)])],
+        );
+        p.apply(&mut dp, &cfg).unwrap();
+        p.set_health(&mut dp, "dc1", "198.18.1.12".parse().unwrap(), false)
+            .unwrap();
+        cfg.pools[0].backends[0].weight = 0;
+        p.apply(&mut dp, &cfg).unwrap();
+        let b = &p.pools()["dc1"].backends;
+        assert_eq!(dp.backends[&b[0].slot].state, BACKEND_DRAINING);
+        assert_eq!(
+            dp.backends[&b[1].slot].state, BACKEND_DOWN,
+            "health kept across apply"
+        );
+    }
+
+    #[test]
+    fn removing_a_pool_marks_its_backends_down_and_removing_a_service_deletes_it() {
+        let mut dp = MemoryDataplane::default();
+        let mut p = Publisher::new();
+        let cfg = config(
+            vec![service("web", 80, Target::Pool("dc1".into()))],
+            vec![
+                pool("dc1", &[("198.18.1.11", 100)]),
+                pool("dc2", &[("198.18.2.11", 100)]),
+            ],
+        );
+        p.apply(&mut dp, &cfg).unwrap();
+        let dc2_backend = p.pools()["dc2"].backends[0].slot;
+        let key = p.services()["web"].key;
+        p.apply(
+            &mut dp,
+            &config(vec![], vec![pool("dc1", &[("198.18.1.11", 100)])]),
+        )
+        .unwrap();
+        assert_eq!(dp.backends[&dc2_backend].state, BACKEND_DOWN);
+        assert!(!dp.services.contains_key(&key));
+    }
+
+    #[test]
+    fn a_split_carries_both_pools_and_the_share_of_the_second() {
+        let mut dp = MemoryDataplane::default();
+        let mut p = Publisher::new();
+        let split = Target::Split(vec![
+            SplitShare {
+                pool: "dc1".into(),
+                weight: 95,
+            },
+            SplitShare {
+                pool: "canary".into(),
+                weight: 5,
+            },
+        ]);
+        let cfg = config(
+            vec![service("web", 80, split)],
+            vec![
+                pool("dc1", &[("198.18.1.11", 100)]),
+                pool("canary", &[("198.18.1.21", 100)]),
+            ],
+        );
+        p.apply(&mut dp, &cfg).unwrap();
+        let d = Decision::decode(p.services()["web"].word);
+        assert_eq!(d.pool_a, p.pools()["dc1"].slot as u16);
+        assert_eq!(d.pool_b, p.pools()["canary"].slot as u16);
+        assert_eq!(d.split_b, SPLIT_SCALE / 20);
+    }
+
+    #[test]
+    fn slots_are_reused_as_late_as_possible() {
+        let mut s = Slots::new(3);
+        assert_eq!(s.take("x").unwrap(), 0);
+        assert_eq!(s.take("x").unwrap(), 1);
+        s.free(0);
+        assert_eq!(s.take("x").unwrap(), 2);
+        assert_eq!(s.take("x").unwrap(), 0);
+        assert!(matches!(s.take("x"), Err(PublishError::Full("x"))));
+    }
+}
