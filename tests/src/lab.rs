@@ -1,0 +1,111 @@
+//! The program under `BPF_PROG_TEST_RUN`: the real object, loaded with private (unpinned) maps,
+//! filled by the real publisher from a config, and run on crafted frames inside the lb
+//! namespace of a standard [`Topology`], so `bpf_fib_lookup` sees real routes and neighbours.
+//!
+//! The topology's interfaces are only used as routing context: nothing is attached, and in
+//! test-run mode `XDP_TX` / `XDP_REDIRECT` are verdicts, not transmissions.
+
+use std::collections::HashMap;
+
+use anyhow::{Context as _, Result};
+use aya::{
+    Ebpf,
+    programs::{TestRun as _, TestRunOptions},
+};
+use router_common::{Reason, Traffic};
+use switchyard::{
+    config::Config,
+    dataplane::{attach::ifindex, counters, load, maps::KernelMaps},
+    publish::Publisher,
+};
+
+use crate::{
+    addrs::{LB_CLIENT_IF, lb_backend_if},
+    netns::Topology,
+};
+
+/// One run of the program on one frame.
+#[derive(Debug)]
+pub struct Run {
+    /// The XDP action returned.
+    pub action: u32,
+    /// The frame as the program left it.
+    pub out: Vec<u8>,
+}
+
+/// The loaded program, its maps and the namespace topology that gives it routes.
+pub struct Lab {
+    /// The namespaces (torn down on drop).
+    pub topo: Topology,
+    /// The maps, typed.
+    pub maps: KernelMaps,
+    /// The publisher that wrote them.
+    pub publisher: Publisher,
+    ifindex: HashMap<String, u32>,
+    ebpf: Ebpf,
+}
+
+impl Lab {
+    /// Builds a topology with `backends` backends, loads the program and applies `cfg`.
+    pub fn new(tag: &str, backends: usize, cfg: &Config) -> Result<Self> {
+        let topo = Topology::builder().backends(backends).tag(tag).build()?;
+        let mut ebpf = load::load(None)?;
+        let mut maps = KernelMaps::take(&mut ebpf)?;
+        let mut publisher = Publisher::new();
+        publisher.apply(&mut maps, cfg)?;
+        let mut names = vec![LB_CLIENT_IF.to_string()];
+        names.extend((1..=backends).map(lb_backend_if));
+        let mut index = HashMap::new();
+        for name in names {
+            let i = topo.lb().run(|| ifindex(&name))??;
+            maps.tx_ports.insert(i, i, None, 0).context("TX_PORTS")?;
+            index.insert(name, i);
+        }
+        Ok(Self { topo, maps, publisher, ifindex: index, ebpf })
+    }
+
+    /// Runs the program on `frame` as if it arrived on the lb's interface `iface`.
+    pub fn run_on(&self, iface: &str, frame: &[u8]) -> Result<Run> {
+        let ingress = *self.ifindex.get(iface).context("unknown interface")?;
+        let prog = load::program(&self.ebpf)?;
+        // struct xdp_md: data, data_end, data_meta, ingress_ifindex, rx_queue_index,
+        // egress_ifindex (kernel bpf_prog_test_run_xdp requires data_end = frame length).
+        let md: Vec<u8> = [0u32, frame.len() as u32, 0, ingress, 0, 0]
+            .iter()
+            .flat_map(|w| w.to_ne_bytes())
+            .collect();
+        self.topo.lb().run(|| {
+            let mut out = vec![0u8; frame.len() + 256];
+            let opts = TestRunOptions {
+                data_in: Some(frame),
+                data_out: Some(&mut out),
+                ctx_in: Some(&md),
+                ..TestRunOptions::default()
+            };
+            let r = prog.test_run(opts).context("BPF_PROG_TEST_RUN")?;
+            out.truncate(r.data_size_out as usize);
+            Ok(Run { action: r.return_value, out })
+        })?
+    }
+
+    /// Runs the program on `frame` arriving from the client.
+    pub fn run(&self, frame: &[u8]) -> Result<Run> {
+        self.run_on(LB_CLIENT_IF, frame)
+    }
+
+    /// Packets counted for `reason` so far.
+    pub fn reason(&self, reason: Reason) -> u64 {
+        counters::sum(&self.maps.reason_stats, reason as u32).packets
+    }
+
+    /// Packets and bytes counted for backend slot `slot`.
+    pub fn backend_traffic(&self, slot: u32) -> Traffic {
+        counters::sum(&self.maps.backend_stats, slot)
+    }
+
+    /// Records a health verdict through the publisher.
+    pub fn set_health(&mut self, pool: &str, address: &str, healthy: bool) -> Result<()> {
+        self.publisher.set_health(&mut self.maps, pool, address.parse()?, healthy)?;
+        Ok(())
+    }
+}
