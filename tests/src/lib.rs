@@ -1,1 +1,20 @@
-//! Test harness: packet builders, fixture tables, network-namespace topologies, privilege guard.
+//! Test harness: network-namespace topologies, real servers and clients, the nftables
+//! baseline, and the privilege guard.
+//!
+//! - [`addrs`] — the standard topology's names, addresses and ports (with its diagram)
+//! - [`netns`] — named namespaces, running commands and closures inside them, and the
+//!   [`netns::Topology`] guard that builds the standard topology and tears it down on drop
+//! - [`xdp_pass`] — the XDP_PASS program the topology attaches to receiving veth ends
+//! - [`servers`] — TCP echo, UDP name and HTTP health servers for backend namespaces
+//! - [`client`] — connect from the client namespace and count answers per backend
+//! - [`nft`] — the nftables DNAT baseline load balancer
+//! - [`privileged`] — skip loudly without root and BPF; fail instead under CI
+
+pub mod addrs;
+pub mod client;
+pub mod netns;
+pub mod nft;
+pub mod privileged;
+pub mod servers;
+mod setup;
+pub mod xdp_pass;

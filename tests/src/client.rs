@@ -1,0 +1,193 @@
+//! Client-side helpers: connect from the client namespace, learn which backend answered,
+//! exchange data, and count answers per backend.
+//!
+//! Functions that take a [`Netns`] open their sockets inside it; the others use the calling
+//! thread's namespace, so call them inside [`Netns::run`]. Sockets keep their namespace, so
+//! [`TcpSession`]s opened by [`tcp_sessions`] can be used from any thread afterwards.
+
+use std::collections::BTreeMap;
+use std::io::{Read as _, Write as _};
+use std::net::{Shutdown, SocketAddr, TcpStream, UdpSocket};
+use std::time::Duration;
+
+use anyhow::{Context as _, Result, bail, ensure};
+
+use crate::netns::Netns;
+
+/// Connect, read and write timeout of every helper here.
+pub const TIMEOUT: Duration = Duration::from_secs(3);
+
+/// Answers per backend name.
+pub type Tally = BTreeMap<String, usize>;
+
+/// An open connection to a TCP echo server that has announced its backend.
+#[derive(Debug)]
+pub struct TcpSession {
+    backend: String,
+    stream: TcpStream,
+}
+
+impl TcpSession {
+    /// Connects to `addr` (in the calling thread's namespace) and reads the backend's name.
+    pub fn connect(addr: SocketAddr) -> Result<Self> {
+        Self::connect_with_timeout(addr, TIMEOUT)
+    }
+
+    /// Like [`TcpSession::connect`] with a connect timeout of `timeout`.
+    pub fn connect_with_timeout(addr: SocketAddr, timeout: Duration) -> Result<Self> {
+        let mut stream = TcpStream::connect_timeout(&addr, timeout)
+            .with_context(|| format!("connect to {addr}"))?;
+        stream.set_read_timeout(Some(TIMEOUT))?;
+        stream.set_write_timeout(Some(TIMEOUT))?;
+        stream.set_nodelay(true)?;
+        // Byte by byte: nothing but the name line may be consumed here.
+        let mut name = Vec::new();
+        let mut byte = [0u8; 1];
+        loop {
+            stream
+                .read_exact(&mut byte)
+                .with_context(|| format!("read backend name from {addr}"))?;
+            if byte[0] == b'\n' {
+                break;
+            }
+            name.push(byte[0]);
+            ensure!(name.len() <= 64, "{addr} sent no name line");
+        }
+        let backend = String::from_utf8(name).context("backend name is not UTF-8")?;
+        Ok(Self { backend, stream })
+    }
+
+    /// The backend that accepted this connection.
+    pub fn backend(&self) -> &str {
+        &self.backend
+    }
+
+    /// The connection's local address (the client's port identifies the flow).
+    pub fn local_addr(&self) -> Result<SocketAddr> {
+        Ok(self.stream.local_addr()?)
+    }
+
+    /// Sends `data` and checks that exactly `data` comes back.
+    pub fn echo(&mut self, data: &[u8]) -> Result<()> {
+        self.stream.write_all(data).context("send")?;
+        let mut back = vec![0u8; data.len()];
+        self.stream.read_exact(&mut back).context("read echo")?;
+        ensure!(back == data, "{} echoed different bytes", self.backend);
+        Ok(())
+    }
+
+    /// Half-closes, then checks the server closes too without sending anything more.
+    pub fn finish(mut self) -> Result<()> {
+        self.stream.shutdown(Shutdown::Write)?;
+        let mut rest = Vec::new();
+        self.stream.read_to_end(&mut rest).context("read to EOF")?;
+        ensure!(
+            rest.is_empty(),
+            "{} sent {} unexpected bytes",
+            self.backend,
+            rest.len()
+        );
+        Ok(())
+    }
+}
+
+/// A payload of `len` bytes that differs per `seed`, so echoes cannot be confused.
+pub fn payload(seed: usize, len: usize) -> Vec<u8> {
+    (0..len)
+        .map(|k| (k.wrapping_mul(31).wrapping_add(seed) % 251) as u8)
+        .collect()
+}
+
+/// Opens `n` connections to `addr` from inside `ns` and keeps them open.
+pub fn tcp_sessions(ns: &Netns, addr: SocketAddr, n: usize) -> Result<Vec<TcpSession>> {
+    ns.run(|| {
+        (0..n)
+            .map(|_| TcpSession::connect(addr))
+            .collect::<Result<Vec<_>>>()
+    })?
+}
+
+/// Opens `n` connections, one after another, from inside `ns` to `addr`; on each reads the
+/// backend's name, echoes a 1 KiB payload and closes. Counts connections per backend.
+pub fn tcp_tally(ns: &Netns, addr: SocketAddr, n: usize) -> Result<Tally> {
+    ns.run(|| -> Result<Tally> {
+        let mut tally = Tally::new();
+        for k in 0..n {
+            let mut session =
+                TcpSession::connect(addr).with_context(|| format!("connection {k}"))?;
+            session.echo(&payload(k, 1024))?;
+            *tally.entry(session.backend.clone()).or_default() += 1;
+            session.finish()?;
+        }
+        Ok(tally)
+    })?
+}
+
+/// Sends one datagram to `addr` from a fresh socket (a new source port, so a new flow) in the
+/// calling thread's namespace and returns the backend name that answers. Retries twice.
+pub fn udp_query(addr: SocketAddr) -> Result<String> {
+    let local: SocketAddr = if addr.is_ipv4() {
+        "0.0.0.0:0"
+    } else {
+        "[::]:0"
+    }
+    .parse()?;
+    let sock = UdpSocket::bind(local)?;
+    // Connected: replies from any other source address are ignored by the kernel.
+    sock.connect(addr)?;
+    sock.set_read_timeout(Some(Duration::from_secs(1)))?;
+    let mut buf = [0u8; 256];
+    for _ in 0..3 {
+        sock.send(b"who?\n")?;
+        match sock.recv(&mut buf) {
+            Ok(n) => {
+                let text = std::str::from_utf8(&buf[..n]).context("reply is not UTF-8")?;
+                return Ok(text.trim_end().to_owned());
+            }
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) => {}
+            Err(e) => return Err(e).with_context(|| format!("UDP {addr}")),
+        }
+    }
+    bail!("no UDP answer from {addr}")
+}
+
+/// Sends `n` single-datagram queries from inside `ns` to `addr`, each from a new socket, and
+/// counts answers per backend.
+pub fn udp_tally(ns: &Netns, addr: SocketAddr, n: usize) -> Result<Tally> {
+    ns.run(|| -> Result<Tally> {
+        let mut tally = Tally::new();
+        for k in 0..n {
+            let name = udp_query(addr).with_context(|| format!("query {k}"))?;
+            *tally.entry(name).or_default() += 1;
+        }
+        Ok(tally)
+    })?
+}
+
+/// Sends `GET path` to `addr` (calling thread's namespace) and returns the status code.
+pub fn http_status(addr: SocketAddr, path: &str) -> Result<u16> {
+    let mut stream =
+        TcpStream::connect_timeout(&addr, TIMEOUT).with_context(|| format!("connect to {addr}"))?;
+    stream.set_read_timeout(Some(TIMEOUT))?;
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response)?;
+    let code = response
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .with_context(|| format!("malformed HTTP response {response:?}"))?;
+    Ok(code)
+}
+
+/// Sums the counts of a tally.
+pub fn total(tally: &Tally) -> usize {
+    tally.values().sum()
+}

@@ -1,0 +1,469 @@
+//! Named network namespaces and the standard test topology, torn down by a guard.
+//!
+//! [`Topology::builder`] creates the namespaces and veths drawn in [`crate::addrs`]; dropping
+//! the [`Topology`] (also while a test panics) deletes every namespace it created, which
+//! destroys their veths, routes, nftables rules and XDP attachments with them. The harness
+//! only ever runs `ip netns add/del` in the root namespace: every other command is scoped to a
+//! test namespace (`ip -n NS …`, `ip netns exec NS …`), and veth peers are created directly
+//! inside their namespaces, so the host's interfaces and routes are never touched.
+//!
+//! Names are `sy<pid hex>-<counter hex>-<role>` (roles `c`, `lb`, `b1`…), at most 15
+//! characters, unique per process and across processes; [`sweep_stale`] removes namespaces a
+//! killed test process left behind (those whose pid is gone).
+//!
+//! # Veth facts the topology handles (checked on Linux 6.18 by the `veth_facts_…` test)
+//!
+//! - A frame that the lb's XDP program sends into a veth with `XDP_TX` or `XDP_REDIRECT` is
+//!   dropped unless the receiving end has an XDP program (only then does it run NAPI). The
+//!   client's and every backend's veth get a native-mode XDP_PASS program ([`crate::xdp_pass`]),
+//!   attached through rtnetlink; the lb's own veths are left free for Switchyard.
+//! - A veth leaves TCP/UDP checksums to "hardware" (`CHECKSUM_PARTIAL`); a frame forwarded by
+//!   native XDP loses that skb state and arrives with a bad checksum. The client's and the
+//!   backends' veths run with `ethtool -K IF tx off` (the client's traffic crosses the lb's
+//!   program; backend replies cross it in NAT mode).
+//! - `bpf_fib_lookup` reads the neighbour table but never resolves a missing entry (it answers
+//!   `NO_NEIGH`), so the lb carries permanent neighbour entries for the client and every
+//!   backend — the MACs are fixed ([`crate::addrs`]), so no ping is needed to learn them.
+//! - IPv6 duplicate address detection is off (addresses work at once) and `rp_filter` is 0
+//!   everywhere (a DSR reply enters the lb from a backend with the VIP as its source).
+
+use std::fs::File;
+use std::io::Write as _;
+use std::os::fd::{AsFd as _, AsRawFd as _};
+use std::path::PathBuf;
+use std::process::{Command, Output, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::thread::{self, JoinHandle};
+
+use anyhow::{Context as _, Result, bail};
+
+use crate::addrs::MAX_BACKENDS;
+use crate::setup;
+
+/// Prefix of every namespace the harness creates.
+pub const NAME_PREFIX: &str = "sy";
+/// Longest namespace name the harness creates (IFNAMSIZ - 1, so a name fits anywhere).
+pub const MAX_NAME_LEN: usize = 15;
+/// Where `ip netns` keeps its namespace handles.
+pub const NETNS_DIR: &str = "/var/run/netns";
+
+/// A named network namespace, `/var/run/netns/NAME`. A handle only: [`Topology`] owns them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Netns {
+    name: String,
+}
+
+impl Netns {
+    /// A handle for the namespace called `name` (which need not exist yet).
+    pub fn new(name: impl Into<String>) -> Self {
+        Self { name: name.into() }
+    }
+
+    /// The namespace's name, as `ip netns list` shows it.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The namespace's handle file, `/var/run/netns/NAME`.
+    pub fn path(&self) -> PathBuf {
+        PathBuf::from(NETNS_DIR).join(&self.name)
+    }
+
+    /// Runs `ip netns exec NAME argv…` and returns its stdout; fails, with its stderr, unless
+    /// it exits 0.
+    pub fn exec(&self, argv: &[&str]) -> Result<String> {
+        self.exec_with_stdin(argv, None)
+    }
+
+    /// Like [`Netns::exec`], feeding `stdin` to the command.
+    pub fn exec_with_stdin(&self, argv: &[&str], stdin: Option<&str>) -> Result<String> {
+        let mut cmd = Command::new("ip");
+        cmd.args(["netns", "exec", &self.name]).args(argv);
+        run_checked(cmd, stdin)
+    }
+
+    /// Runs `ip netns exec NAME argv…` and returns its output whatever its exit status.
+    pub fn exec_output(&self, argv: &[&str]) -> Result<Output> {
+        Command::new("ip")
+            .args(["netns", "exec", &self.name])
+            .args(argv)
+            .stdin(Stdio::null())
+            .output()
+            .with_context(|| format!("cannot run `ip netns exec {} {argv:?}`", self.name))
+    }
+
+    /// Runs `ip -n NAME args…` and returns its stdout.
+    pub fn ip(&self, args: &[&str]) -> Result<String> {
+        let mut cmd = Command::new("ip");
+        cmd.args(["-n", &self.name]).args(args);
+        run_checked(cmd, None)
+    }
+
+    /// Runs `ip -n NAME -batch -` over `lines` (one `ip` command each, without the `ip`); stops
+    /// at the first failing line.
+    pub fn ip_batch(&self, lines: &[String]) -> Result<()> {
+        let mut cmd = Command::new("ip");
+        cmd.args(["-n", &self.name, "-batch", "-"]);
+        run_checked(cmd, Some(&(lines.join("\n") + "\n"))).map(drop)
+    }
+
+    /// Sets sysctls inside the namespace (`sysctl -qw key=value …`).
+    pub fn sysctl(&self, settings: &[(&str, &str)]) -> Result<()> {
+        let pairs: Vec<String> = settings.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        let mut argv = vec!["sysctl", "-qw"];
+        argv.extend(pairs.iter().map(String::as_str));
+        self.exec(&argv).map(drop)
+    }
+
+    /// Runs `f` on a fresh thread that has entered this namespace, and returns its result.
+    ///
+    /// Sockets opened in `f` belong to this namespace for their whole life, wherever they are
+    /// used afterwards, so `f` may return them. A panic in `f` is resumed on the caller.
+    pub fn run<T: Send, F: FnOnce() -> T + Send>(&self, f: F) -> Result<T> {
+        let path = self.path();
+        thread::scope(|s| {
+            let handle = thread::Builder::new()
+                .name(format!("in-{}", self.name))
+                .spawn_scoped(s, move || -> Result<T> {
+                    enter_netns_path(&path)?;
+                    Ok(f())
+                })
+                .context("cannot spawn a thread")?;
+            handle
+                .join()
+                .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+        })
+    }
+
+    /// Spawns a long-running thread inside this namespace; returns once it has entered it.
+    /// Threads that `f` spawns stay in the namespace too.
+    pub fn spawn<T, F>(&self, f: F) -> Result<JoinHandle<T>>
+    where
+        T: Send + 'static,
+        F: FnOnce() -> T + Send + 'static,
+    {
+        let path = self.path();
+        let (tx, rx) = std::sync::mpsc::sync_channel::<Result<()>>(1);
+        let handle = thread::Builder::new()
+            .name(format!("in-{}", self.name))
+            .spawn(move || {
+                let entered = enter_netns_path(&path);
+                let ok = entered.is_ok();
+                // The receiver waits for exactly this message; it cannot be gone yet.
+                let _ = tx.send(entered);
+                if !ok {
+                    // Never run `f` in the wrong namespace. The caller already has the error,
+                    // so unwind without the panic hook's message.
+                    std::panic::resume_unwind(Box::new(()));
+                }
+                f()
+            })
+            .context("cannot spawn a thread")?;
+        match rx.recv() {
+            Ok(Ok(())) => Ok(handle),
+            Ok(Err(e)) => {
+                let _ = handle.join();
+                Err(e)
+            }
+            Err(_) => bail!("namespace thread for {} died", self.name),
+        }
+    }
+
+    /// Whether `/var/run/netns/NAME` exists.
+    pub fn exists(&self) -> bool {
+        self.path().exists()
+    }
+}
+
+/// Moves the *calling thread* into the namespace `name` (setns(2) on `/var/run/netns/NAME`).
+/// Prefer [`Netns::run`], which does this on a thread of its own.
+pub fn enter_netns(name: &str) -> Result<()> {
+    enter_netns_path(&Netns::new(name).path())
+}
+
+fn enter_netns_path(path: &std::path::Path) -> Result<()> {
+    let file = File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
+    // SAFETY: setns only reads the descriptor, which `file` keeps open for the call; a network
+    // namespace switch is allowed in a multi-threaded process and affects this thread only.
+    let rc = unsafe { libc::setns(file.as_fd().as_raw_fd(), libc::CLONE_NEWNET) };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error())
+            .with_context(|| format!("setns({}) failed", path.display()));
+    }
+    Ok(())
+}
+
+fn run_checked(mut cmd: Command, stdin: Option<&str>) -> Result<String> {
+    let shown = format!("{cmd:?}");
+    cmd.stdin(if stdin.is_some() {
+        Stdio::piped()
+    } else {
+        Stdio::null()
+    })
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped());
+    let mut child = cmd.spawn().with_context(|| format!("cannot run {shown}"))?;
+    if let (Some(input), Some(mut pipe)) = (stdin, child.stdin.take()) {
+        pipe.write_all(input.as_bytes())
+            .with_context(|| format!("cannot write to {shown}"))?;
+    }
+    let out = child.wait_with_output()?;
+    if !out.status.success() {
+        bail!(
+            "{shown} failed ({}): {}{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim(),
+            stdin.map(|s| format!("\ninput:\n{s}")).unwrap_or_default()
+        );
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// The names `ip netns list` shows.
+pub fn list_namespaces() -> Result<Vec<String>> {
+    let out = run_checked(
+        {
+            let mut c = Command::new("ip");
+            c.args(["netns", "list"]);
+            c
+        },
+        None,
+    )?;
+    Ok(out
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .map(str::to_owned)
+        .collect())
+}
+
+/// The pid encoded in a name this harness generated (`sy<pid hex>-<counter hex>-<role>`).
+fn harness_pid(name: &str) -> Option<u32> {
+    let rest = name.strip_prefix(NAME_PREFIX)?;
+    let mut parts = rest.splitn(3, '-');
+    let pid = u32::from_str_radix(parts.next()?, 16).ok()?;
+    u32::from_str_radix(parts.next()?, 16).ok()?;
+    let role = parts.next()?;
+    let known = role == "c"
+        || role == "lb"
+        || role
+            .strip_prefix('b')
+            .is_some_and(|n| n.parse::<u8>().is_ok());
+    known.then_some(pid)
+}
+
+/// Deletes namespaces that a harness process left behind when it was killed before its
+/// guards ran (names in the harness format whose pid no longer exists). Returns their names.
+/// Assumes every harness process on the machine shares this PID namespace (no containers).
+pub fn sweep_stale() -> Result<Vec<String>> {
+    let mut swept = Vec::new();
+    for name in list_namespaces()? {
+        let Some(pid) = harness_pid(&name) else {
+            continue;
+        };
+        if PathBuf::from(format!("/proc/{pid}")).exists() {
+            continue;
+        }
+        let mut cmd = Command::new("ip");
+        cmd.args(["netns", "del", &name]);
+        if run_checked(cmd, None).is_ok() {
+            swept.push(name);
+        }
+    }
+    Ok(swept)
+}
+
+static COUNTER: AtomicU32 = AtomicU32::new(0);
+
+/// Builds a [`Topology`]; see [`crate::addrs`] for what it creates.
+#[derive(Debug, Clone)]
+pub struct TopologyBuilder {
+    backends: usize,
+    tag: Option<String>,
+}
+
+impl TopologyBuilder {
+    /// Number of backend namespaces `b1..bN` (default 2, at most [`MAX_BACKENDS`]).
+    pub fn backends(mut self, n: usize) -> Self {
+        self.backends = n;
+        self
+    }
+
+    /// Uses `tag` instead of the generated `sy<pid>-<n>` as the name prefix (e.g. a fixed one
+    /// for the demo). It must start with `sy` and leave room for `-b<N>` within 15 characters.
+    pub fn tag(mut self, tag: impl Into<String>) -> Self {
+        self.tag = Some(tag.into());
+        self
+    }
+
+    /// Creates the namespaces, veths, addresses, routes, sysctls, neighbour entries and XDP_PASS
+    /// programs. On error, whatever was created is deleted again.
+    pub fn build(self) -> Result<Topology> {
+        if !(1..=MAX_BACKENDS).contains(&self.backends) {
+            bail!(
+                "a topology needs 1..={MAX_BACKENDS} backends, not {}",
+                self.backends
+            );
+        }
+        let tag = match self.tag {
+            Some(tag) => tag,
+            None => {
+                // Best effort: a sweep failure must not stop this test.
+                let _ = sweep_stale();
+                let n = COUNTER.fetch_add(1, Ordering::Relaxed) % 0x100;
+                format!("{NAME_PREFIX}{:x}-{n:x}", std::process::id())
+            }
+        };
+        let ns = |role: &str| Netns::new(format!("{tag}-{role}"));
+        let mut topo = Topology {
+            client: ns("c"),
+            lb: ns("lb"),
+            backends: (1..=self.backends).map(|i| ns(&format!("b{i}"))).collect(),
+            tag,
+            created: Vec::new(),
+        };
+        if !topo.tag.starts_with(NAME_PREFIX) {
+            bail!(
+                "namespace tag {:?} must start with {NAME_PREFIX:?}",
+                topo.tag
+            );
+        }
+        if let Some(long) = topo
+            .namespaces()
+            .into_iter()
+            .find(|n| n.name().len() > MAX_NAME_LEN)
+        {
+            bail!(
+                "namespace name {:?} is longer than {MAX_NAME_LEN}",
+                long.name()
+            );
+        }
+        topo.create()?;
+        Ok(topo)
+    }
+}
+
+/// The standard topology: a client, a load-balancer namespace and N backends (see
+/// [`crate::addrs`] for the diagram). Dropping it deletes every namespace it created.
+#[derive(Debug)]
+pub struct Topology {
+    tag: String,
+    client: Netns,
+    lb: Netns,
+    backends: Vec<Netns>,
+    /// Namespaces that exist and are ours to delete, in creation order.
+    created: Vec<Netns>,
+}
+
+impl Topology {
+    /// A builder for a topology with 2 backends and a generated, unique tag.
+    pub fn builder() -> TopologyBuilder {
+        TopologyBuilder {
+            backends: 2,
+            tag: None,
+        }
+    }
+
+    /// The prefix shared by this topology's namespace names.
+    pub fn tag(&self) -> &str {
+        &self.tag
+    }
+
+    /// The client namespace.
+    pub fn client(&self) -> &Netns {
+        &self.client
+    }
+
+    /// The load-balancer namespace (where Switchyard or the nftables baseline runs).
+    pub fn lb(&self) -> &Netns {
+        &self.lb
+    }
+
+    /// Backend namespace `i`, 1-based like its name `bI`.
+    ///
+    /// # Panics
+    /// If there is no backend `i`.
+    pub fn backend(&self, i: usize) -> &Netns {
+        assert!(
+            (1..=self.backends.len()).contains(&i),
+            "no backend {i} in a topology of {}",
+            self.backends.len()
+        );
+        &self.backends[i - 1]
+    }
+
+    /// Number of backends.
+    pub fn backend_count(&self) -> usize {
+        self.backends.len()
+    }
+
+    /// The backend namespaces, b1 first.
+    pub fn backends(&self) -> &[Netns] {
+        &self.backends
+    }
+
+    /// Every namespace of the topology: client, lb, then the backends.
+    pub fn namespaces(&self) -> Vec<&Netns> {
+        [&self.client, &self.lb]
+            .into_iter()
+            .chain(&self.backends)
+            .collect()
+    }
+
+    /// Deletes the namespaces now and reports the first failure (dropping does the same and
+    /// only logs failures).
+    pub fn teardown(mut self) -> Result<()> {
+        self.delete_all()
+    }
+
+    fn delete_all(&mut self) -> Result<()> {
+        let mut first_error = None;
+        while let Some(ns) = self.created.pop() {
+            let mut cmd = Command::new("ip");
+            cmd.args(["netns", "del", ns.name()]);
+            if let Err(e) = run_checked(cmd, None) {
+                first_error.get_or_insert(e);
+            }
+        }
+        first_error.map_or(Ok(()), Err)
+    }
+
+    fn create(&mut self) -> Result<()> {
+        for ns in self.namespaces().into_iter().cloned().collect::<Vec<_>>() {
+            let mut cmd = Command::new("ip");
+            cmd.args(["netns", "add", ns.name()]);
+            run_checked(cmd, None)?;
+            self.created.push(ns);
+        }
+        setup::Plan {
+            client: &self.client,
+            lb: &self.lb,
+            backends: &self.backends,
+        }
+        .apply()
+    }
+}
+
+impl Drop for Topology {
+    fn drop(&mut self) {
+        if let Err(e) = self.delete_all() {
+            // Drop cannot fail; a leftover is also removed by the next sweep_stale().
+            let _ = writeln!(std::io::stderr(), "topology {} teardown: {e:#}", self.tag);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn harness_names_are_recognized_for_sweeping() {
+        assert_eq!(harness_pid("sy1f2e-0-lb"), Some(0x1f2e));
+        assert_eq!(harness_pid("sy3fffff-ff-b32"), Some(0x3fffff));
+        assert_eq!(harness_pid("sy1f2e-0-c"), Some(0x1f2e));
+        assert_eq!(harness_pid("sydemo-lb"), None);
+        assert_eq!(harness_pid("sy1f2e-0-x"), None);
+        assert_eq!(harness_pid("other"), None);
+        assert!("sy3fffff-ff-b32".len() <= MAX_NAME_LEN);
+    }
+}
