@@ -1,2 +1,4 @@
 //! Switchyard's agent: configuration, health checks, Maglev tables, map writes, attach and pin,
 //! local API and metrics. The `switchyard` binary (`main.rs`) is a thin CLI over this library.
+
+pub mod config;
