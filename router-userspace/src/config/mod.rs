@@ -1,2 +1,95 @@
+//! Configuration: every `*.yaml` fragment of a directory, parsed, merged and validated into one
+//! [`Config`].
+//!
+//! The pipeline is parse → validate → convert:
+//! - `load` finds the fragments, parses each with positions (marked-yaml), and deserializes
+//!   each item (the agent, a service, a pool) into the serde shapes of `spec`, which reject
+//!   unknown keys; a broken item does not stop the others;
+//! - `validate` checks the whole merged configuration (names, references, address families,
+//!   limits of the data plane) and converts it into the runtime types of [`model`].
+//!
+//! Every problem found is reported, each with its file, line, key path and, where one helps, a
+//! hint: see [`ConfigError`]. A [`Config`] is produced only when there is none.
+//!
+//! The keys are documented for operators in `docs/configuration.md`.
+
 pub mod model;
-pub use model::*;
+
+mod load;
+mod report;
+mod spec;
+mod validate;
+mod values;
+
+use std::fmt;
+
+pub use load::{load_dir, load_files};
+pub use model::{
+    Agent, Backend, Backoff, CheckKind, Config, Forward, HashMode, HealthCheck, Pool, Protocol,
+    Service, SplitShare, Target, WhenAllDown,
+};
+
+/// One thing wrong with a configuration, located as precisely as the input allows.
+///
+/// Displayed as `FILE:LINE PATH: MESSAGE; HINT`, for example
+/// `10-web.yaml:14 services[0].to.pool: unknown pool "dc3"; did you mean "dc2"?` (the line, the
+/// path and the hint are left out where there is none).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Problem {
+    /// The fragment's file name (or the directory, for a problem with the directory itself).
+    pub file: String,
+    /// 1-based line, where known.
+    pub line: Option<usize>,
+    /// 1-based column, where known.
+    pub column: Option<usize>,
+    /// Key path inside the file, such as `services[0].to.pool`; empty for the file as a whole.
+    pub path: String,
+    /// What is wrong.
+    pub message: String,
+    /// How to fix it: a suggestion (`did you mean "dc2"?`), the other location of a duplicate,
+    /// or when a feature that is not supported yet arrives.
+    pub hint: Option<String>,
+}
+
+impl fmt::Display for Problem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.file)?;
+        if let Some(line) = self.line {
+            write!(f, ":{line}")?;
+        }
+        if !self.path.is_empty() {
+            write!(f, " {}", self.path)?;
+        }
+        write!(f, ": {}", self.message)?;
+        if let Some(hint) = &self.hint {
+            write!(f, "; {hint}")?;
+        }
+        Ok(())
+    }
+}
+
+/// A configuration that cannot be used, with every problem found in it (never empty), in file
+/// order, then line order.
+///
+/// Its `Display` lists the problems one per line.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{}", Lines(.problems))]
+pub struct ConfigError {
+    /// Every problem found.
+    pub problems: Vec<Problem>,
+}
+
+/// Displays problems one per line.
+struct Lines<'a>(&'a [Problem]);
+
+impl fmt::Display for Lines<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, problem) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str("\n")?;
+            }
+            write!(f, "{problem}")?;
+        }
+        Ok(())
+    }
+}

@@ -2,7 +2,34 @@
 //! `config::load` (parse → validate → convert); every value here has passed validation, so
 //! consumers need no error paths for malformed config.
 
-use std::{net::IpAddr, net::SocketAddr, path::PathBuf, time::Duration};
+use std::{
+    net::{IpAddr, Ipv4Addr, SocketAddr},
+    path::PathBuf,
+    time::Duration,
+};
+
+/// Default `agent.api`: loopback, port 9900.
+pub const DEFAULT_API: SocketAddr = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 9900);
+/// Default `agent.pin_path`.
+pub const DEFAULT_PIN_PATH: &str = "/sys/fs/bpf/switchyard";
+/// Default backend weight.
+pub const DEFAULT_WEIGHT: u32 = 100;
+/// Largest backend weight.
+pub const MAX_WEIGHT: u32 = 65_535;
+/// Default health check interval.
+pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(1);
+/// Default health check timeout (capped at the interval).
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(1);
+/// Default consecutive failures that mark a backend down.
+pub const DEFAULT_UNHEALTHY_THRESHOLD: u32 = 3;
+/// Default consecutive successes that mark a down backend up.
+pub const DEFAULT_HEALTHY_THRESHOLD: u32 = 2;
+/// Default backoff factor: no backoff.
+pub const DEFAULT_BACKOFF_FACTOR: f64 = 1.0;
+/// Default HTTP health check path.
+pub const DEFAULT_HTTP_PATH: &str = "/";
+/// Default accepted HTTP status codes.
+pub const DEFAULT_HTTP_EXPECT: &[u16] = &[200];
 
 /// The whole merged configuration of one config directory.
 #[derive(Clone, Debug, PartialEq)]
@@ -18,11 +45,21 @@ pub struct Config {
 /// `agent:` settings.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Agent {
-    /// Local HTTP API and `/metrics` (default `127.0.0.1:9900`).
+    /// Local HTTP API and `/metrics` (default `127.0.0.1:9900`); a loopback address (remote
+    /// access needs a token, which is not supported yet).
     pub api: SocketAddr,
-    /// bpffs directory the maps and the XDP link are pinned under (default
+    /// bpffs directory the maps and the XDP link are pinned under, absolute (default
     /// `/sys/fs/bpf/switchyard`).
     pub pin_path: PathBuf,
+}
+
+impl Default for Agent {
+    fn default() -> Self {
+        Self {
+            api: DEFAULT_API,
+            pin_path: PathBuf::from(DEFAULT_PIN_PATH),
+        }
+    }
 }
 
 /// Transport protocol of a service.
@@ -57,8 +94,8 @@ pub enum HashMode {
 pub enum Target {
     /// `{ pool: NAME }`.
     Pool(String),
-    /// `{ split: [ { pool, weight }, { pool, weight } ] }`: exactly two pools (the decision word
-    /// carries two; see docs/decisions), weights > 0.
+    /// `{ split: [ { pool, weight }, { pool, weight } ] }`: exactly two different pools (the
+    /// decision word carries two; see docs/decisions), weights > 0.
     Split(Vec<SplitShare>),
 }
 
@@ -67,26 +104,26 @@ pub enum Target {
 pub struct SplitShare {
     /// Pool name (validated to exist).
     pub pool: String,
-    /// Relative weight, ≥ 1.
+    /// Relative weight, ≥ 1 (required).
     pub weight: u32,
 }
 
-/// `services[]`.
+/// `services[]`. `(vip, port, protocol)` is unique across services.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Service {
-    /// Unique name.
+    /// Unique name: 1–64 ASCII letters, digits, `-` or `_`.
     pub name: String,
-    /// Virtual IP.
+    /// Virtual IP (not unspecified, not multicast).
     pub vip: IpAddr,
     /// Port, 1–65535.
     pub port: u16,
-    /// Protocol.
+    /// Protocol (required).
     pub protocol: Protocol,
-    /// Forwarding mode.
+    /// Forwarding mode (required).
     pub forward: Forward,
-    /// Hash mode.
+    /// Hash mode (default five-tuple).
     pub hash: HashMode,
-    /// Target.
+    /// Target (required).
     pub to: Target,
 }
 
@@ -111,9 +148,9 @@ pub struct Backend {
 /// `pools[]`.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Pool {
-    /// Unique name.
+    /// Unique name: 1–64 ASCII letters, digits, `-` or `_`.
     pub name: String,
-    /// Backends, unique addresses.
+    /// Backends (at least one), unique addresses.
     pub backends: Vec<Backend>,
     /// Health check; `None` means every backend counts as healthy.
     pub health_check: Option<HealthCheck>,
@@ -133,7 +170,7 @@ pub enum CheckKind {
     Http {
         /// Port on the backend.
         port: u16,
-        /// Request path, starting with `/`.
+        /// Request path, starting with `/`, without spaces or control characters (default `/`).
         path: String,
         /// Accepted status codes (default `[200]`).
         expect: Vec<u16>,
@@ -147,7 +184,8 @@ pub struct HealthCheck {
     pub kind: CheckKind,
     /// Time between probes while healthy (default 1 s); ±10 % jitter is added.
     pub interval: Duration,
-    /// Time a probe may take (default 1 s, and never more than `interval`).
+    /// Time a probe may take, never more than `interval` (default 1 s, or `interval` if that is
+    /// shorter).
     pub timeout: Duration,
     /// Consecutive failures that mark a backend down (default 3).
     pub unhealthy_threshold: u32,

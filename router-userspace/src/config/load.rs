@@ -1,0 +1,453 @@
+//! Finding the fragments of a directory, parsing each with positions, and deserializing each item
+//! (the agent, a service, a pool) into its spec.
+//!
+//! Items are deserialized one at a time, so a broken item does not hide the others. Within an
+//! item, serde stops at the first unknown key or misshapen value; the loader reports it, removes
+//! the key (or blanks the value and remembers its path as broken), and deserializes again, so
+//! every such problem of the item is reported.
+
+use std::{fs, path::Path};
+
+use marked_yaml::{
+    Error as SerdeError, LoadError, LoaderOptions, Marker, Node, from_node,
+    types::{MarkedMappingNode, MarkedScalarNode},
+};
+use serde::de::DeserializeOwned;
+
+use super::{
+    Config, ConfigError, Problem,
+    report::{Item, Pos, Report, index, index_path, key_path},
+    spec::{AgentSpec, PoolSpec, ServiceSpec, TOP_LEVEL_KEYS},
+    validate::validate,
+    values::{Later, closest, not_yet, suggest},
+};
+
+/// Loads the configuration of `dir`: every `*.yaml` file in it, in name order, merged.
+///
+/// Dotfiles and editor leftovers (`.#x.yaml`, `x.yaml~`, `x.yaml.swp`) are skipped; other files
+/// are ignored. A directory with no fragment gives the empty configuration (defaults only).
+///
+/// # Errors
+///
+/// A [`ConfigError`] with every problem found: the directory cannot be read; a fragment cannot
+/// be read or parsed; or the merged configuration is invalid.
+pub fn load_dir(dir: &Path) -> Result<Config, ConfigError> {
+    let dir_name = dir.display().to_string();
+    let entries = fs::read_dir(dir).map_err(|e| ConfigError {
+        problems: vec![Problem {
+            file: dir_name.clone(),
+            line: None,
+            column: None,
+            path: String::new(),
+            message: format!("cannot read the configuration directory: {e}"),
+            hint: None,
+        }],
+    })?;
+    let mut sources: Vec<(String, Result<String, String>)> = Vec::new();
+    let mut names = Vec::new();
+    for entry in entries {
+        match entry {
+            Ok(entry) => {
+                let name = entry.file_name().to_string_lossy().into_owned();
+                if is_fragment(&name) {
+                    names.push((name, entry.path()));
+                }
+            }
+            Err(e) => sources.push((
+                dir_name.clone(),
+                Err(format!("cannot list the configuration directory: {e}")),
+            )),
+        }
+    }
+    names.sort();
+    for (name, path) in names {
+        let text = fs::read_to_string(&path).map_err(|e| format!("cannot read: {e}"));
+        sources.push((name, text));
+    }
+    load(sources.iter().map(|(n, t)| (n, t.as_deref())))
+}
+
+/// Loads a configuration from fragments given as `(file name, text)`, merged in the order given
+/// ([`load_dir`] passes them in name order). The names are used only in problems.
+///
+/// # Errors
+///
+/// A [`ConfigError`] with every problem found in the fragments and in the merged configuration.
+pub fn load_files(files: &[(String, String)]) -> Result<Config, ConfigError> {
+    load(files.iter().map(|(n, t)| (n, Ok(t.as_str()))))
+}
+
+/// Whether a directory entry named `name` is a fragment.
+fn is_fragment(name: &str) -> bool {
+    name.ends_with(".yaml")
+        && !name.starts_with('.') // dotfiles, Emacs lock files `.#x.yaml`, Vim `.x.yaml.swp`
+        && !name.ends_with('~')
+        && !name.ends_with(".swp")
+}
+
+fn load<'a>(
+    sources: impl Iterator<Item = (&'a String, Result<&'a str, &'a String>)>,
+) -> Result<Config, ConfigError> {
+    let sources: Vec<_> = sources.collect();
+    let mut report = Report::new(sources.iter().map(|(n, _)| (*n).clone()).collect());
+    let mut parsed = Parsed::default();
+    for (file, (_, text)) in sources.iter().enumerate() {
+        match text {
+            Ok(text) => parse_file(file, text, &mut parsed, &mut report),
+            Err(message) => {
+                report.add(file, None, String::new(), (*message).clone(), None);
+                parsed.unparsed.push(file);
+            }
+        }
+    }
+    let config = validate(parsed, &mut report);
+    match config {
+        Some(config) if report.is_empty() => Ok(config),
+        _ => {
+            let mut problems = report.into_problems();
+            if problems.is_empty() {
+                // Unreachable by design (validate builds a Config whenever nothing was
+                // reported), but a ConfigError must never be empty.
+                problems.push(Problem {
+                    file: String::new(),
+                    line: None,
+                    column: None,
+                    path: String::new(),
+                    message: "internal error: configuration rejected without a problem".to_owned(),
+                    hint: None,
+                });
+            }
+            Err(ConfigError { problems })
+        }
+    }
+}
+
+/// Every item of every fragment, deserialized, in file order.
+#[derive(Default)]
+pub(crate) struct Parsed {
+    /// Each `agent:` (more than one is an error).
+    pub agents: Vec<Item<AgentSpec>>,
+    /// Each `services[]` item.
+    pub services: Vec<Item<ServiceSpec>>,
+    /// Each `pools[]` item.
+    pub pools: Vec<Item<PoolSpec>>,
+    /// Files that could not be read or parsed: names they define are unknown.
+    pub unparsed: Vec<usize>,
+}
+
+fn parse_file(file: usize, text: &str, parsed: &mut Parsed, report: &mut Report) {
+    let options = LoaderOptions::default()
+        .error_on_duplicate_keys(true)
+        .toplevel_mapping();
+    let mut root = match marked_yaml::parse_yaml_with_options(file, text, options) {
+        Ok(root) => root,
+        Err(e) => {
+            let (at, message) = describe_load_error(&e);
+            report.add(file, at, String::new(), message, None);
+            parsed.unparsed.push(file);
+            return;
+        }
+    };
+    strip_nulls(&mut root);
+    let Node::Mapping(top) = root else {
+        let at = root.span().start().map(Pos::of);
+        let message = "the top level must be a mapping of agent, services, pools".to_owned();
+        report.add(file, at, String::new(), message, None);
+        parsed.unparsed.push(file);
+        return;
+    };
+    for (key, value) in top.iter() {
+        let at = key.span().start().map(Pos::of);
+        let name = key.as_str();
+        match name {
+            "agent" => {
+                if let Some(mut item) = item::<AgentSpec>(file, name, value, report) {
+                    if let Some(at) = at {
+                        item.pos.insert(String::new(), at);
+                    }
+                    parsed.agents.push(item);
+                }
+            }
+            "services" => {
+                for (i, node) in list(file, name, at, value, report).iter().enumerate() {
+                    let base = index_path(name, i);
+                    parsed.services.extend(item(file, &base, node, report));
+                }
+            }
+            "pools" => {
+                for (i, node) in list(file, name, at, value, report).iter().enumerate() {
+                    let base = index_path(name, i);
+                    parsed.pools.extend(item(file, &base, node, report));
+                }
+            }
+            "state" => {
+                let (message, hint) = not_yet(Later::State);
+                report.add(file, at, name.to_owned(), message, hint);
+            }
+            "decisions" => {
+                let (message, hint) = not_yet(Later::Decisions);
+                report.add(file, at, name.to_owned(), message, hint);
+            }
+            _ => {
+                let message = format!("unknown key {name:?}");
+                report.add(
+                    file,
+                    at,
+                    name.to_owned(),
+                    message,
+                    suggest(name, TOP_LEVEL_KEYS),
+                );
+            }
+        }
+    }
+}
+
+/// The elements of a top-level list (`services`, `pools`), or none after reporting that it is
+/// not a list.
+fn list<'n>(
+    file: usize,
+    name: &str,
+    at: Option<Pos>,
+    value: &'n Node,
+    report: &mut Report,
+) -> &'n [Node] {
+    match value {
+        Node::Sequence(seq) => seq,
+        other => {
+            let message = format!("expected a list, found {}", describe(other));
+            report.add(file, at, name.to_owned(), message, None);
+            &[]
+        }
+    }
+}
+
+/// Most rounds of (deserialize, report, repair) for one item.
+const MAX_ROUNDS: usize = 256;
+
+/// Deserializes one item, reporting every unknown key and misshapen value in it.
+fn item<T: DeserializeOwned + Default>(
+    file: usize,
+    base: &str,
+    node: &Node,
+    report: &mut Report,
+) -> Option<Item<T>> {
+    let at = node.span().start().map(Pos::of);
+    if !matches!(node, Node::Mapping(_)) {
+        let message = format!("expected a mapping, found {}", describe(node));
+        report.add(file, at, base.to_owned(), message, None);
+        return None;
+    }
+    let mut item = Item {
+        file,
+        base: base.to_owned(),
+        spec: T::default(),
+        pos: index(node),
+        broken: Vec::new(),
+    };
+    let mut node = node.clone();
+    for _ in 0..MAX_ROUNDS {
+        let error = match from_node::<T>(&node) {
+            Ok(spec) => {
+                item.spec = spec;
+                return Some(item);
+            }
+            Err(error) => error,
+        };
+        let mark = error.start_mark();
+        let repaired = match (&*error, mark) {
+            (SerdeError::UnknownFieldError(field, expected, _), Some(mark)) => {
+                remove_key(&mut node, &mark, field, "").map(|rel| {
+                    let message = format!("unknown key {field:?}");
+                    item.err(report, &rel, message, suggest(field, expected));
+                    // A misspelt key is not also missing under its right name.
+                    if let Some(meant) = closest(field, expected) {
+                        let parent = rel.strip_suffix(field.as_str()).unwrap_or("");
+                        item.broken.push(format!("{parent}{meant}"));
+                    }
+                })
+            }
+            (other, Some(mark)) => {
+                blank_value(&mut node, &mark, String::new()).map(|(rel, found)| {
+                    let message = shape_message(&other.to_string(), &found);
+                    item.err(report, &rel, message, None);
+                    item.broken.push(rel);
+                })
+            }
+            (_, None) => None,
+        };
+        if repaired.is_none() {
+            // Not located: report it on the item and give up on the item's contents.
+            item.err(report, "", error.to_string(), None);
+            item.broken.push(String::new());
+            return Some(item);
+        }
+    }
+    item.err(
+        report,
+        "",
+        "too many problems in this entry".to_owned(),
+        None,
+    );
+    item.broken.push(String::new());
+    Some(item)
+}
+
+/// Removes the mapping key `field` that starts at `mark`; returns its path.
+fn remove_key(node: &mut Node, mark: &Marker, field: &str, rel: &str) -> Option<String> {
+    match node {
+        Node::Mapping(map) => {
+            let hit = map
+                .keys()
+                .find(|k| k.as_str() == field && k.span().start() == Some(mark))
+                .cloned();
+            if let Some(key) = hit {
+                map.remove(&key);
+                return Some(key_path(rel, field));
+            }
+            map.iter_mut()
+                .find_map(|(k, v)| remove_key(v, mark, field, &key_path(rel, k.as_str())))
+        }
+        Node::Sequence(seq) => seq
+            .iter_mut()
+            .enumerate()
+            .find_map(|(i, v)| remove_key(v, mark, field, &index_path(rel, i))),
+        Node::Scalar(_) => None,
+    }
+}
+
+/// Replaces the value that starts at `mark` by an empty scalar (which every spec type accepts);
+/// returns its path and what it was.
+fn blank_value(node: &mut Node, mark: &Marker, rel: String) -> Option<(String, String)> {
+    let is_empty = matches!(node, Node::Scalar(s) if s.as_str().is_empty());
+    if node.span().start() == Some(mark) && !is_empty {
+        let found = describe(node);
+        *node = Node::Scalar(MarkedScalarNode::new_empty(*node.span()));
+        return Some((rel, found));
+    }
+    match node {
+        Node::Mapping(map) => map
+            .iter_mut()
+            .find_map(|(k, v)| blank_value(v, mark, key_path(&rel, k.as_str()))),
+        Node::Sequence(seq) => seq
+            .iter_mut()
+            .enumerate()
+            .find_map(|(i, v)| blank_value(v, mark, index_path(&rel, i))),
+        Node::Scalar(_) => None,
+    }
+}
+
+/// `expected a list, found "5"` from serde's `invalid type: string "5", expected a sequence`.
+fn shape_message(serde_message: &str, found: &str) -> String {
+    let Some(expected) = serde_message
+        .strip_prefix("invalid type: ")
+        .and_then(|rest| rest.rsplit_once(", expected "))
+        .map(|(_, expected)| expected)
+    else {
+        return serde_message.to_owned();
+    };
+    let expected = match expected {
+        "a string" => "a single value",
+        "a sequence" => "a list",
+        e if e.starts_with("struct ") || e == "a map" => "a mapping",
+        e => e,
+    };
+    format!("expected {expected}, found {found}")
+}
+
+/// How a node reads in a message: `"5"`, `a list`, `a mapping`.
+fn describe(node: &Node) -> String {
+    match node {
+        Node::Scalar(s) if s.as_str().is_empty() => "nothing".to_owned(),
+        Node::Scalar(s) => format!("{:?}", s.as_str()),
+        Node::Mapping(_) => "a mapping".to_owned(),
+        Node::Sequence(_) => "a list".to_owned(),
+    }
+}
+
+/// Drops mapping entries whose value is null (`key:`, `key: ~`, `key: null`): YAML's way of
+/// saying the key has no value, read as absent.
+fn strip_nulls(node: &mut Node) {
+    match node {
+        Node::Mapping(map) => strip_nulls_in(map),
+        Node::Sequence(seq) => seq.iter_mut().for_each(strip_nulls),
+        Node::Scalar(_) => {}
+    }
+}
+
+fn strip_nulls_in(map: &mut MarkedMappingNode) {
+    map.retain(|_, value| !matches!(value, Node::Scalar(s) if is_null(s)));
+    map.iter_mut().for_each(|(_, value)| strip_nulls(value));
+}
+
+fn is_null(scalar: &MarkedScalarNode) -> bool {
+    scalar.may_coerce() && matches!(scalar.as_str(), "" | "~" | "null" | "Null" | "NULL")
+}
+
+/// Where a YAML load error is, and what to say about it.
+fn describe_load_error(error: &LoadError) -> (Option<Pos>, String) {
+    let at = |m: &Marker| Some(Pos::of(m));
+    match error {
+        LoadError::ScanError(m, e) => (
+            at(m),
+            format!("invalid YAML at column {}: {}", m.column(), e.info()),
+        ),
+        LoadError::TopLevelMustBeMapping(m) | LoadError::TopLevelMustBeSequence(m) => (
+            at(m),
+            "the top level must be a mapping of agent, services, pools".to_owned(),
+        ),
+        LoadError::UnexpectedAnchor(m) => (
+            at(m),
+            "YAML anchors and aliases are not supported".to_owned(),
+        ),
+        LoadError::UnexpectedTag(m) => (at(m), "YAML tags (`!!type`) are not supported".to_owned()),
+        LoadError::MappingKeyMustBeScalar(m) => {
+            (at(m), "mapping keys must be plain text".to_owned())
+        }
+        LoadError::DuplicateKey(inner) => {
+            let first = inner.prev_key.span().start().map(Pos::of);
+            let message = match first {
+                Some(first) => format!(
+                    "duplicate key {:?} (first at line {})",
+                    inner.key.as_str(),
+                    first.line
+                ),
+                None => format!("duplicate key {:?}", inner.key.as_str()),
+            };
+            (inner.key.span().start().map(Pos::of), message)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fragment_names_skip_dotfiles_and_editor_leftovers() {
+        assert!(is_fragment("10-web.yaml"));
+        for name in [
+            ".10-web.yaml",
+            ".#10-web.yaml",
+            "10-web.yaml~",
+            "10-web.yaml.swp",
+            ".10-web.yaml.swp",
+            "10-web.yml",
+            "README",
+        ] {
+            assert!(!is_fragment(name), "{name}");
+        }
+    }
+
+    #[test]
+    fn shape_messages_speak_yaml() {
+        assert_eq!(
+            shape_message("invalid type: string \"5\", expected a sequence", "\"5\""),
+            "expected a list, found \"5\""
+        );
+        assert_eq!(
+            shape_message("invalid type: sequence, expected struct PoolSpec", "a list"),
+            "expected a mapping, found a list"
+        );
+        assert_eq!(shape_message("something else", "x"), "something else");
+    }
+}

@@ -1,0 +1,113 @@
+//! The file shapes: serde `*Spec` types that mirror the YAML keys one to one.
+//!
+//! Every struct rejects unknown keys (`deny_unknown_fields`). Every field is optional and every
+//! leaf is read as text, so serde only fails on the shape of the file (an unknown key, a list
+//! where a mapping belongs); missing keys, numbers, addresses, durations and names are checked by
+//! `validate`, which reports all of them with their positions instead of stopping at the first.
+//!
+//! Keys that parse but are not implemented yet (`to.decide`, `weights`, `health_check.exec`) are
+//! captured as [`NotYet`] so `validate` can reject them at their position: a key is never
+//! silently ignored.
+
+use serde::Deserialize;
+
+/// The content of a key that is recognised but not supported yet; kept only to be rejected.
+pub(crate) type NotYet = serde::de::IgnoredAny;
+
+/// `agent:`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct AgentSpec {
+    pub api: Option<String>,
+    pub pin_path: Option<String>,
+}
+
+/// `services[]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ServiceSpec {
+    pub name: Option<String>,
+    pub vip: Option<String>,
+    pub port: Option<String>,
+    pub protocol: Option<String>,
+    pub forward: Option<String>,
+    pub hash: Option<String>,
+    pub to: Option<TargetSpec>,
+}
+
+/// `services[].to`: exactly one of the three keys.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct TargetSpec {
+    pub pool: Option<String>,
+    pub split: Option<Vec<SplitShareSpec>>,
+    pub decide: Option<NotYet>,
+}
+
+/// `services[].to.split[]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct SplitShareSpec {
+    pub pool: Option<String>,
+    pub weight: Option<String>,
+}
+
+/// `pools[]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct PoolSpec {
+    pub name: Option<String>,
+    pub backends: Option<Vec<BackendSpec>>,
+    pub health_check: Option<HealthCheckSpec>,
+    pub when_all_down: Option<String>,
+    pub weights: Option<NotYet>,
+}
+
+/// `pools[].backends[]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct BackendSpec {
+    pub address: Option<String>,
+    pub weight: Option<String>,
+}
+
+/// `pools[].health_check`: exactly one probe key plus timing.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct HealthCheckSpec {
+    pub tcp: Option<TcpCheckSpec>,
+    pub http: Option<HttpCheckSpec>,
+    pub exec: Option<NotYet>,
+    pub interval: Option<String>,
+    pub timeout: Option<String>,
+    pub unhealthy_threshold: Option<String>,
+    pub healthy_threshold: Option<String>,
+    pub backoff: Option<BackoffSpec>,
+}
+
+/// `health_check.tcp`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct TcpCheckSpec {
+    pub port: Option<String>,
+}
+
+/// `health_check.http`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct HttpCheckSpec {
+    pub port: Option<String>,
+    pub path: Option<String>,
+    pub expect: Option<Vec<String>>,
+}
+
+/// `health_check.backoff`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct BackoffSpec {
+    pub factor: Option<String>,
+    pub max: Option<String>,
+}
+
+/// The top-level keys a fragment may have, in the order the docs list them.
+pub(crate) const TOP_LEVEL_KEYS: &[&str] = &["agent", "services", "pools", "state", "decisions"];

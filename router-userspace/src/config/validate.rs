@@ -1,0 +1,544 @@
+//! Checking the merged configuration and converting it into the runtime [`Config`].
+//!
+//! Each item is checked on its own first (every value, every missing key), giving a draft with
+//! what could be read; then the drafts are checked together: unique names and service
+//! addresses, references to pools, address families, and the data plane's limits. A [`Config`]
+//! is built only when no problem was reported.
+
+use std::{
+    collections::HashMap,
+    net::{IpAddr, SocketAddr},
+    path::PathBuf,
+};
+
+use router_common::{MAX_BACKENDS, MAX_POOLS, MAX_SERVICES};
+
+use super::{
+    load::Parsed,
+    model::*,
+    report::{Item, Report, index_path, key_path},
+    spec::{AgentSpec, PoolSpec, ServiceSpec, TargetSpec},
+    values::{self, Bad, Later, did_you_mean, not_yet},
+};
+
+mod pool;
+
+/// A value read from one key.
+pub(super) enum Field<V> {
+    /// The key is absent (or its value is null).
+    Absent,
+    /// The value is wrong; already reported.
+    Bad,
+    /// The value.
+    Ok(V),
+}
+
+impl<V> Field<V> {
+    /// The value, or `default` when absent; `None` when bad.
+    pub fn or(self, default: V) -> Option<V> {
+        match self {
+            Field::Absent => Some(default),
+            Field::Bad => None,
+            Field::Ok(v) => Some(v),
+        }
+    }
+}
+
+/// Reads the optional leaf `rel` with `parse`, reporting a bad value.
+pub(super) fn leaf<S, V>(
+    it: &Item<S>,
+    report: &mut Report,
+    value: &Option<String>,
+    rel: &str,
+    parse: impl FnOnce(&str) -> Result<V, Bad>,
+) -> Field<V> {
+    if it.is_broken(rel) {
+        return Field::Bad;
+    }
+    let Some(text) = value else {
+        return Field::Absent;
+    };
+    match parse(text) {
+        Ok(v) => Field::Ok(v),
+        Err((message, hint)) => {
+            it.err(report, rel, message, hint);
+            Field::Bad
+        }
+    }
+}
+
+/// Reads the required leaf `key` of the mapping at `parent`, reporting it missing or bad.
+pub(super) fn required<S, V>(
+    it: &Item<S>,
+    report: &mut Report,
+    value: &Option<String>,
+    parent: &str,
+    key: &str,
+    parse: impl FnOnce(&str) -> Result<V, Bad>,
+) -> Option<V> {
+    let rel = key_path(parent, key);
+    match leaf(it, report, value, &rel, parse) {
+        Field::Ok(v) => Some(v),
+        Field::Bad => None,
+        Field::Absent => {
+            missing(it, report, parent, key);
+            None
+        }
+    }
+}
+
+/// Reports that the mapping at `parent` lacks `key` (unless `parent` is already reported).
+pub(super) fn missing<S>(it: &Item<S>, report: &mut Report, parent: &str, key: &str) {
+    if !it.is_broken(parent) {
+        it.err(
+            report,
+            parent,
+            format!("missing required key {key:?}"),
+            None,
+        );
+    }
+}
+
+/// Checks the merged configuration; the [`Config`] when nothing was reported.
+pub(crate) fn validate(parsed: Parsed, report: &mut Report) -> Option<Config> {
+    let agent = agents(&parsed.agents, report);
+    let pools: Vec<pool::Draft> = parsed.pools.iter().map(|p| pool::pool(p, report)).collect();
+    let services: Vec<ServiceDraft> = parsed.services.iter().map(|s| service(s, report)).collect();
+
+    unique_names(
+        "pool",
+        &parsed.pools,
+        pools.iter().map(|p| p.name.as_deref()),
+        report,
+    );
+    unique_names(
+        "service",
+        &parsed.services,
+        services.iter().map(|s| s.name.as_deref()),
+        report,
+    );
+    unique_addresses(&parsed.services, &services, report);
+    let users = references(&parsed, &pools, &services, report);
+    families(&parsed, &pools, &services, &users, report);
+    limits(&parsed, report);
+
+    if !report.is_empty() {
+        return None;
+    }
+    let config = Config {
+        agent: agent?,
+        services: services
+            .into_iter()
+            .map(|s| s.value)
+            .collect::<Option<_>>()?,
+        pools: pools.into_iter().map(|p| p.value).collect::<Option<_>>()?,
+    };
+    Some(config)
+}
+
+/// The agent: defaults, or the one `agent:` (more than one is an error).
+fn agents(items: &[Item<AgentSpec>], report: &mut Report) -> Option<Agent> {
+    let mut result = Some(Agent::default());
+    let mut first: Option<String> = None;
+    for it in items {
+        let agent = agent(it, report);
+        match &first {
+            None => {
+                first = Some(it.location(report, ""));
+                result = agent;
+            }
+            Some(first) => {
+                let hint = format!("first set at {first}; set it in one file");
+                let message = "agent is set in more than one file".to_owned();
+                it.err(report, "", message, Some(hint));
+            }
+        }
+    }
+    result
+}
+
+fn agent(it: &Item<AgentSpec>, report: &mut Report) -> Option<Agent> {
+    let defaults = Agent::default();
+    let api = leaf(it, report, &it.spec.api, "api", api).or(defaults.api);
+    let pin_path = leaf(it, report, &it.spec.pin_path, "pin_path", pin_path).or(defaults.pin_path);
+    Some(Agent {
+        api: api?,
+        pin_path: pin_path?,
+    })
+}
+
+fn api(s: &str) -> Result<SocketAddr, Bad> {
+    let addr: SocketAddr = s.parse().map_err(|_| {
+        (
+            format!("{s:?} is not a socket address"),
+            Some("write IP:port, such as 127.0.0.1:9900 or [::1]:9900".to_owned()),
+        )
+    })?;
+    if addr.port() == 0 {
+        return Err((
+            "port must be a number from 1 to 65535, not 0".to_owned(),
+            None,
+        ));
+    }
+    if !addr.ip().is_loopback() {
+        return Err((
+            format!(
+                "the API must listen on a loopback address, not {}",
+                addr.ip()
+            ),
+            Some("remote access needs a token, which is not supported yet".to_owned()),
+        ));
+    }
+    Ok(addr)
+}
+
+fn pin_path(s: &str) -> Result<PathBuf, Bad> {
+    let path = PathBuf::from(s);
+    if path.is_absolute() {
+        Ok(path)
+    } else {
+        Err((
+            format!("pin_path must be an absolute path, not {s:?}"),
+            Some(format!("such as {DEFAULT_PIN_PATH}")),
+        ))
+    }
+}
+
+/// What could be read of one service.
+struct ServiceDraft {
+    name: Option<String>,
+    vip: Option<IpAddr>,
+    port: Option<u16>,
+    protocol: Option<Protocol>,
+    /// Pools the target names: (path, pool).
+    refs: Vec<(String, String)>,
+    /// The service, when every key of it is right.
+    value: Option<Service>,
+}
+
+fn service(it: &Item<ServiceSpec>, report: &mut Report) -> ServiceDraft {
+    use values::choice;
+    let s = &it.spec;
+    let name = required(it, report, &s.name, "", "name", values::name);
+    let vip = required(it, report, &s.vip, "", "vip", values::address);
+    let port = required(it, report, &s.port, "", "port", values::port);
+    let protocols = [("tcp", Protocol::Tcp), ("udp", Protocol::Udp)];
+    let protocol = required(it, report, &s.protocol, "", "protocol", |v| {
+        choice(v, "protocol", &protocols, &[])
+    });
+    let forwards = [("dsr-l2", Forward::DsrL2), ("nat", Forward::Nat)];
+    let forward = required(it, report, &s.forward, "", "forward", |v| {
+        choice(v, "forward mode", &forwards, &[("ipip", Later::Ipip)])
+    });
+    let hashes = [
+        ("five_tuple", HashMode::FiveTuple),
+        ("source_ip", HashMode::SourceIp),
+    ];
+    let hash = leaf(it, report, &s.hash, "hash", |v| {
+        choice(v, "hash", &hashes, &[])
+    })
+    .or(HashMode::FiveTuple);
+    let (to, refs) = match &s.to {
+        _ if it.is_broken("to") => (None, Vec::new()),
+        None => {
+            missing(it, report, "", "to");
+            (None, Vec::new())
+        }
+        Some(to) => target(it, report, to),
+    };
+    let value = (|| {
+        Some(Service {
+            name: name.clone()?,
+            vip: vip?,
+            port: port?,
+            protocol: protocol?,
+            forward: forward?,
+            hash: hash?,
+            to: to?,
+        })
+    })();
+    ServiceDraft {
+        name,
+        vip,
+        port,
+        protocol,
+        refs,
+        value,
+    }
+}
+
+/// `to:`, and the pools it names (checked to exist later, with the whole config).
+fn target(
+    it: &Item<ServiceSpec>,
+    report: &mut Report,
+    to: &TargetSpec,
+) -> (Option<Target>, Vec<(String, String)>) {
+    let given: Vec<&str> = [
+        ("pool", to.pool.is_some() || it.is_broken("to.pool")),
+        ("split", to.split.is_some() || it.is_broken("to.split")),
+        ("decide", to.decide.is_some()),
+    ]
+    .into_iter()
+    .filter_map(|(key, set)| set.then_some(key))
+    .collect();
+    if to.decide.is_some() {
+        let (message, hint) = not_yet(Later::Decide);
+        it.err(report, "to.decide", message, hint);
+    }
+    match given.as_slice() {
+        [] => {
+            let message = "`to` needs one of pool, split, decide".to_owned();
+            let hint = Some("for example `to: { pool: dc1 }`".to_owned());
+            it.err(report, "to", message, hint);
+        }
+        [_] => {}
+        _ => {
+            let message = format!(
+                "`to` has {}: give exactly one of pool, split, decide",
+                given.join(" and ")
+            );
+            it.err(report, "to", message, None);
+        }
+    }
+    let mut refs = Vec::new();
+    let mut target = None;
+    let pool = leaf(it, report, &to.pool, "to.pool", |v| {
+        if v.is_empty() {
+            Err(("pool name must not be empty".to_owned(), None))
+        } else {
+            Ok(v.to_owned())
+        }
+    });
+    if let Field::Ok(pool) = pool {
+        refs.push(("to.pool".to_owned(), pool.clone()));
+        target = Some(Target::Pool(pool));
+    }
+    if let Some(split) = to.split.as_ref().filter(|_| !it.is_broken("to.split")) {
+        target = self::split(it, report, split, &mut refs).map(Target::Split);
+    }
+    let target = if given.len() == 1 && to.decide.is_none() {
+        target
+    } else {
+        None
+    };
+    (target, refs)
+}
+
+/// `to.split`: exactly two shares of two different pools.
+fn split(
+    it: &Item<ServiceSpec>,
+    report: &mut Report,
+    split: &[super::spec::SplitShareSpec],
+    refs: &mut Vec<(String, String)>,
+) -> Option<Vec<SplitShare>> {
+    let mut ok = true;
+    if split.len() != 2 {
+        let message = format!("a split needs exactly 2 pools, found {}", split.len());
+        let hint = Some("the data plane's decision word carries two pools".to_owned());
+        it.err(report, "to.split", message, hint);
+        ok = false;
+    }
+    let mut shares = Vec::new();
+    for (i, share) in split.iter().enumerate() {
+        let rel = index_path("to.split", i);
+        let pool = required(it, report, &share.pool, &rel, "pool", |v| Ok(v.to_owned()));
+        let weight = required(it, report, &share.weight, &rel, "weight", |v| {
+            values::number(v, "split weight", 1, u32::MAX)
+        });
+        if let Some(pool) = &pool {
+            let pool_rel = key_path(&rel, "pool");
+            if shares.iter().any(|s: &SplitShare| &s.pool == pool) {
+                let message = format!("pool {pool:?} is in the split twice");
+                let hint = Some("split between two different pools".to_owned());
+                it.err(report, &pool_rel, message, hint);
+                ok = false;
+            }
+            refs.push((pool_rel, pool.clone()));
+        }
+        match (pool, weight) {
+            (Some(pool), Some(weight)) => shares.push(SplitShare { pool, weight }),
+            _ => ok = false,
+        }
+    }
+    ok.then_some(shares)
+}
+
+/// Reports every name used twice, naming the first.
+fn unique_names<'a, S>(
+    kind: &str,
+    items: &[Item<S>],
+    names: impl Iterator<Item = Option<&'a str>>,
+    report: &mut Report,
+) {
+    let mut seen: HashMap<&str, usize> = HashMap::new();
+    for (i, name) in names.enumerate() {
+        let (Some(name), Some(it)) = (name, items.get(i)) else {
+            continue;
+        };
+        match seen.get(name).and_then(|&j| items.get(j)) {
+            Some(first) => {
+                let hint = format!("first defined at {}", first.location(report, "name"));
+                let message = format!("duplicate {kind} name {name:?}");
+                it.err(report, "name", message, Some(hint));
+            }
+            None => {
+                seen.insert(name, i);
+            }
+        }
+    }
+}
+
+/// Reports two services on one `(vip, port, protocol)`: the key of the services map.
+fn unique_addresses(items: &[Item<ServiceSpec>], drafts: &[ServiceDraft], report: &mut Report) {
+    let mut seen: HashMap<(IpAddr, u16, Protocol), usize> = HashMap::new();
+    for (i, (it, draft)) in items.iter().zip(drafts).enumerate() {
+        let (Some(vip), Some(port), Some(protocol)) = (draft.vip, draft.port, draft.protocol)
+        else {
+            continue;
+        };
+        match seen.get(&(vip, port, protocol)) {
+            Some(&j) => {
+                let other = drafts.get(j).and_then(|d| d.name.as_deref()).unwrap_or("?");
+                let first = items
+                    .get(j)
+                    .map(|f| f.location(report, "vip"))
+                    .unwrap_or_default();
+                let proto = match protocol {
+                    Protocol::Tcp => "tcp",
+                    Protocol::Udp => "udp",
+                };
+                let message = format!(
+                    "{}/{proto} is already the address of service {other:?}",
+                    SocketAddr::new(vip, port)
+                );
+                it.err(report, "vip", message, Some(format!("first at {first}")));
+            }
+            None => {
+                seen.insert((vip, port, protocol), i);
+            }
+        }
+    }
+}
+
+/// Checks that every pool a service names exists; returns, per pool, the services using it.
+fn references(
+    parsed: &Parsed,
+    pools: &[pool::Draft],
+    services: &[ServiceDraft],
+    report: &mut Report,
+) -> Vec<Vec<usize>> {
+    let names: Vec<&str> = pools.iter().filter_map(|p| p.name.as_deref()).collect();
+    let mut by_name: HashMap<&str, usize> = HashMap::new();
+    for (i, p) in pools.iter().enumerate() {
+        if let Some(name) = p.name.as_deref() {
+            by_name.entry(name).or_insert(i);
+        }
+    }
+    let unparsed: Vec<&str> = parsed
+        .unparsed
+        .iter()
+        .map(|&f| report.file_name(f))
+        .collect();
+    let unparsed_hint = match unparsed.as_slice() {
+        [] => None,
+        files => Some(format!(
+            "it may be defined in {}, which could not be loaded",
+            files.join(", ")
+        )),
+    };
+    let mut users = vec![Vec::new(); pools.len()];
+    for (i, (it, draft)) in parsed.services.iter().zip(services).enumerate() {
+        for (rel, pool) in &draft.refs {
+            match by_name.get(pool.as_str()) {
+                Some(&p) => {
+                    if let Some(u) = users.get_mut(p) {
+                        u.push(i);
+                    }
+                }
+                None => {
+                    let hint = did_you_mean(pool, &names).or_else(|| unparsed_hint.clone());
+                    it.err(report, rel, format!("unknown pool {pool:?}"), hint);
+                }
+            }
+        }
+    }
+    users
+}
+
+/// Checks that every backend of a pool has the address family of each service using it.
+fn families(
+    parsed: &Parsed,
+    pools: &[pool::Draft],
+    services: &[ServiceDraft],
+    users: &[Vec<usize>],
+    report: &mut Report,
+) {
+    let family = |ip: &IpAddr| if ip.is_ipv4() { "IPv4" } else { "IPv6" };
+    for ((it, draft), users) in parsed.pools.iter().zip(pools).zip(users) {
+        for (b, address) in &draft.backends {
+            let clash = users.iter().find_map(|&s| {
+                let service = services.get(s)?;
+                let vip = service.vip?;
+                (vip.is_ipv4() != address.is_ipv4()).then_some((s, service, vip))
+            });
+            let Some((s, service, vip)) = clash else {
+                continue;
+            };
+            let name = service.name.as_deref().unwrap_or("?");
+            let message = format!(
+                "backend {address} is {} but service {name:?} has the {} virtual IP {vip}",
+                family(address),
+                family(&vip)
+            );
+            let at = parsed.services.get(s).map(|x| x.location(report, "vip"));
+            let hint = format!(
+                "every backend of a pool must have the address family of each service using it \
+                 (service {name:?} is at {})",
+                at.unwrap_or_default()
+            );
+            let rel = key_path(&index_path("backends", *b), "address");
+            it.err(report, &rel, message, Some(hint));
+        }
+    }
+}
+
+/// Checks the data plane's limits: service, pool and backend slots.
+fn limits(parsed: &Parsed, report: &mut Report) {
+    let services = parsed.services.len();
+    if let Some(it) = parsed.services.get(MAX_SERVICES as usize) {
+        let message = format!(
+            "too many services: {services}, the data plane has {MAX_SERVICES} service slots"
+        );
+        it.err(
+            report,
+            "",
+            message,
+            Some("MAX_SERVICES in router-common".to_owned()),
+        );
+    }
+    let pools = parsed.pools.len();
+    if let Some(it) = parsed.pools.get(MAX_POOLS as usize) {
+        let message = format!("too many pools: {pools}, the data plane has {MAX_POOLS} pool slots");
+        it.err(
+            report,
+            "",
+            message,
+            Some("MAX_POOLS in router-common".to_owned()),
+        );
+    }
+    let count = |it: &Item<PoolSpec>| it.spec.backends.as_ref().map_or(0, Vec::len);
+    let total: usize = parsed.pools.iter().map(count).sum();
+    let mut sum = 0;
+    for it in &parsed.pools {
+        let before = sum;
+        sum += count(it);
+        if before <= MAX_BACKENDS as usize && sum > MAX_BACKENDS as usize {
+            let message = format!(
+                "too many backends: {total} in all pools, the data plane has {MAX_BACKENDS} \
+                 backend slots"
+            );
+            let hint = Some("MAX_BACKENDS in router-common".to_owned());
+            it.err(report, "backends", message, hint);
+        }
+    }
+}
