@@ -31,7 +31,8 @@ pub const ABI_VERSION: u32 = 1;
 /// enough that each of a few hundred backends gets hundreds of slots.
 pub const MAGLEV_SIZE: u32 = 65_537;
 /// Pool slots. Each pool owns two Maglev tables (the double buffer), so the `MAGLEV` map holds
-/// `MAX_POOLS * 2 * MAGLEV_SIZE` entries (4 bytes each: 32 MiB for 64 pools).
+/// `MAX_POOLS * 2 * MAGLEV_SIZE` entries (4-byte values the kernel stores 8 bytes apart:
+/// 64 MiB for 64 pools).
 pub const MAX_POOLS: u32 = 64;
 /// Backend slots, shared by all pools.
 pub const MAX_BACKENDS: u32 = 4_096;

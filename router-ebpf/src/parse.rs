@@ -209,7 +209,9 @@ fn parse_ipv4(ctx: &XdpContext, l3: usize, pkt: &mut Packet) -> Result<(), Reaso
             f.dst = v4_addr(ip.dst_addr);
             f.proto = ip.proto;
             f.family = FAMILY_V4;
-            if frag == frag::NONE {
+            // A first fragment carries the ports: the service is looked up with them (the
+            // datagram is then balanced on addresses only).
+            if frag != frag::LATER {
                 (f.sport, f.dport) = ports(ctx, l4)?;
             }
             Ok(())
@@ -309,7 +311,9 @@ fn parse_ipv6(ctx: &XdpContext, l3: usize, pkt: &mut Packet) -> Result<(), Reaso
             f.dst = ip.dst_addr;
             f.proto = next;
             f.family = FAMILY_V6;
-            if frag == frag::NONE {
+            // A first fragment carries the ports: the service is looked up with them (the
+            // datagram is then balanced on addresses only).
+            if frag != frag::LATER {
                 (f.sport, f.dport) = ports(ctx, off)?;
             }
             Ok(())

@@ -48,20 +48,31 @@ pub struct Lab {
 impl Lab {
     /// Builds a topology with `backends` backends, loads the program and applies `cfg`.
     pub fn new(tag: &str, backends: usize, cfg: &Config) -> Result<Self> {
-        let topo = Topology::builder().backends(backends).tag(tag).build()?;
+        let _ = tag;
+        let topo = Topology::builder().backends(backends).build()?;
         let mut ebpf = load::load(None)?;
         let mut maps = KernelMaps::take(&mut ebpf)?;
         let mut publisher = Publisher::new();
         publisher.apply(&mut maps, cfg)?;
         let mut names = vec![LB_CLIENT_IF.to_string()];
         names.extend((1..=backends).map(lb_backend_if));
-        let mut index = HashMap::new();
-        for name in names {
-            let i = topo.lb().run(|| ifindex(&name))??;
-            maps.tx_ports.insert(i, i, None, 0).context("TX_PORTS")?;
-            index.insert(name, i);
-        }
-        Ok(Self { topo, maps, publisher, ifindex: index, ebpf })
+        // Device maps resolve an ifindex in the writer's namespace: write from inside the lb.
+        let index = topo.lb().run(|| -> Result<HashMap<String, u32>> {
+            let mut index = HashMap::new();
+            for name in names {
+                let i = ifindex(&name)?;
+                maps.tx_ports.insert(i, i, None, 0).context("TX_PORTS")?;
+                index.insert(name, i);
+            }
+            Ok(index)
+        })??;
+        Ok(Self {
+            topo,
+            maps,
+            publisher,
+            ifindex: index,
+            ebpf,
+        })
     }
 
     /// Runs the program on `frame` as if it arrived on the lb's interface `iface`.
@@ -84,7 +95,10 @@ impl Lab {
             };
             let r = prog.test_run(opts).context("BPF_PROG_TEST_RUN")?;
             out.truncate(r.data_size_out as usize);
-            Ok(Run { action: r.return_value, out })
+            Ok(Run {
+                action: r.return_value,
+                out,
+            })
         })?
     }
 
@@ -98,14 +112,37 @@ impl Lab {
         counters::sum(&self.maps.reason_stats, reason as u32).packets
     }
 
+    /// Runs `frame` and returns its verdict and the reasons it was counted under (for test
+    /// failure messages).
+    pub fn explain(&self, frame: &[u8]) -> Result<(u32, Vec<Reason>)> {
+        let before: Vec<u64> = Reason::ALL.iter().map(|r| self.reason(*r)).collect();
+        let run = self.run(frame)?;
+        let reasons = Reason::ALL
+            .iter()
+            .zip(before)
+            .filter(|(r, b)| self.reason(**r) != *b)
+            .map(|(r, _)| *r)
+            .collect();
+        Ok((run.action, reasons))
+    }
+
     /// Packets and bytes counted for backend slot `slot`.
     pub fn backend_traffic(&self, slot: u32) -> Traffic {
         counters::sum(&self.maps.backend_stats, slot)
     }
 
+    /// Empties connection tracking, so the next packet of every flow is a fresh selection.
+    pub fn flush_conntrack(&mut self) {
+        let keys: Vec<_> = self.maps.conntrack.keys().filter_map(Result::ok).collect();
+        for k in keys {
+            let _ = self.maps.conntrack.remove(&k);
+        }
+    }
+
     /// Records a health verdict through the publisher.
     pub fn set_health(&mut self, pool: &str, address: &str, healthy: bool) -> Result<()> {
-        self.publisher.set_health(&mut self.maps, pool, address.parse()?, healthy)?;
+        self.publisher
+            .set_health(&mut self.maps, pool, address.parse()?, healthy)?;
         Ok(())
     }
 }

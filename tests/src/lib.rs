@@ -9,11 +9,15 @@
 //! - [`client`] — connect from the client namespace and count answers per backend
 //! - [`nft`] — the nftables DNAT baseline load balancer
 //! - [`privileged`] — skip loudly without root and BPF; fail instead under CI
+//! - [`packets`] — crafted frames for the program fixtures, and independent checks of output
+//! - [`lab`] — the program under `BPF_PROG_TEST_RUN` with real maps and routes
 
 pub mod addrs;
 pub mod client;
+pub mod lab;
 pub mod netns;
 pub mod nft;
+pub mod packets;
 pub mod privileged;
 pub mod servers;
 mod setup;

@@ -46,12 +46,14 @@ pub fn udp_with(src: IpAddr, sport: u16, dst: IpAddr, dport: u16, payload: &[u8]
     let eth = PacketBuilder::ethernet2(FROM_CLIENT, TO_LB);
     let mut out = Vec::new();
     let r = match (src, dst) {
-        (IpAddr::V4(s), IpAddr::V4(d)) => {
-            eth.ipv4(s.octets(), d.octets(), 64).udp(sport, dport).write(&mut out, payload)
-        }
-        (IpAddr::V6(s), IpAddr::V6(d)) => {
-            eth.ipv6(s.octets(), d.octets(), 64).udp(sport, dport).write(&mut out, payload)
-        }
+        (IpAddr::V4(s), IpAddr::V4(d)) => eth
+            .ipv4(s.octets(), d.octets(), 64)
+            .udp(sport, dport)
+            .write(&mut out, payload),
+        (IpAddr::V6(s), IpAddr::V6(d)) => eth
+            .ipv6(s.octets(), d.octets(), 64)
+            .udp(sport, dport)
+            .write(&mut out, payload),
         _ => return Vec::new(),
     };
     r.map(|_| out).unwrap_or_default()
@@ -65,10 +67,16 @@ pub fn tcp_vlan(src: Ipv4Addr, sport: u16, dst: Ipv4Addr, dport: u16, tags: usiz
     };
     let ip = match tags {
         1 => eth.single_vlan(inner).ipv4(src.octets(), dst.octets(), 64),
-        _ => eth.double_vlan(outer, inner).ipv4(src.octets(), dst.octets(), 64),
+        _ => eth
+            .double_vlan(outer, inner)
+            .ipv4(src.octets(), dst.octets(), 64),
     };
     let mut out = Vec::new();
-    match ip.tcp(sport, dport, 1000, 64240).syn().write(&mut out, PAYLOAD) {
+    match ip
+        .tcp(sport, dport, 1000, 64240)
+        .syn()
+        .write(&mut out, PAYLOAD)
+    {
         Ok(()) => out,
         Err(_) => Vec::new(),
     }
@@ -86,10 +94,17 @@ fn edit_ipv4(frame: &[u8], edit: impl FnOnce(&mut Ipv4Header) -> Result<()>) -> 
 }
 
 /// A TCP SYN over IPv4 with 4 bytes of options (NOP, NOP, NOP, EOL) in the IP header.
-pub fn tcp_v4_with_options(src: Ipv4Addr, sport: u16, dst: Ipv4Addr, dport: u16) -> Result<Vec<u8>> {
+pub fn tcp_v4_with_options(
+    src: Ipv4Addr,
+    sport: u16,
+    dst: Ipv4Addr,
+    dport: u16,
+) -> Result<Vec<u8>> {
     let frame = tcp(src.into(), sport, dst.into(), dport);
     edit_ipv4(&frame, |ip| {
-        ip.options = [1u8, 1, 1, 0][..].try_into().map_err(|e| anyhow::anyhow!("{e:?}"))?;
+        ip.options = [1u8, 1, 1, 0][..]
+            .try_into()
+            .map_err(|e| anyhow::anyhow!("{e:?}"))?;
         ip.total_len += 4;
         Ok(())
     })
@@ -99,12 +114,17 @@ pub fn tcp_v4_with_options(src: Ipv4Addr, sport: u16, dst: Ipv4Addr, dport: u16)
 /// (so the first carries the UDP header): `(first, later)`.
 pub fn fragment_v4(frame: &[u8], at: usize, id: u16) -> Result<(Vec<u8>, Vec<u8>)> {
     let (ip, payload) = Ipv4Header::from_slice(frame.get(14..).context("short frame")?)?;
-    let (a, b) = (payload.get(..at).context("cut")?, payload.get(at..).context("cut")?);
-    let mut make = |part: &[u8], offset: usize, more: bool| -> Result<Vec<u8>> {
+    let (a, b) = (
+        payload.get(..at).context("cut")?,
+        payload.get(at..).context("cut")?,
+    );
+    let make = |part: &[u8], offset: usize, more: bool| -> Result<Vec<u8>> {
         let mut h = ip.clone();
         h.identification = id;
         h.more_fragments = more;
-        h.fragment_offset = ((offset / 8) as u16).try_into().map_err(|e| anyhow::anyhow!("{e:?}"))?;
+        h.fragment_offset = ((offset / 8) as u16)
+            .try_into()
+            .map_err(|e| anyhow::anyhow!("{e:?}"))?;
         h.total_len = (h.header_len() + part.len()) as u16;
         h.header_checksum = h.calc_header_checksum();
         let mut out = frame.get(..14).context("short")?.to_vec();
@@ -151,14 +171,20 @@ pub fn v6_opts(kind: u8) -> Vec<u8> {
 
 /// A TCP SYN over IPv6 with hop-by-hop and destination-options extension headers.
 pub fn tcp_v6_with_ext(src: Ipv6Addr, sport: u16, dst: Ipv6Addr, dport: u16) -> Result<Vec<u8>> {
-    insert_v6_ext(&tcp(src.into(), sport, dst.into(), dport), &[v6_opts(0), v6_opts(60)])
+    insert_v6_ext(
+        &tcp(src.into(), sport, dst.into(), dport),
+        &[v6_opts(0), v6_opts(60)],
+    )
 }
 
 /// Splits a UDP-over-IPv6 frame into two fragments (RFC 8200 §4.5) at 8-byte boundary `at`.
 pub fn fragment_v6(frame: &[u8], at: usize, id: u32) -> Result<(Vec<u8>, Vec<u8>)> {
     let head = frame.get(..V6_END).context("short")?;
     let payload = frame.get(V6_END..).context("short")?;
-    let (a, b) = (payload.get(..at).context("cut")?, payload.get(at..).context("cut")?);
+    let (a, b) = (
+        payload.get(..at).context("cut")?,
+        payload.get(at..).context("cut")?,
+    );
     let make = |part: &[u8], offset: usize, more: bool| -> Result<Vec<u8>> {
         let mut only_head = head.to_vec();
         let len = (part.len()) as u16;
@@ -175,22 +201,34 @@ pub fn fragment_v6(frame: &[u8], at: usize, id: u32) -> Result<(Vec<u8>, Vec<u8>
 
 /// An ICMP "fragmentation needed" (RFC 1191) from `router` to the virtual IP, quoting the
 /// IPv4 header and first 8 bytes of a TCP segment `vip:vport → client:cport`.
-pub fn icmp_frag_needed(router: Ipv4Addr, vip: Ipv4Addr, vport: u16, client: Ipv4Addr, cport: u16) -> Result<Vec<u8>> {
+pub fn icmp_frag_needed(
+    router: Ipv4Addr,
+    vip: Ipv4Addr,
+    vport: u16,
+    client: Ipv4Addr,
+    cport: u16,
+) -> Result<Vec<u8>> {
     let quoted = tcp(vip.into(), vport, client.into(), cport);
     let quote = quoted.get(14..14 + 20 + 8).context("short quote")?;
     let mut out = Vec::new();
     PacketBuilder::ethernet2(FROM_CLIENT, TO_LB)
         .ipv4(router.octets(), vip.octets(), 64)
-        .icmpv4(Icmpv4Type::DestinationUnreachable(DestUnreachableHeader::FragmentationNeeded {
-            next_hop_mtu: 1400,
-        }))
+        .icmpv4(Icmpv4Type::DestinationUnreachable(
+            DestUnreachableHeader::FragmentationNeeded { next_hop_mtu: 1400 },
+        ))
         .write(&mut out, quote)?;
     Ok(out)
 }
 
 /// An ICMPv6 "packet too big" (RFC 8201) from `router` to the virtual IP, quoting a TCP segment
 /// `vip:vport → client:cport`.
-pub fn icmpv6_too_big(router: Ipv6Addr, vip: Ipv6Addr, vport: u16, client: Ipv6Addr, cport: u16) -> Result<Vec<u8>> {
+pub fn icmpv6_too_big(
+    router: Ipv6Addr,
+    vip: Ipv6Addr,
+    vport: u16,
+    client: Ipv6Addr,
+    cport: u16,
+) -> Result<Vec<u8>> {
     let quoted = tcp(vip.into(), vport, client.into(), cport);
     let quote = quoted.get(14..14 + 40 + 8).context("short quote")?;
     let mut out = Vec::new();
@@ -239,7 +277,9 @@ pub struct Seen {
 /// Parses a frame and verifies its checksums from scratch.
 pub fn inspect(frame: &[u8]) -> Result<Seen> {
     let p = SlicedPacket::from_ethernet(frame)?;
-    let Some(etherparse::LinkSlice::Ethernet2(eth)) = &p.link else { bail!("not Ethernet II") };
+    let Some(etherparse::LinkSlice::Ethernet2(eth)) = &p.link else {
+        bail!("not Ethernet II")
+    };
     let (dst_mac, src_mac) = (eth.destination(), eth.source());
     let (src, dst, mut ok) = match &p.net {
         Some(NetSlice::Ipv4(ip)) => {
@@ -252,7 +292,11 @@ pub fn inspect(frame: &[u8]) -> Result<Seen> {
         }
         Some(NetSlice::Ipv6(ip)) => {
             let h = ip.header();
-            (IpAddr::V6(h.source_addr()), IpAddr::V6(h.destination_addr()), true)
+            (
+                IpAddr::V6(h.source_addr()),
+                IpAddr::V6(h.destination_addr()),
+                true,
+            )
         }
         _ => bail!("no IP header"),
     };
@@ -265,22 +309,36 @@ pub fn inspect(frame: &[u8]) -> Result<Seen> {
     if !fragmented {
         ok &= match (&p.net, &p.transport) {
             (Some(NetSlice::Ipv4(ip)), Some(TransportSlice::Tcp(t))) => {
-                t.calc_checksum_ipv4(&ip.header(), t.payload()).ok() == Some(t.checksum())
+                t.calc_checksum_ipv4(ip.header().source(), ip.header().destination())
+                    .ok()
+                    == Some(t.checksum())
             }
             (Some(NetSlice::Ipv6(ip)), Some(TransportSlice::Tcp(t))) => {
-                t.calc_checksum_ipv6(&ip.header(), t.payload()).ok() == Some(t.checksum())
+                t.calc_checksum_ipv6(ip.header().source(), ip.header().destination())
+                    .ok()
+                    == Some(t.checksum())
             }
             (Some(NetSlice::Ipv4(ip)), Some(TransportSlice::Udp(u))) => {
                 u.checksum() == 0
-                    || u.to_header().calc_checksum_ipv4(&ip.header().to_header(), u.payload()).ok()
+                    || u.to_header()
+                        .calc_checksum_ipv4(&ip.header().to_header(), u.payload())
+                        .ok()
                         == Some(u.checksum())
             }
             (Some(NetSlice::Ipv6(ip)), Some(TransportSlice::Udp(u))) => {
-                u.to_header().calc_checksum_ipv6(&ip.header().to_header(), u.payload()).ok()
+                u.to_header()
+                    .calc_checksum_ipv6(&ip.header().to_header(), u.payload())
+                    .ok()
                     == Some(u.checksum())
             }
             _ => true,
         };
     }
-    Ok(Seen { dst_mac, src_mac, src, dst, checksums_ok: ok })
+    Ok(Seen {
+        dst_mac,
+        src_mac,
+        src,
+        dst,
+        checksums_ok: ok,
+    })
 }

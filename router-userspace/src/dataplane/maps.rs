@@ -14,8 +14,11 @@ use router_common::{
 
 use super::{Dataplane, DataplaneError};
 
-/// Bytes of the whole `MAGLEV` array (4-byte entries).
-const MAGLEV_BYTES: usize = (MAX_POOLS as usize) * 2 * (MAGLEV_SIZE as usize) * 4;
+/// Bytes between entries of the mapped `MAGLEV` array: the kernel stores array values at
+/// `round_up(value_size, 8)` (kernel/bpf/arraymap.c), so each 4-byte entry takes 8.
+const MAGLEV_STRIDE: usize = 8;
+/// Bytes of the whole mapped `MAGLEV` array.
+const MAGLEV_BYTES: usize = (MAX_POOLS as usize) * 2 * (MAGLEV_SIZE as usize) * MAGLEV_STRIDE;
 
 /// Every map of the program, typed.
 pub struct KernelMaps {
@@ -155,7 +158,7 @@ impl KernelMaps {
 
     /// Entry `entry` of half `half` of pool `pool`'s Maglev table.
     pub fn table_entry(&self, pool: u32, half: u32, entry: u32) -> Option<u32> {
-        let at = maglev_index(pool, half, entry) as usize * 4;
+        let at = maglev_index(pool, half, entry) as usize * MAGLEV_STRIDE;
         let b = self.maglev.get(at..at + 4)?;
         Some(u32::from_ne_bytes([b[0], b[1], b[2], b[3]]))
     }
@@ -169,8 +172,8 @@ impl Dataplane for KernelMaps {
     }
 
     fn write_table(&mut self, pool: u32, half: u32, table: &[u32]) -> Result<(), DataplaneError> {
-        let start = maglev_index(pool, half, 0) as usize * 4;
-        let end = start + table.len().min(MAGLEV_SIZE as usize) * 4;
+        let start = maglev_index(pool, half, 0) as usize * MAGLEV_STRIDE;
+        let end = start + table.len().min(MAGLEV_SIZE as usize) * MAGLEV_STRIDE;
         let Some(dst) = self.maglev.get_mut(start..end) else {
             return Err(DataplaneError::map(
                 maps::MAGLEV,
@@ -180,8 +183,8 @@ impl Dataplane for KernelMaps {
                 },
             ));
         };
-        for (chunk, entry) in dst.chunks_exact_mut(4).zip(table) {
-            chunk.copy_from_slice(&entry.to_ne_bytes());
+        for (chunk, entry) in dst.chunks_exact_mut(MAGLEV_STRIDE).zip(table) {
+            chunk[..4].copy_from_slice(&entry.to_ne_bytes());
         }
         Ok(())
     }
