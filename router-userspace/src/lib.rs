@@ -1,8 +1,12 @@
 //! Switchyard's agent: configuration, health checks, Maglev tables, map writes, attach and pin,
 //! local API and metrics. The `switchyard` binary (`main.rs`) is a thin CLI over this library.
 
+pub mod agent;
+pub mod api;
+pub mod cli;
 pub mod config;
 pub mod dataplane;
 pub mod maglev;
+pub mod metrics;
 pub mod probe;
 pub mod publish;

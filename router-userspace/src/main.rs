@@ -1,1 +1,134 @@
-fn main() {}
+//! `switchyard`: attach the XDP load balancer to interfaces, validate rule files, and inspect
+//! the running system.
+
+use std::{path::PathBuf, process::ExitCode};
+
+use anyhow::{Context as _, Result, bail};
+use clap::{Parser, Subcommand};
+use switchyard::{
+    agent::{self, Options},
+    cli, config,
+    dataplane::{attach, attach::Mode, load},
+};
+
+/// Kernel-level L4 failover load balancer (eBPF/XDP).
+#[derive(Parser)]
+#[command(name = "switchyard", version, about)]
+struct Args {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+const DEFAULT_DIR: &str = "/etc/switchyard";
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Load the program, attach it to interfaces, apply the config and keep running (probes,
+    /// metrics, local API). The program stays attached when the agent exits.
+    Attach {
+        /// Interface to attach to; repeat for several (e.g. the client side and each backend side).
+        #[arg(long = "iface", required = true)]
+        interfaces: Vec<String>,
+        /// XDP mode: native (driver) or generic (skb). Falling back is never automatic.
+        #[arg(long, value_enum, default_value = "native")]
+        mode: Mode,
+        /// Directory of `*.yaml` fragments.
+        #[arg(long, default_value = DEFAULT_DIR)]
+        config_dir: PathBuf,
+    },
+    /// Detach the program from interfaces (removes the pinned link).
+    Detach {
+        /// Interface to detach from; repeat for several.
+        #[arg(long = "iface", required = true)]
+        interfaces: Vec<String>,
+        /// Keep the pinned maps (for a later `attach` to adopt).
+        #[arg(long)]
+        keep_maps: bool,
+        /// Directory of `*.yaml` fragments (for `agent.pin_path`).
+        #[arg(long, default_value = DEFAULT_DIR)]
+        config_dir: PathBuf,
+    },
+    /// Check a config directory: every error with file, line and key path. Exit 1 on errors.
+    Validate {
+        /// Directory of `*.yaml` fragments.
+        #[arg(default_value = DEFAULT_DIR)]
+        dir: PathBuf,
+    },
+    /// Show the running agent: interfaces, services, pools, backend health, generation.
+    Status {
+        /// Directory of `*.yaml` fragments (for `agent.api`).
+        #[arg(long, default_value = DEFAULT_DIR)]
+        config_dir: PathBuf,
+        /// The agent's API, e.g. http://127.0.0.1:9900 (overrides the config).
+        #[arg(long)]
+        api: Option<String>,
+        /// Print the raw JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// List the pinned maps, what each holds, and the bpftool command that dumps it.
+    Maps {
+        /// Directory of `*.yaml` fragments (for `agent.pin_path`).
+        #[arg(long, default_value = DEFAULT_DIR)]
+        config_dir: PathBuf,
+    },
+}
+
+fn require_root(what: &str) -> Result<()> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        bail!("{what} needs root (CAP_BPF and CAP_NET_ADMIN); run it with sudo");
+    }
+    Ok(())
+}
+
+fn run(args: Args) -> Result<ExitCode> {
+    match args.cmd {
+        Cmd::Attach { interfaces, mode, config_dir } => {
+            require_root("attach")?;
+            let rt = tokio::runtime::Runtime::new().context("starting the runtime")?;
+            rt.block_on(agent::run(Options { interfaces, mode, config_dir }))?;
+        }
+        Cmd::Detach { interfaces, keep_maps, config_dir } => {
+            require_root("detach")?;
+            let pin_dir = load::pin_dir(&cli::pin_path(&config_dir));
+            for iface in &interfaces {
+                attach::detach(&pin_dir, iface, keep_maps)?;
+                println!("{iface}: detached");
+            }
+        }
+        Cmd::Validate { dir } => match config::load_dir(&dir) {
+            Ok(cfg) => {
+                println!(
+                    "{}: valid ({} services, {} pools)",
+                    dir.display(),
+                    cfg.services.len(),
+                    cfg.pools.len()
+                );
+            }
+            Err(e) => {
+                eprintln!("{e}");
+                return Ok(ExitCode::FAILURE);
+            }
+        },
+        Cmd::Status { config_dir, api, json } => {
+            let rt = tokio::runtime::Runtime::new().context("starting the runtime")?;
+            rt.block_on(cli::status(&config_dir, api.as_deref(), json))?;
+        }
+        Cmd::Maps { config_dir } => cli::maps(&config_dir),
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn main() -> ExitCode {
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info"))
+        .format_timestamp_millis()
+        .init();
+    match run(Args::parse()) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("switchyard: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,388 @@
+//! The running agent: load the config, load and attach the program, publish, probe, serve the
+//! local API, and apply health transitions and reloads as they come.
+//!
+//! Start order (each step changes nothing if it fails): read and validate the config → bind
+//! the API socket → load the program with its pinned maps → attach to every interface (on a
+//! failure, undo the attachments made so far) → publish → start health checks. On SIGINT or
+//! SIGTERM the agent exits and the program **stays attached** with the last maps (pinned link
+//! and maps); `switchyard detach` removes it. SIGHUP re-reads the config directory; a broken
+//! config is logged, counted and shown by `status`, and the running config stays.
+
+use std::{
+    collections::HashMap,
+    net::IpAddr,
+    path::PathBuf,
+    sync::{Arc, Mutex},
+    time::{Instant, SystemTime, UNIX_EPOCH},
+};
+
+use log::{error, info, warn};
+use serde::{Deserialize, Serialize};
+use tokio::sync::mpsc;
+
+use crate::{
+    config::{self, Config},
+    dataplane::{
+        DataplaneError,
+        attach::{self, Attached, Mode},
+        load,
+        maps::KernelMaps,
+    },
+    metrics::Metrics,
+    probe::{self, HealthEvent, ProbeSet, ProbeTarget},
+    publish::{PublishError, Publisher},
+};
+
+/// What `switchyard attach` was asked to do.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// Interfaces to attach to (at least one).
+    pub interfaces: Vec<String>,
+    /// XDP mode.
+    pub mode: Mode,
+    /// The config directory (`/etc/switchyard`).
+    pub config_dir: PathBuf,
+}
+
+/// Why the agent could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    /// The configuration is invalid: every problem, one per line.
+    #[error("{0}")]
+    Config(#[from] config::ConfigError),
+    /// Loading, pinning or attaching failed.
+    #[error(transparent)]
+    Dataplane(#[from] DataplaneError),
+    /// Publishing the config failed.
+    #[error(transparent)]
+    Publish(#[from] PublishError),
+    /// A signal handler could not be installed.
+    #[error("installing a signal handler: {0}")]
+    Signal(#[source] std::io::Error),
+    /// The API socket could not be bound.
+    #[error("binding the local API on {addr}: {source}")]
+    Api {
+        /// Address from `agent.api`.
+        addr: std::net::SocketAddr,
+        /// Cause.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// The last probe of one backend.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ProbeStatus {
+    /// Verdict after thresholds.
+    pub healthy: bool,
+    /// Whether the last probe succeeded.
+    pub last_ok: bool,
+    /// What the last probe saw.
+    pub detail: String,
+    /// Its latency, µs.
+    pub latency_us: u64,
+}
+
+/// State shared by the event loop and the API.
+pub struct Shared {
+    /// The map writer and what it published.
+    pub publisher: Publisher,
+    /// The maps.
+    pub maps: KernelMaps,
+    /// The running config.
+    pub config: Config,
+    /// Where it came from.
+    pub config_dir: PathBuf,
+    /// Interfaces and how they were attached.
+    pub interfaces: Vec<(String, Attached)>,
+    /// Last probe per (pool, backend).
+    pub probes: HashMap<(String, IpAddr), ProbeStatus>,
+    /// The last rejected config change, with its errors, until a change applies.
+    pub rejected: Option<String>,
+    /// Agent metrics.
+    pub metrics: Metrics,
+    /// XDP mode.
+    pub mode: Mode,
+}
+
+fn targets(cfg: &Config) -> Vec<ProbeTarget> {
+    cfg.pools
+        .iter()
+        .filter_map(|p| p.health_check.as_ref().map(|hc| (p, hc)))
+        .flat_map(|(p, hc)| {
+            p.backends.iter().map(move |b| ProbeTarget {
+                pool: p.name.clone(),
+                address: b.address,
+                check: hc.clone(),
+            })
+        })
+        .collect()
+}
+
+/// Runs the agent until SIGINT/SIGTERM.
+pub async fn run(opts: Options) -> Result<(), AgentError> {
+    let cfg = config::load_dir(&opts.config_dir)?;
+    let listener = tokio::net::TcpListener::bind(cfg.agent.api)
+        .await
+        .map_err(|source| AgentError::Api { addr: cfg.agent.api, source })?;
+    let pin_dir = load::pin_dir(&cfg.agent.pin_path);
+    let mut ebpf = load::load(Some(&pin_dir))?;
+    let mut maps = KernelMaps::take(&mut ebpf)?;
+    let mut interfaces = Vec::new();
+    for iface in &opts.interfaces {
+        match attach::attach(&mut ebpf, &mut maps, iface, opts.mode, &pin_dir) {
+            Ok(how) => {
+                info!("{iface}: {} ({} mode)", match how {
+                    Attached::New => "attached",
+                    Attached::Adopted => "adopted the program already attached",
+                }, opts.mode.name());
+                interfaces.push((iface.clone(), how));
+            }
+            Err(e) => {
+                // Leave the machine as it was: undo what this run attached.
+                for (done, how) in &interfaces {
+                    if *how == Attached::New {
+                        let _ = attach::detach(&pin_dir, done, true);
+                    }
+                }
+                return Err(e.into());
+            }
+        }
+    }
+    let mut publisher = Publisher::new();
+    let metrics = Metrics::default();
+    let started = Instant::now();
+    let generation = publisher.apply(&mut maps, &cfg)?;
+    metrics.map_write.observe(started.elapsed().as_secs_f64());
+    metrics.generation.set(generation as i64);
+    info!("config generation {generation} applied from {}", opts.config_dir.display());
+
+    let (tx, mut rx) = mpsc::channel::<HealthEvent>(1024);
+    let mut probes: ProbeSet = probe::spawn(targets(&cfg), tx.clone());
+    let shared = Arc::new(Mutex::new(Shared {
+        publisher,
+        maps,
+        config: cfg,
+        config_dir: opts.config_dir.clone(),
+        interfaces,
+        probes: HashMap::new(),
+        rejected: None,
+        metrics,
+        mode: opts.mode,
+    }));
+    let api = tokio::spawn(crate::api::serve(listener, shared.clone()));
+
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut hup = signal(SignalKind::hangup()).map_err(AgentError::Signal)?;
+    let mut term = signal(SignalKind::terminate()).map_err(AgentError::Signal)?;
+    loop {
+        tokio::select! {
+            Some(ev) = rx.recv() => on_health(&shared, ev),
+            _ = hup.recv() => {
+                if let Some(set) = reload(&shared, &tx) {
+                    probes = set;
+                }
+            }
+            _ = term.recv() => break,
+            _ = tokio::signal::ctrl_c() => break,
+        }
+    }
+    drop(probes);
+    api.abort();
+    // Keep `ebpf` alive until here: the maps and program stay pinned and attached after exit.
+    drop(ebpf);
+    info!("exiting; the program stays attached (`switchyard detach` removes it)");
+    Ok(())
+}
+
+fn on_health(shared: &Arc<Mutex<Shared>>, ev: HealthEvent) {
+    let Ok(mut s) = shared.lock() else { return };
+    s.metrics
+        .health_check
+        .get_or_create(&vec![("pool", ev.pool.clone())])
+        .observe(ev.outcome.latency.as_secs_f64());
+    s.probes.insert(
+        (ev.pool.clone(), ev.address),
+        ProbeStatus {
+            healthy: ev.healthy,
+            last_ok: ev.outcome.success,
+            detail: ev.outcome.detail.clone(),
+            latency_us: ev.outcome.latency.as_micros() as u64,
+        },
+    );
+    if ev.transition.is_none() {
+        return;
+    }
+    let started = Instant::now();
+    let Shared { publisher, maps, .. } = &mut *s;
+    match publisher.set_health(maps, &ev.pool, ev.address, ev.healthy) {
+        Ok(true) => {
+            let took = started.elapsed();
+            s.metrics.map_write.observe(took.as_secs_f64());
+            let verdict = if ev.healthy { "up" } else { "down" };
+            info!("pool {} backend {} is {verdict} ({}); maps written in {} µs", ev.pool, ev.address, ev.outcome.detail, took.as_micros());
+        }
+        Ok(false) => {}
+        Err(e) => error!("pool {} backend {}: writing health failed: {e}", ev.pool, ev.address),
+    }
+}
+
+/// Re-reads the config directory and applies it; returns the new probe set on success.
+fn reload(shared: &Arc<Mutex<Shared>>, tx: &mpsc::Sender<HealthEvent>) -> Option<ProbeSet> {
+    let Ok(mut s) = shared.lock() else { return None };
+    let dir = s.config_dir.clone();
+    let cfg = match config::load_dir(&dir) {
+        Ok(cfg) => cfg,
+        Err(e) => {
+            warn!("config in {} rejected; the running config stays:\n{e}", dir.display());
+            s.metrics.rejected.inc();
+            s.rejected = Some(e.to_string());
+            return None;
+        }
+    };
+    if cfg.agent != s.config.agent {
+        warn!("agent settings (api, pin_path) change only on restart");
+    }
+    let started = Instant::now();
+    let Shared { publisher, maps, .. } = &mut *s;
+    match publisher.apply(maps, &cfg) {
+        Ok(generation) => {
+            s.metrics.map_write.observe(started.elapsed().as_secs_f64());
+            s.metrics.generation.set(generation as i64);
+            info!("config generation {generation} applied");
+            let set = probe::spawn(targets(&cfg), tx.clone());
+            s.config = cfg;
+            s.rejected = None;
+            s.probes.clear();
+            Some(set)
+        }
+        Err(e) => {
+            error!("applying the config failed: {e}");
+            s.metrics.rejected.inc();
+            s.rejected = Some(e.to_string());
+            None
+        }
+    }
+}
+
+/// `/status` as JSON.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Status {
+    /// Generation of the applied config.
+    pub generation: u64,
+    /// The config directory.
+    pub config_dir: String,
+    /// XDP mode.
+    pub mode: String,
+    /// Attached interfaces.
+    pub interfaces: Vec<String>,
+    /// Services.
+    pub services: Vec<ServiceStatus>,
+    /// Pools.
+    pub pools: Vec<PoolStatus>,
+    /// The last rejected config change, if the running config is not the directory's.
+    pub rejected: Option<String>,
+    /// Seconds since the Unix epoch when this was taken.
+    pub time: u64,
+}
+
+/// One service in `/status`.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct ServiceStatus {
+    /// Name.
+    pub name: String,
+    /// `vip:port/protocol`.
+    pub address: String,
+    /// `dsr-l2` or `nat`.
+    pub forward: String,
+    /// The target, as configured.
+    pub to: String,
+}
+
+/// One pool in `/status`.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct PoolStatus {
+    /// Name.
+    pub name: String,
+    /// Backends.
+    pub backends: Vec<BackendStatus>,
+}
+
+/// One backend in `/status`.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct BackendStatus {
+    /// Address.
+    pub address: String,
+    /// Weight.
+    pub weight: u32,
+    /// Whether it gets new flows.
+    pub healthy: bool,
+    /// The last probe, if checked.
+    pub probe: Option<ProbeStatus>,
+}
+
+impl Shared {
+    /// The status document.
+    pub fn status(&self) -> Status {
+        let services = self
+            .config
+            .services
+            .iter()
+            .map(|s| ServiceStatus {
+                name: s.name.clone(),
+                address: match s.vip {
+                    IpAddr::V4(a) => format!("{a}:{}/{}", s.port, protocol(s.protocol)),
+                    IpAddr::V6(a) => format!("[{a}]:{}/{}", s.port, protocol(s.protocol)),
+                },
+                forward: match s.forward {
+                    config::Forward::DsrL2 => "dsr-l2",
+                    config::Forward::Nat => "nat",
+                }
+                .to_owned(),
+                to: match &s.to {
+                    config::Target::Pool(p) => format!("pool {p}"),
+                    config::Target::Split(v) => v
+                        .iter()
+                        .map(|x| format!("{} {}", x.pool, x.weight))
+                        .collect::<Vec<_>>()
+                        .join(" / "),
+                },
+            })
+            .collect();
+        let pools = self
+            .publisher
+            .pools()
+            .iter()
+            .map(|(name, p)| PoolStatus {
+                name: name.clone(),
+                backends: p
+                    .backends
+                    .iter()
+                    .map(|b| BackendStatus {
+                        address: b.address.to_string(),
+                        weight: b.weight,
+                        healthy: b.healthy,
+                        probe: self.probes.get(&(name.clone(), b.address)).cloned(),
+                    })
+                    .collect(),
+            })
+            .collect();
+        Status {
+            generation: self.publisher.generation(),
+            config_dir: self.config_dir.display().to_string(),
+            mode: self.mode.name().to_owned(),
+            interfaces: self.interfaces.iter().map(|(i, _)| i.clone()).collect(),
+            services,
+            pools,
+            rejected: self.rejected.clone(),
+            time: SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs()),
+        }
+    }
+}
+
+fn protocol(p: config::Protocol) -> &'static str {
+    match p {
+        config::Protocol::Tcp => "tcp",
+        config::Protocol::Udp => "udp",
+    }
+}

@@ -1,0 +1,135 @@
+//! What the read-only CLI commands print: `status` (from the agent's API) and `maps`.
+
+use std::path::{Path, PathBuf};
+
+use router_common::maps;
+
+use crate::{
+    agent::Status,
+    config::{self, Agent},
+    dataplane::{attach, load},
+};
+
+/// The `agent:` settings of `dir`, or the defaults when the directory is missing or invalid
+/// (read-only commands still work against a default install).
+pub fn agent_settings(dir: &Path) -> Agent {
+    config::load_dir(dir).map(|c| c.agent).unwrap_or_default()
+}
+
+/// `agent.pin_path` of `dir` (or the default).
+pub fn pin_path(dir: &Path) -> PathBuf {
+    agent_settings(dir).pin_path
+}
+
+/// Errors of `status`.
+#[derive(Debug, thiserror::Error)]
+pub enum StatusError {
+    /// The agent did not answer.
+    #[error(
+        "no agent answers at {url}: {source}\n(is `switchyard attach` running? pinned interfaces: {pinned})"
+    )]
+    Unreachable {
+        /// URL tried.
+        url: String,
+        /// Cause.
+        #[source]
+        source: reqwest::Error,
+        /// Interfaces with a pinned link.
+        pinned: String,
+    },
+}
+
+/// Prints the agent's status.
+pub async fn status(dir: &Path, api: Option<&str>, json: bool) -> Result<(), StatusError> {
+    let agent = agent_settings(dir);
+    let base = api.map_or_else(|| format!("http://{}", agent.api), str::to_owned);
+    let url = format!("{}/status", base.trim_end_matches('/'));
+    let unreachable = |source| {
+        let pinned = attach::attached_interfaces(&load::pin_dir(&agent.pin_path));
+        StatusError::Unreachable {
+            url: url.clone(),
+            source,
+            pinned: if pinned.is_empty() { "none".into() } else { pinned.join(", ") },
+        }
+    };
+    let resp = reqwest::get(&url).await.map_err(unreachable)?;
+    if json {
+        let text = resp.text().await.map_err(unreachable)?;
+        println!("{text}");
+        return Ok(());
+    }
+    let s: Status = resp.json().await.map_err(unreachable)?;
+    print!("{}", render(&s));
+    Ok(())
+}
+
+/// The human form of a status document.
+pub fn render(s: &Status) -> String {
+    use std::fmt::Write as _;
+    let mut o = String::new();
+    let _ = writeln!(o, "generation {}  ({})", s.generation, s.config_dir);
+    let _ = writeln!(o, "interfaces: {} ({} XDP)", s.interfaces.join(", "), s.mode);
+    if let Some(r) = &s.rejected {
+        let _ = writeln!(o, "\nRUNNING CONFIG DIFFERS FROM THE DIRECTORY: the last change was rejected:\n{r}");
+    }
+    let _ = writeln!(o, "\nservices:");
+    for v in &s.services {
+        let _ = writeln!(o, "  {:<16} {:<28} {:<7} → {}", v.name, v.address, v.forward, v.to);
+    }
+    let _ = writeln!(o, "\npools:");
+    for p in &s.pools {
+        let up = p.backends.iter().filter(|b| b.healthy).count();
+        let _ = writeln!(o, "  {} ({up}/{} healthy)", p.name, p.backends.len());
+        for b in &p.backends {
+            let probe = b.probe.as_ref().map_or("not checked".to_owned(), |p| {
+                format!("{} in {} µs", p.detail, p.latency_us)
+            });
+            let state = if b.healthy { "up" } else { "DOWN" };
+            let _ = writeln!(o, "    {:<24} weight {:<5} {:<4}  {probe}", b.address, b.weight, state);
+        }
+    }
+    o
+}
+
+/// What each pinned map holds, for `switchyard maps`.
+pub const MAP_HELP: [(&str, &str); 13] = [
+    (maps::SERVICES, "services: (VIP, port, protocol) → slot, decision slot, flags"),
+    (maps::DECISIONS, "decision words: pool A, pool B, split share, fallback pool"),
+    (maps::POOLS, "pools: live Maglev half and flags"),
+    (maps::MAGLEV, "Maglev tables: 2 halves × 65,537 backend slots per pool"),
+    (maps::BACKENDS, "backends: address, family, state (up/draining/down)"),
+    (maps::CONNTRACK, "connection tracking: 5-tuple → backend slot (LRU)"),
+    (maps::NAT_REVERSE, "NAT replies: reply 5-tuple → virtual IP (LRU)"),
+    (maps::FRAGMENTS, "fragmented datagrams in flight (LRU)"),
+    (maps::TX_PORTS, "interfaces the program may redirect to"),
+    (maps::REASON_STATS, "per-CPU packets/bytes by reason"),
+    (maps::SVC_STATS, "per-CPU packets/bytes by service × action"),
+    (maps::BACKEND_STATS, "per-CPU packets/bytes by backend slot"),
+    (maps::CONFIG, "config generation and ABI version"),
+];
+
+/// Prints each map, what it holds, and how to dump it.
+pub fn maps(dir: &Path) {
+    let pin_dir = load::pin_dir(&pin_path(dir));
+    println!("maps pinned under {}:", pin_dir.display());
+    for (name, help) in MAP_HELP {
+        let path = pin_dir.join(name);
+        let mark = if path.exists() { "" } else { "  (not pinned)" };
+        println!("  {name:<14} {help}{mark}");
+        println!("  {:<14} bpftool map dump pinned {}", "", path.display());
+    }
+    let attached = attach::attached_interfaces(&pin_dir);
+    if !attached.is_empty() {
+        println!("links: {}  (bpftool link show; bpftool net show)", attached.join(", "));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn every_map_has_help() {
+        for name in router_common::maps::ALL {
+            assert!(super::MAP_HELP.iter().any(|(n, _)| *n == name), "{name} has no help line");
+        }
+    }
+}

@@ -1,0 +1,146 @@
+//! Prometheus metrics (`/metrics`): the data plane's per-CPU counters, read from the maps at
+//! scrape time, and the agent's own histograms and gauges.
+//!
+//! | metric | type | labels |
+//! |---|---|---|
+//! | `switchyard_packets_total`, `switchyard_bytes_total` | counter | `reason` |
+//! | `switchyard_service_packets_total`, `…_bytes_total` | counter | `service`, `action` |
+//! | `switchyard_backend_packets_total`, `…_bytes_total` | counter | `pool`, `backend` |
+//! | `switchyard_backend_healthy` | gauge (0/1) | `pool`, `backend` |
+//! | `switchyard_health_check_duration_seconds` | histogram | `pool` |
+//! | `switchyard_map_write_duration_seconds` | histogram | |
+//! | `switchyard_config_generation` | gauge | |
+//! | `switchyard_config_rejected_total` | counter | |
+
+use std::sync::{Arc, Mutex};
+
+use prometheus_client::{
+    collector::Collector,
+    encoding::{DescriptorEncoder, EncodeMetric as _},
+    metrics::{
+        MetricType,
+        counter::{ConstCounter, Counter},
+        family::Family,
+        gauge::{ConstGauge, Gauge},
+        histogram::{Histogram, exponential_buckets},
+    },
+    registry::Registry,
+};
+
+use crate::{agent::Shared, dataplane::counters};
+
+type Labels = Vec<(&'static str, String)>;
+
+/// The agent's own metrics (the data-plane counters are read at scrape time).
+#[derive(Debug)]
+pub struct Metrics {
+    /// Health-check probe latency by pool, seconds.
+    pub health_check: Family<Labels, Histogram>,
+    /// Time to write one change (health transition or config apply) into the maps, seconds.
+    pub map_write: Histogram,
+    /// Generation of the applied configuration.
+    pub generation: Gauge,
+    /// Configuration changes rejected (parse, validation or apply errors).
+    pub rejected: Counter,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self {
+            health_check: Family::new_with_constructor(|| {
+                Histogram::new(exponential_buckets(0.000_1, 2.0, 16))
+            }),
+            map_write: Histogram::new(exponential_buckets(0.000_001, 2.0, 20)),
+            generation: Gauge::default(),
+            rejected: Counter::default(),
+        }
+    }
+}
+
+/// A registry holding `metrics` and a collector over `shared`'s maps.
+pub fn registry(metrics: &Metrics, shared: Arc<Mutex<Shared>>) -> Registry {
+    let mut r = Registry::with_prefix("switchyard");
+    r.register(
+        "health_check_duration_seconds",
+        "Health-check probe latency",
+        metrics.health_check.clone(),
+    );
+    r.register("map_write_duration_seconds", "Time to write one change into the maps", metrics.map_write.clone());
+    r.register("config_generation", "Generation of the applied configuration", metrics.generation.clone());
+    r.register("config_rejected", "Configuration changes rejected", metrics.rejected.clone());
+    r.register_collector(Box::new(DataplaneCollector(shared)));
+    r
+}
+
+/// Reads the per-CPU counters at scrape time.
+struct DataplaneCollector(Arc<Mutex<Shared>>);
+
+impl std::fmt::Debug for DataplaneCollector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("DataplaneCollector")
+    }
+}
+
+fn family(
+    encoder: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    kind: MetricType,
+    rows: &[(Labels, u64)],
+) -> Result<(), std::fmt::Error> {
+    let mut m = encoder.encode_descriptor(name, help, None, kind)?;
+    for (labels, v) in rows {
+        match kind {
+            MetricType::Gauge => ConstGauge::new(*v as i64).encode(m.encode_family(labels)?)?,
+            _ => ConstCounter::new(*v).encode(m.encode_family(labels)?)?,
+        }
+    }
+    Ok(())
+}
+
+impl Collector for DataplaneCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let Ok(shared) = self.0.lock() else { return Ok(()) };
+        let pools = shared.publisher.pools();
+        let services = shared.publisher.services();
+        let snap = counters::snapshot(
+            &shared.maps,
+            services.values().map(|s| s.value.id),
+            pools.values().flat_map(|p| p.backends.iter().map(|b| b.slot)),
+        );
+        let (mut pk, mut by) = (Vec::new(), Vec::new());
+        for (r, t) in &snap.reasons {
+            pk.push((vec![("reason", r.name().to_owned())], t.packets));
+            by.push((vec![("reason", r.name().to_owned())], t.bytes));
+        }
+        family(&mut encoder, "packets", "Packets by reason", MetricType::Counter, &pk)?;
+        family(&mut encoder, "bytes", "Bytes by reason", MetricType::Counter, &by)?;
+
+        let (mut pk, mut by) = (Vec::new(), Vec::new());
+        for (slot, verdict, t) in &snap.services {
+            let Some(name) = services.iter().find(|(_, s)| s.value.id == *slot).map(|(n, _)| n) else {
+                continue;
+            };
+            let labels = vec![("service", name.clone()), ("action", verdict.name().to_owned())];
+            pk.push((labels.clone(), t.packets));
+            by.push((labels, t.bytes));
+        }
+        family(&mut encoder, "service_packets", "Packets by service and action", MetricType::Counter, &pk)?;
+        family(&mut encoder, "service_bytes", "Bytes by service and action", MetricType::Counter, &by)?;
+
+        let (mut pk, mut by, mut up) = (Vec::new(), Vec::new(), Vec::new());
+        for (pool, p) in pools {
+            for b in &p.backends {
+                let labels = vec![("pool", pool.clone()), ("backend", b.address.to_string())];
+                let t = snap.backends.iter().find(|(s, _)| *s == b.slot).map(|(_, t)| *t).unwrap_or_default();
+                pk.push((labels.clone(), t.packets));
+                by.push((labels.clone(), t.bytes));
+                up.push((labels, u64::from(b.healthy)));
+            }
+        }
+        family(&mut encoder, "backend_packets", "Packets forwarded to each backend", MetricType::Counter, &pk)?;
+        family(&mut encoder, "backend_bytes", "Bytes forwarded to each backend", MetricType::Counter, &by)?;
+        family(&mut encoder, "backend_healthy", "1 if the backend passes its health check", MetricType::Gauge, &up)?;
+        Ok(())
+    }
+}
