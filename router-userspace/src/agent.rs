@@ -124,7 +124,10 @@ pub async fn run(opts: Options) -> Result<(), AgentError> {
     let cfg = config::load_dir(&opts.config_dir)?;
     let listener = tokio::net::TcpListener::bind(cfg.agent.api)
         .await
-        .map_err(|source| AgentError::Api { addr: cfg.agent.api, source })?;
+        .map_err(|source| AgentError::Api {
+            addr: cfg.agent.api,
+            source,
+        })?;
     let pin_dir = load::pin_dir(&cfg.agent.pin_path);
     let mut ebpf = load::load(Some(&pin_dir))?;
     let mut maps = KernelMaps::take(&mut ebpf)?;
@@ -132,10 +135,14 @@ pub async fn run(opts: Options) -> Result<(), AgentError> {
     for iface in &opts.interfaces {
         match attach::attach(&mut ebpf, &mut maps, iface, opts.mode, &pin_dir) {
             Ok(how) => {
-                info!("{iface}: {} ({} mode)", match how {
-                    Attached::New => "attached",
-                    Attached::Adopted => "adopted the program already attached",
-                }, opts.mode.name());
+                info!(
+                    "{iface}: {} ({} mode)",
+                    match how {
+                        Attached::New => "attached",
+                        Attached::Adopted => "adopted the program already attached",
+                    },
+                    opts.mode.name()
+                );
                 interfaces.push((iface.clone(), how));
             }
             Err(e) => {
@@ -155,7 +162,10 @@ pub async fn run(opts: Options) -> Result<(), AgentError> {
     let generation = publisher.apply(&mut maps, &cfg)?;
     metrics.map_write.observe(started.elapsed().as_secs_f64());
     metrics.generation.set(generation as i64);
-    info!("config generation {generation} applied from {}", opts.config_dir.display());
+    info!(
+        "config generation {generation} applied from {}",
+        opts.config_dir.display()
+    );
 
     let (tx, mut rx) = mpsc::channel::<HealthEvent>(1024);
     let mut probes: ProbeSet = probe::spawn(targets(&cfg), tx.clone());
@@ -214,27 +224,43 @@ fn on_health(shared: &Arc<Mutex<Shared>>, ev: HealthEvent) {
         return;
     }
     let started = Instant::now();
-    let Shared { publisher, maps, .. } = &mut *s;
+    let Shared {
+        publisher, maps, ..
+    } = &mut *s;
     match publisher.set_health(maps, &ev.pool, ev.address, ev.healthy) {
         Ok(true) => {
             let took = started.elapsed();
             s.metrics.map_write.observe(took.as_secs_f64());
             let verdict = if ev.healthy { "up" } else { "down" };
-            info!("pool {} backend {} is {verdict} ({}); maps written in {} µs", ev.pool, ev.address, ev.outcome.detail, took.as_micros());
+            info!(
+                "pool {} backend {} is {verdict} ({}); maps written in {} µs",
+                ev.pool,
+                ev.address,
+                ev.outcome.detail,
+                took.as_micros()
+            );
         }
         Ok(false) => {}
-        Err(e) => error!("pool {} backend {}: writing health failed: {e}", ev.pool, ev.address),
+        Err(e) => error!(
+            "pool {} backend {}: writing health failed: {e}",
+            ev.pool, ev.address
+        ),
     }
 }
 
 /// Re-reads the config directory and applies it; returns the new probe set on success.
 fn reload(shared: &Arc<Mutex<Shared>>, tx: &mpsc::Sender<HealthEvent>) -> Option<ProbeSet> {
-    let Ok(mut s) = shared.lock() else { return None };
+    let Ok(mut s) = shared.lock() else {
+        return None;
+    };
     let dir = s.config_dir.clone();
     let cfg = match config::load_dir(&dir) {
         Ok(cfg) => cfg,
         Err(e) => {
-            warn!("config in {} rejected; the running config stays:\n{e}", dir.display());
+            warn!(
+                "config in {} rejected; the running config stays:\n{e}",
+                dir.display()
+            );
             s.metrics.rejected.inc();
             s.rejected = Some(e.to_string());
             return None;
@@ -244,7 +270,9 @@ fn reload(shared: &Arc<Mutex<Shared>>, tx: &mpsc::Sender<HealthEvent>) -> Option
         warn!("agent settings (api, pin_path) change only on restart");
     }
     let started = Instant::now();
-    let Shared { publisher, maps, .. } = &mut *s;
+    let Shared {
+        publisher, maps, ..
+    } = &mut *s;
     match publisher.apply(maps, &cfg) {
         Ok(generation) => {
             s.metrics.map_write.observe(started.elapsed().as_secs_f64());
@@ -375,7 +403,9 @@ impl Shared {
             services,
             pools,
             rejected: self.rejected.clone(),
-            time: SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs()),
+            time: SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs()),
         }
     }
 }

@@ -48,7 +48,10 @@ fn metrics(registry: &prometheus_client::registry::Registry) -> axum::response::
     match prometheus_client::encoding::text::encode(&mut body, registry) {
         Ok(()) => (
             StatusCode::OK,
-            [(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")],
+            [(
+                header::CONTENT_TYPE,
+                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            )],
             body,
         )
             .into_response(),

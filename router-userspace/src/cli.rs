@@ -49,7 +49,11 @@ pub async fn status(dir: &Path, api: Option<&str>, json: bool) -> Result<(), Sta
         StatusError::Unreachable {
             url: url.clone(),
             source,
-            pinned: if pinned.is_empty() { "none".into() } else { pinned.join(", ") },
+            pinned: if pinned.is_empty() {
+                "none".into()
+            } else {
+                pinned.join(", ")
+            },
         }
     };
     let resp = reqwest::get(&url).await.map_err(unreachable)?;
@@ -68,13 +72,25 @@ pub fn render(s: &Status) -> String {
     use std::fmt::Write as _;
     let mut o = String::new();
     let _ = writeln!(o, "generation {}  ({})", s.generation, s.config_dir);
-    let _ = writeln!(o, "interfaces: {} ({} XDP)", s.interfaces.join(", "), s.mode);
+    let _ = writeln!(
+        o,
+        "interfaces: {} ({} XDP)",
+        s.interfaces.join(", "),
+        s.mode
+    );
     if let Some(r) = &s.rejected {
-        let _ = writeln!(o, "\nRUNNING CONFIG DIFFERS FROM THE DIRECTORY: the last change was rejected:\n{r}");
+        let _ = writeln!(
+            o,
+            "\nRUNNING CONFIG DIFFERS FROM THE DIRECTORY: the last change was rejected:\n{r}"
+        );
     }
     let _ = writeln!(o, "\nservices:");
     for v in &s.services {
-        let _ = writeln!(o, "  {:<16} {:<28} {:<7} → {}", v.name, v.address, v.forward, v.to);
+        let _ = writeln!(
+            o,
+            "  {:<16} {:<28} {:<7} → {}",
+            v.name, v.address, v.forward, v.to
+        );
     }
     let _ = writeln!(o, "\npools:");
     for p in &s.pools {
@@ -85,7 +101,11 @@ pub fn render(s: &Status) -> String {
                 format!("{} in {} µs", p.detail, p.latency_us)
             });
             let state = if b.healthy { "up" } else { "DOWN" };
-            let _ = writeln!(o, "    {:<24} weight {:<5} {:<4}  {probe}", b.address, b.weight, state);
+            let _ = writeln!(
+                o,
+                "    {:<24} weight {:<5} {:<4}  {probe}",
+                b.address, b.weight, state
+            );
         }
     }
     o
@@ -93,13 +113,31 @@ pub fn render(s: &Status) -> String {
 
 /// What each pinned map holds, for `switchyard maps`.
 pub const MAP_HELP: [(&str, &str); 13] = [
-    (maps::SERVICES, "services: (VIP, port, protocol) → slot, decision slot, flags"),
-    (maps::DECISIONS, "decision words: pool A, pool B, split share, fallback pool"),
+    (
+        maps::SERVICES,
+        "services: (VIP, port, protocol) → slot, decision slot, flags",
+    ),
+    (
+        maps::DECISIONS,
+        "decision words: pool A, pool B, split share, fallback pool",
+    ),
     (maps::POOLS, "pools: live Maglev half and flags"),
-    (maps::MAGLEV, "Maglev tables: 2 halves × 65,537 backend slots per pool"),
-    (maps::BACKENDS, "backends: address, family, state (up/draining/down)"),
-    (maps::CONNTRACK, "connection tracking: 5-tuple → backend slot (LRU)"),
-    (maps::NAT_REVERSE, "NAT replies: reply 5-tuple → virtual IP (LRU)"),
+    (
+        maps::MAGLEV,
+        "Maglev tables: 2 halves × 65,537 backend slots per pool",
+    ),
+    (
+        maps::BACKENDS,
+        "backends: address, family, state (up/draining/down)",
+    ),
+    (
+        maps::CONNTRACK,
+        "connection tracking: 5-tuple → backend slot (LRU)",
+    ),
+    (
+        maps::NAT_REVERSE,
+        "NAT replies: reply 5-tuple → virtual IP (LRU)",
+    ),
     (maps::FRAGMENTS, "fragmented datagrams in flight (LRU)"),
     (maps::TX_PORTS, "interfaces the program may redirect to"),
     (maps::REASON_STATS, "per-CPU packets/bytes by reason"),
@@ -120,7 +158,10 @@ pub fn maps(dir: &Path) {
     }
     let attached = attach::attached_interfaces(&pin_dir);
     if !attached.is_empty() {
-        println!("links: {}  (bpftool link show; bpftool net show)", attached.join(", "));
+        println!(
+            "links: {}  (bpftool link show; bpftool net show)",
+            attached.join(", ")
+        );
     }
 }
 
@@ -129,7 +170,10 @@ mod tests {
     #[test]
     fn every_map_has_help() {
         for name in router_common::maps::ALL {
-            assert!(super::MAP_HELP.iter().any(|(n, _)| *n == name), "{name} has no help line");
+            assert!(
+                super::MAP_HELP.iter().any(|(n, _)| *n == name),
+                "{name} has no help line"
+            );
         }
     }
 }

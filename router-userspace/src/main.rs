@@ -84,12 +84,24 @@ fn require_root(what: &str) -> Result<()> {
 
 fn run(args: Args) -> Result<ExitCode> {
     match args.cmd {
-        Cmd::Attach { interfaces, mode, config_dir } => {
+        Cmd::Attach {
+            interfaces,
+            mode,
+            config_dir,
+        } => {
             require_root("attach")?;
             let rt = tokio::runtime::Runtime::new().context("starting the runtime")?;
-            rt.block_on(agent::run(Options { interfaces, mode, config_dir }))?;
+            rt.block_on(agent::run(Options {
+                interfaces,
+                mode,
+                config_dir,
+            }))?;
         }
-        Cmd::Detach { interfaces, keep_maps, config_dir } => {
+        Cmd::Detach {
+            interfaces,
+            keep_maps,
+            config_dir,
+        } => {
             require_root("detach")?;
             let pin_dir = load::pin_dir(&cli::pin_path(&config_dir));
             for iface in &interfaces {
@@ -111,7 +123,11 @@ fn run(args: Args) -> Result<ExitCode> {
                 return Ok(ExitCode::FAILURE);
             }
         },
-        Cmd::Status { config_dir, api, json } => {
+        Cmd::Status {
+            config_dir,
+            api,
+            json,
+        } => {
             let rt = tokio::runtime::Runtime::new().context("starting the runtime")?;
             rt.block_on(cli::status(&config_dir, api.as_deref(), json))?;
         }

@@ -65,9 +65,21 @@ pub fn registry(metrics: &Metrics, shared: Arc<Mutex<Shared>>) -> Registry {
         "Health-check probe latency",
         metrics.health_check.clone(),
     );
-    r.register("map_write_duration_seconds", "Time to write one change into the maps", metrics.map_write.clone());
-    r.register("config_generation", "Generation of the applied configuration", metrics.generation.clone());
-    r.register("config_rejected", "Configuration changes rejected", metrics.rejected.clone());
+    r.register(
+        "map_write_duration_seconds",
+        "Time to write one change into the maps",
+        metrics.map_write.clone(),
+    );
+    r.register(
+        "config_generation",
+        "Generation of the applied configuration",
+        metrics.generation.clone(),
+    );
+    r.register(
+        "config_rejected",
+        "Configuration changes rejected",
+        metrics.rejected.clone(),
+    );
     r.register_collector(Box::new(DataplaneCollector(shared)));
     r
 }
@@ -100,47 +112,105 @@ fn family(
 
 impl Collector for DataplaneCollector {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        let Ok(shared) = self.0.lock() else { return Ok(()) };
+        let Ok(shared) = self.0.lock() else {
+            return Ok(());
+        };
         let pools = shared.publisher.pools();
         let services = shared.publisher.services();
         let snap = counters::snapshot(
             &shared.maps,
             services.values().map(|s| s.value.id),
-            pools.values().flat_map(|p| p.backends.iter().map(|b| b.slot)),
+            pools
+                .values()
+                .flat_map(|p| p.backends.iter().map(|b| b.slot)),
         );
         let (mut pk, mut by) = (Vec::new(), Vec::new());
         for (r, t) in &snap.reasons {
             pk.push((vec![("reason", r.name().to_owned())], t.packets));
             by.push((vec![("reason", r.name().to_owned())], t.bytes));
         }
-        family(&mut encoder, "packets", "Packets by reason", MetricType::Counter, &pk)?;
-        family(&mut encoder, "bytes", "Bytes by reason", MetricType::Counter, &by)?;
+        family(
+            &mut encoder,
+            "packets",
+            "Packets by reason",
+            MetricType::Counter,
+            &pk,
+        )?;
+        family(
+            &mut encoder,
+            "bytes",
+            "Bytes by reason",
+            MetricType::Counter,
+            &by,
+        )?;
 
         let (mut pk, mut by) = (Vec::new(), Vec::new());
         for (slot, verdict, t) in &snap.services {
-            let Some(name) = services.iter().find(|(_, s)| s.value.id == *slot).map(|(n, _)| n) else {
+            let Some(name) = services
+                .iter()
+                .find(|(_, s)| s.value.id == *slot)
+                .map(|(n, _)| n)
+            else {
                 continue;
             };
-            let labels = vec![("service", name.clone()), ("action", verdict.name().to_owned())];
+            let labels = vec![
+                ("service", name.clone()),
+                ("action", verdict.name().to_owned()),
+            ];
             pk.push((labels.clone(), t.packets));
             by.push((labels, t.bytes));
         }
-        family(&mut encoder, "service_packets", "Packets by service and action", MetricType::Counter, &pk)?;
-        family(&mut encoder, "service_bytes", "Bytes by service and action", MetricType::Counter, &by)?;
+        family(
+            &mut encoder,
+            "service_packets",
+            "Packets by service and action",
+            MetricType::Counter,
+            &pk,
+        )?;
+        family(
+            &mut encoder,
+            "service_bytes",
+            "Bytes by service and action",
+            MetricType::Counter,
+            &by,
+        )?;
 
         let (mut pk, mut by, mut up) = (Vec::new(), Vec::new(), Vec::new());
         for (pool, p) in pools {
             for b in &p.backends {
                 let labels = vec![("pool", pool.clone()), ("backend", b.address.to_string())];
-                let t = snap.backends.iter().find(|(s, _)| *s == b.slot).map(|(_, t)| *t).unwrap_or_default();
+                let t = snap
+                    .backends
+                    .iter()
+                    .find(|(s, _)| *s == b.slot)
+                    .map(|(_, t)| *t)
+                    .unwrap_or_default();
                 pk.push((labels.clone(), t.packets));
                 by.push((labels.clone(), t.bytes));
                 up.push((labels, u64::from(b.healthy)));
             }
         }
-        family(&mut encoder, "backend_packets", "Packets forwarded to each backend", MetricType::Counter, &pk)?;
-        family(&mut encoder, "backend_bytes", "Bytes forwarded to each backend", MetricType::Counter, &by)?;
-        family(&mut encoder, "backend_healthy", "1 if the backend passes its health check", MetricType::Gauge, &up)?;
+        family(
+            &mut encoder,
+            "backend_packets",
+            "Packets forwarded to each backend",
+            MetricType::Counter,
+            &pk,
+        )?;
+        family(
+            &mut encoder,
+            "backend_bytes",
+            "Bytes forwarded to each backend",
+            MetricType::Counter,
+            &by,
+        )?;
+        family(
+            &mut encoder,
+            "backend_healthy",
+            "1 if the backend passes its health check",
+            MetricType::Gauge,
+            &up,
+        )?;
         Ok(())
     }
 }

@@ -1,6 +1,7 @@
 //! Test harness: network-namespace topologies, real servers and clients, the nftables
 //! baseline, and the privilege guard.
 //!
+//! - [`agent`] — the real `switchyard attach` in the lb namespace, with a config directory
 //! - [`addrs`] — the standard topology's names, addresses and ports (with its diagram)
 //! - [`netns`] — named namespaces, running commands and closures inside them, and the
 //!   [`netns::Topology`] guard that builds the standard topology and tears it down on drop
@@ -13,6 +14,7 @@
 //! - [`lab`] — the program under `BPF_PROG_TEST_RUN` with real maps and routes
 
 pub mod addrs;
+pub mod agent;
 pub mod client;
 pub mod lab;
 pub mod netns;

@@ -1,0 +1,245 @@
+//! The real `switchyard` binary as an operator runs it, inside the lb namespace of a
+//! [`Topology`]: a config directory written to a temporary folder, `switchyard attach` started
+//! as a child process, and everything undone on drop (agent stopped, program detached, pins
+//! removed, folder deleted).
+//!
+//! The agent runs under `nsenter --net=…`, which switches only the network namespace: the
+//! bpffs mount (and so the pins) stay visible, unlike under `ip netns exec`, which remounts
+//! `/sys`.
+
+use std::{
+    fs,
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    sync::atomic::{AtomicU32, Ordering},
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context as _, Result, bail};
+use switchyard::agent::Status;
+
+use crate::{
+    addrs::{LB_CLIENT_IF, lb_backend_if},
+    netns::{Netns, Topology},
+};
+
+/// Where the agent's local API listens, inside the lb namespace (its own loopback).
+pub const API: &str = "127.0.0.1:9900";
+
+/// The `switchyard` binary next to the running test (or xtask) executable:
+/// `target/<profile>/switchyard`. `cargo test --workspace` builds it with router-userspace's
+/// own integration tests; otherwise run `cargo build -p router-userspace` first.
+pub fn binary() -> Result<PathBuf> {
+    let exe = std::env::current_exe()?;
+    let mut dir = exe.parent().context("no parent")?.to_path_buf();
+    if dir.ends_with("deps") {
+        dir.pop();
+    }
+    let bin = dir.join("switchyard");
+    if !bin.exists() {
+        bail!(
+            "{} is missing: run `cargo build -p router-userspace` first",
+            bin.display()
+        );
+    }
+    Ok(bin)
+}
+
+/// A running agent and its config directory.
+pub struct Agent {
+    child: Option<Child>,
+    lb: Netns,
+    interfaces: Vec<String>,
+    /// The config directory (a fresh temporary folder).
+    pub config_dir: PathBuf,
+    /// The agent's log file.
+    pub log: PathBuf,
+    bin: PathBuf,
+}
+
+static COUNTER: AtomicU32 = AtomicU32::new(0);
+
+/// A fresh, unique folder under the system temporary directory.
+pub fn temp_dir(role: &str) -> Result<PathBuf> {
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!("switchyard-{role}-{}-{n}", std::process::id()));
+    let _ = fs::remove_dir_all(&dir);
+    fs::create_dir_all(&dir)?;
+    Ok(dir)
+}
+
+/// A pin path unique to this process and call, under `/sys/fs/bpf`.
+pub fn unique_pin_path() -> String {
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    format!("/sys/fs/bpf/switchyard-test-{}-{n}", std::process::id())
+}
+
+impl Agent {
+    /// Writes `files` (name, YAML text) into a new config directory, starts `switchyard attach`
+    /// in the lb namespace on the client-side and every backend-side interface, and waits until
+    /// its API answers (up to 20 s; the program load dominates).
+    pub fn start(topo: &Topology, files: &[(&str, String)]) -> Result<Self> {
+        let config_dir = temp_dir("config")?;
+        for (name, text) in files {
+            fs::write(config_dir.join(name), text)?;
+        }
+        let mut interfaces = vec![LB_CLIENT_IF.to_string()];
+        interfaces.extend((1..=topo.backend_count()).map(lb_backend_if));
+        let log = config_dir.with_extension("log");
+        let bin = binary()?;
+        let mut cmd = Command::new("nsenter");
+        cmd.arg(format!("--net={}", topo.lb().path().display()))
+            .arg(&bin)
+            .arg("attach");
+        for i in &interfaces {
+            cmd.args(["--iface", i]);
+        }
+        cmd.arg("--config-dir").arg(&config_dir);
+        let child = cmd
+            .stdin(Stdio::null())
+            .stdout(fs::File::create(&log)?)
+            .stderr(fs::File::create(&log).and_then(|f| f.try_clone())?)
+            .spawn()
+            .context("starting switchyard attach")?;
+        let mut agent = Self {
+            child: Some(child),
+            lb: topo.lb().clone(),
+            interfaces,
+            config_dir,
+            log,
+            bin,
+        };
+        agent.wait_ready(Duration::from_secs(20))?;
+        Ok(agent)
+    }
+
+    fn wait_ready(&mut self, limit: Duration) -> Result<()> {
+        let start = Instant::now();
+        loop {
+            if self.status().is_ok() {
+                return Ok(());
+            }
+            if let Some(child) = self.child.as_mut() {
+                if let Some(code) = child.try_wait()? {
+                    bail!("switchyard attach exited with {code}:\n{}", self.log_text());
+                }
+            }
+            if start.elapsed() > limit {
+                bail!(
+                    "the agent did not answer within {limit:?}:\n{}",
+                    self.log_text()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// The agent's log so far.
+    pub fn log_text(&self) -> String {
+        fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Runs the `switchyard` CLI in the lb namespace with `args` and returns its stdout;
+    /// fails with its stderr unless it exits 0.
+    pub fn cli(&self, args: &[&str]) -> Result<String> {
+        let out = Command::new("nsenter")
+            .arg(format!("--net={}", self.lb.path().display()))
+            .arg(&self.bin)
+            .args(args)
+            .stdin(Stdio::null())
+            .output()?;
+        if !out.status.success() {
+            bail!(
+                "switchyard {args:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
+    /// `switchyard status --json`, parsed.
+    pub fn status(&self) -> Result<Status> {
+        let dir = self.config_dir.display().to_string();
+        let text = self.cli(&["status", "--json", "--config-dir", &dir])?;
+        Ok(serde_json::from_str(&text)?)
+    }
+
+    /// Polls `status` until `pred` holds (every 20 ms, up to `limit`); returns the time taken.
+    pub fn wait_for(&self, limit: Duration, pred: impl Fn(&Status) -> bool) -> Result<Duration> {
+        let start = Instant::now();
+        loop {
+            if let Ok(s) = self.status() {
+                if pred(&s) {
+                    return Ok(start.elapsed());
+                }
+            }
+            if start.elapsed() > limit {
+                bail!(
+                    "condition not reached within {limit:?}; log:\n{}",
+                    self.log_text()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Whether `address` in `pool` is healthy according to the agent.
+    pub fn healthy(status: &Status, pool: &str, address: &str) -> Option<bool> {
+        let p = status.pools.iter().find(|p| p.name == pool)?;
+        p.backends
+            .iter()
+            .find(|b| b.address == address)
+            .map(|b| b.healthy)
+    }
+
+    /// Sends SIGHUP (reload the config directory).
+    pub fn reload(&self) -> Result<()> {
+        self.signal(libc::SIGHUP)
+    }
+
+    fn signal(&self, sig: i32) -> Result<()> {
+        let Some(child) = self.child.as_ref() else {
+            bail!("not running")
+        };
+        // nsenter execs the binary, so the child's pid is the agent's.
+        // SAFETY: plain kill(2) on our own child.
+        if unsafe { libc::kill(child.id() as i32, sig) } != 0 {
+            bail!("kill: {}", std::io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
+    /// Stops the agent (SIGTERM) without detaching; the program stays attached.
+    pub fn stop(&mut self) -> Result<()> {
+        if self.child.is_some() {
+            self.signal(libc::SIGTERM)?;
+        }
+        if let Some(mut child) = self.child.take() {
+            let start = Instant::now();
+            while child.try_wait()?.is_none() {
+                if start.elapsed() > Duration::from_secs(5) {
+                    let _ = child.kill();
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+        Ok(())
+    }
+
+    /// The config directory's path.
+    pub fn dir(&self) -> &Path {
+        &self.config_dir
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        let _ = self.stop();
+        let dir = self.config_dir.display().to_string();
+        for i in self.interfaces.clone() {
+            let _ = self.cli(&["detach", "--iface", &i, "--config-dir", &dir]);
+        }
+        let _ = fs::remove_dir_all(&self.config_dir);
+        let _ = fs::remove_file(&self.log);
+    }
+}
