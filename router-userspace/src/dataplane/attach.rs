@@ -180,6 +180,10 @@ pub fn detach(pin_dir: &Path, iface: &str, keep_maps: bool) -> Result<(), Datapl
             let _ = std::fs::remove_file(pin_dir.join(name));
         }
         let _ = std::fs::remove_dir(pin_dir);
+        // And `agent.pin_path` itself, if nothing else lives there.
+        if let Some(parent) = pin_dir.parent() {
+            let _ = std::fs::remove_dir(parent);
+        }
     }
     Ok(())
 }
