@@ -1,1 +1,2 @@
+//! Placeholder: the xtask helpers are being written.
 fn main() {}
