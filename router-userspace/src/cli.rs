@@ -26,7 +26,8 @@ pub fn pin_path(dir: &Path) -> PathBuf {
 pub enum StatusError {
     /// The agent did not answer.
     #[error(
-        "no agent answers at {url}: {source}\n(is `switchyard attach` running? pinned interfaces: {pinned})"
+        "no agent answers at {url} (is `switchyard attach` running? interfaces with a pinned \
+         program: {pinned})"
     )]
     Unreachable {
         /// URL tried.

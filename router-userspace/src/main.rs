@@ -136,6 +136,20 @@ fn run(args: Args) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// The error and its causes, each cause once: library errors already quote their cause in
+/// their message, so a cause is appended only when the text so far does not contain it.
+fn report(e: &anyhow::Error) -> String {
+    let mut out = e.to_string();
+    for cause in e.chain().skip(1) {
+        let text = cause.to_string();
+        if !out.contains(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+    }
+    out
+}
+
 fn main() -> ExitCode {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info"))
         .format_timestamp_millis()
@@ -143,7 +157,7 @@ fn main() -> ExitCode {
     match run(Args::parse()) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("switchyard: {e:#}");
+            eprintln!("switchyard: {}", report(&e));
             ExitCode::FAILURE
         }
     }

@@ -2,6 +2,7 @@
 //! baseline, and the privilege guard.
 //!
 //! - [`agent`] — the real `switchyard attach` in the lb namespace, with a config directory
+//! - [`config_text`] — config fragments for the namespace suites
 //! - [`addrs`] — the standard topology's names, addresses and ports (with its diagram)
 //! - [`netns`] — named namespaces, running commands and closures inside them, and the
 //!   [`netns::Topology`] guard that builds the standard topology and tears it down on drop
@@ -16,6 +17,7 @@
 pub mod addrs;
 pub mod agent;
 pub mod client;
+pub mod config_text;
 pub mod lab;
 pub mod netns;
 pub mod nft;
