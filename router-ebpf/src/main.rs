@@ -117,10 +117,10 @@ fn process(ctx: &XdpContext) -> Outcome {
     } else if pkt.frag != frag::NONE {
         reason = Reason::Fragment;
     }
-    if svc.flags & SVC_F_NAT != 0 {
-        if let Err(r) = nat_request(ctx, pkt, &choice.backend.addr, svc.id) {
-            return Outcome::unforwarded(r, svc.id);
-        }
+    if svc.flags & SVC_F_NAT != 0
+        && let Err(r) = nat_request(ctx, pkt, &choice.backend.addr, svc.id)
+    {
+        return Outcome::unforwarded(r, svc.id);
     }
     finish(
         forward::send(ctx, pkt, &choice.backend.addr),
@@ -165,10 +165,10 @@ fn later_fragment(ctx: &XdpContext, pkt: &Packet) -> Outcome {
     let Some(backend) = usable_backend(entry.backend) else {
         return Outcome::unforwarded(Reason::NoBackend, entry.service);
     };
-    if entry.flags & SVC_F_NAT != 0 {
-        if let Err(r) = forward::rewrite_addr(ctx, pkt, true, &backend.addr) {
-            return Outcome::unforwarded(r, entry.service);
-        }
+    if entry.flags & SVC_F_NAT != 0
+        && let Err(r) = forward::rewrite_addr(ctx, pkt, true, &backend.addr)
+    {
+        return Outcome::unforwarded(r, entry.service);
     }
     finish(
         forward::send(ctx, pkt, &backend.addr),

@@ -1,7 +1,7 @@
 //! The real `switchyard` binary as an operator runs it, inside the lb namespace of a
 //! [`Topology`]: a config directory written to a temporary folder, `switchyard attach` started
 //! as a child process, and everything undone on drop (agent stopped, program detached, pins
-//! removed, folder deleted).
+//! and an emptied `agent.pin_path` removed, folder deleted).
 //!
 //! The agent runs under `nsenter --net=…`, which switches only the network namespace: the
 //! bpffs mount (and so the pins) stay visible, unlike under `ip netns exec`, which remounts
@@ -9,6 +9,8 @@
 
 use std::{
     fs,
+    io::{Read as _, Write as _},
+    net::TcpStream,
     path::{Path, PathBuf},
     process::{Child, Command, Stdio},
     sync::atomic::{AtomicU32, Ordering},
@@ -119,10 +121,10 @@ impl Agent {
             if self.status().is_ok() {
                 return Ok(());
             }
-            if let Some(child) = self.child.as_mut() {
-                if let Some(code) = child.try_wait()? {
-                    bail!("switchyard attach exited with {code}:\n{}", self.log_text());
-                }
+            if let Some(child) = self.child.as_mut()
+                && let Some(code) = child.try_wait()?
+            {
+                bail!("switchyard attach exited with {code}:\n{}", self.log_text());
             }
             if start.elapsed() > limit {
                 bail!(
@@ -168,10 +170,10 @@ impl Agent {
     pub fn wait_for(&self, limit: Duration, pred: impl Fn(&Status) -> bool) -> Result<Duration> {
         let start = Instant::now();
         loop {
-            if let Ok(s) = self.status() {
-                if pred(&s) {
-                    return Ok(start.elapsed());
-                }
+            if let Ok(s) = self.status()
+                && pred(&s)
+            {
+                return Ok(start.elapsed());
             }
             if start.elapsed() > limit {
                 bail!(
@@ -181,6 +183,31 @@ impl Agent {
             }
             std::thread::sleep(Duration::from_millis(20));
         }
+    }
+
+    /// `GET path` on the agent's local API (`agent.api`, default [`API`]) from inside the lb
+    /// namespace, whose loopback it listens on; returns the body. Fails unless the answer is
+    /// 200. Plain HTTP/1.0 over a std socket, so the body is never chunked.
+    pub fn api_get(&self, path: &str) -> Result<String> {
+        let addr = switchyard::cli::agent_settings(&self.config_dir).api;
+        let path = path.to_owned();
+        self.lb.run(move || -> Result<String> {
+            let timeout = Duration::from_secs(3);
+            let mut stream = TcpStream::connect_timeout(&addr, timeout)
+                .with_context(|| format!("connect to the agent API at {addr}"))?;
+            stream.set_read_timeout(Some(timeout))?;
+            write!(stream, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n")?;
+            let mut response = String::new();
+            stream.read_to_string(&mut response)?;
+            let (head, body) = response
+                .split_once("\r\n\r\n")
+                .with_context(|| format!("malformed answer from {addr}{path}"))?;
+            let status = head.lines().next().unwrap_or_default();
+            if status.split_whitespace().nth(1) != Some("200") {
+                bail!("GET {addr}{path}: {status}");
+            }
+            Ok(body.to_owned())
+        })?
     }
 
     /// Whether `address` in `pool` is healthy according to the agent.
@@ -236,9 +263,13 @@ impl Drop for Agent {
     fn drop(&mut self) {
         let _ = self.stop();
         let dir = self.config_dir.display().to_string();
+        let pin_path = switchyard::cli::pin_path(&self.config_dir);
         for i in self.interfaces.clone() {
             let _ = self.cli(&["detach", "--iface", &i, "--config-dir", &dir]);
         }
+        // Detaching the last interface removes the maps and the versioned directory; the
+        // directory above it (`agent.pin_path`) goes too if that left it empty.
+        let _ = fs::remove_dir(&pin_path);
         let _ = fs::remove_dir_all(&self.config_dir);
         let _ = fs::remove_file(&self.log);
     }
