@@ -332,8 +332,8 @@ fn tally(topo: &Topology, addr: SocketAddr) -> Result<()> {
     let started = Instant::now();
     let t = client::tcp_tally(topo.client(), addr, TALLY)?;
     println!(
-        "{TALLY} new connections to {addr} ({:.1} s), served by:",
-        started.elapsed().as_secs_f64()
+        "{TALLY} new connections to {addr}, one after another ({} ms), served by:",
+        started.elapsed().as_millis()
     );
     draw(&t, BACKENDS);
     Ok(())
