@@ -1,7 +1,7 @@
 //! The real `switchyard` binary as an operator runs it, inside the lb namespace of a
 //! [`Topology`]: a config directory written to a temporary folder, `switchyard attach` started
 //! as a child process, and everything undone on drop (agent stopped, program detached, pins
-//! removed, folder deleted).
+//! and an emptied `agent.pin_path` removed, folder deleted).
 //!
 //! The agent runs under `nsenter --net=…`, which switches only the network namespace: the
 //! bpffs mount (and so the pins) stay visible, unlike under `ip netns exec`, which remounts
@@ -9,6 +9,8 @@
 
 use std::{
     fs,
+    io::{Read as _, Write as _},
+    net::TcpStream,
     path::{Path, PathBuf},
     process::{Child, Command, ExitStatus, Stdio},
     sync::atomic::{AtomicU32, Ordering},
@@ -75,7 +77,11 @@ pub struct Exited {
     pub pins_left: Vec<PathBuf>,
 }
 
-/// Prefix of every [`unique_pin_path`]: the only pin paths the harness ever removes.
+/// Prefix of the demo's pin paths (`cargo xtask demo`): with [`TEST_PIN_PREFIX`], the only pin
+/// paths the harness ever removes.
+pub const DEMO_PIN_PREFIX: &str = "/sys/fs/bpf/switchyard-demo-";
+
+/// Prefix of every [`unique_pin_path`].
 pub const TEST_PIN_PREFIX: &str = "/sys/fs/bpf/switchyard-test-";
 
 static COUNTER: AtomicU32 = AtomicU32::new(0);
@@ -267,6 +273,31 @@ impl Agent {
         }
     }
 
+    /// `GET path` on the agent's local API (`agent.api`, default [`API`]) from inside the lb
+    /// namespace, whose loopback it listens on; returns the body. Fails unless the answer is
+    /// 200. Plain HTTP/1.0 over a std socket, so the body is never chunked.
+    pub fn api_get(&self, path: &str) -> Result<String> {
+        let addr = switchyard::cli::agent_settings(&self.config_dir).api;
+        let path = path.to_owned();
+        self.lb.run(move || -> Result<String> {
+            let timeout = Duration::from_secs(3);
+            let mut stream = TcpStream::connect_timeout(&addr, timeout)
+                .with_context(|| format!("connect to the agent API at {addr}"))?;
+            stream.set_read_timeout(Some(timeout))?;
+            write!(stream, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n")?;
+            let mut response = String::new();
+            stream.read_to_string(&mut response)?;
+            let (head, body) = response
+                .split_once("\r\n\r\n")
+                .with_context(|| format!("malformed answer from {addr}{path}"))?;
+            let status = head.lines().next().unwrap_or_default();
+            if status.split_whitespace().nth(1) != Some("200") {
+                bail!("GET {addr}{path}: {status}");
+            }
+            Ok(body.to_owned())
+        })?
+    }
+
     /// Whether `address` in `pool` is healthy according to the agent.
     pub fn healthy(status: &Status, pool: &str, address: &str) -> Option<bool> {
         let p = status.pools.iter().find(|p| p.name == pool)?;
@@ -329,7 +360,7 @@ impl Agent {
     fn owns_pin_path(&self) -> bool {
         self.pin_path
             .to_str()
-            .is_some_and(|p| p.starts_with(TEST_PIN_PREFIX))
+            .is_some_and(|p| p.starts_with(TEST_PIN_PREFIX) || p.starts_with(DEMO_PIN_PREFIX))
     }
 
     /// The config directory's path.
