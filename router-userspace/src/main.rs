@@ -82,7 +82,17 @@ fn require_root(what: &str) -> Result<()> {
     Ok(())
 }
 
+/// Printing commands die quietly on a closed pipe (`switchyard maps | head`) like other Unix
+/// tools, instead of panicking in `println!`. Not for the agent: its sockets rely on EPIPE.
+fn default_sigpipe() {
+    // SAFETY: resetting a signal disposition to its default before any thread is started.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+}
+
 fn run(args: Args) -> Result<ExitCode> {
+    if !matches!(args.cmd, Cmd::Attach { .. }) {
+        default_sigpipe();
+    }
     match args.cmd {
         Cmd::Attach {
             interfaces,
