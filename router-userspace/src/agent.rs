@@ -98,6 +98,9 @@ pub struct Shared {
     pub config_dir: PathBuf,
     /// Interfaces and how they were attached.
     pub interfaces: Vec<(String, Attached)>,
+    /// Kernel id of the program this agent loaded (the one it attached; adopted links keep
+    /// the program an earlier agent attached).
+    pub program_id: Option<u32>,
     /// Last probe per (pool, backend).
     pub probes: HashMap<(String, IpAddr), ProbeStatus>,
     /// The last rejected config change, with its errors, until a change applies.
@@ -165,6 +168,10 @@ pub async fn run(opts: Options) -> Result<(), AgentError> {
             }
         }
     }
+    let program_id = load::program(&ebpf)
+        .ok()
+        .and_then(|p| p.info().ok())
+        .map(|i| i.id());
     let mut publisher = Publisher::new();
     let metrics = Metrics::default();
     let started = Instant::now();
@@ -184,6 +191,7 @@ pub async fn run(opts: Options) -> Result<(), AgentError> {
         config: cfg,
         config_dir: opts.config_dir.clone(),
         interfaces,
+        program_id,
         probes: HashMap::new(),
         rejected: None,
         metrics,
@@ -312,7 +320,7 @@ pub struct Status {
     /// XDP mode.
     pub mode: String,
     /// Attached interfaces.
-    pub interfaces: Vec<String>,
+    pub interfaces: Vec<InterfaceStatus>,
     /// Services.
     pub services: Vec<ServiceStatus>,
     /// Pools.
@@ -321,6 +329,16 @@ pub struct Status {
     pub rejected: Option<String>,
     /// Seconds since the Unix epoch when this was taken.
     pub time: u64,
+}
+
+/// One interface in `/status`.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct InterfaceStatus {
+    /// Interface name.
+    pub name: String,
+    /// Kernel id of the XDP program this agent attached there; `None` when it adopted a link
+    /// an earlier agent pinned (that program keeps running; `bpftool net show` names it).
+    pub program_id: Option<u32>,
 }
 
 /// One service in `/status`.
@@ -408,7 +426,18 @@ impl Shared {
             generation: self.publisher.generation(),
             config_dir: self.config_dir.display().to_string(),
             mode: self.mode.name().to_owned(),
-            interfaces: self.interfaces.iter().map(|(i, _)| i.clone()).collect(),
+            interfaces: self
+                .interfaces
+                .iter()
+                .map(|(name, how)| InterfaceStatus {
+                    name: name.clone(),
+                    program_id: if *how == Attached::New {
+                        self.program_id
+                    } else {
+                        None
+                    },
+                })
+                .collect(),
             services,
             pools,
             rejected: self.rejected.clone(),
