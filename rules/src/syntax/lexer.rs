@@ -81,7 +81,7 @@ fn lexer<'src>() -> impl Parser<'src, &'src str, Vec<(Token<'src>, SimpleSpan)>,
         .validate(|text: &str, e, emitter| match text.parse::<f64>() {
             Ok(n) if n.is_finite() => Token::Num(n),
             _ => {
-                emitter.emit(Rich::custom(e.span(), format!("\u{0}number:{text}")));
+                emitter.emit(Rich::custom(e.span(), format!("number:{text}")));
                 Token::Num(0.0)
             }
         });
@@ -98,14 +98,14 @@ fn lexer<'src>() -> impl Parser<'src, &'src str, Vec<(Token<'src>, SimpleSpan)>,
         .to_slice()
         .validate(|text: &str, e, emitter| {
             if text.split('.').any(str::is_empty) {
-                emitter.emit(Rich::custom(e.span(), format!("\u{0}name:{text}")));
+                emitter.emit(Rich::custom(e.span(), format!("name:{text}")));
             }
             word(text)
         });
 
     let escape = just('\\').then(any()).validate(|(_, c), e, emitter| {
         if !matches!(c, '"' | '\\' | 'n' | 't') {
-            emitter.emit(Rich::custom(e.span(), format!("\u{0}escape:\\{c}")));
+            emitter.emit(Rich::custom(e.span(), format!("escape:\\{c}")));
         }
     });
     let string = just('"')
@@ -119,7 +119,7 @@ fn lexer<'src>() -> impl Parser<'src, &'src str, Vec<(Token<'src>, SimpleSpan)>,
         .then(just('"').or_not())
         .validate(|(inside, close), e, emitter| {
             if close.is_none() {
-                emitter.emit(Rich::custom(e.span(), "\u{0}unterminated"));
+                emitter.emit(Rich::custom(e.span(), "unterminated"));
             }
             Token::Str(inside)
         });
@@ -141,7 +141,7 @@ fn lexer<'src>() -> impl Parser<'src, &'src str, Vec<(Token<'src>, SimpleSpan)>,
         just(",").to(Token::Comma),
         // Likely typos of `==`, `&&` and `||`: reported as such, lexed as what was meant.
         one_of("=&|").validate(|c: char, e, emitter| {
-            emitter.emit(Rich::custom(e.span(), format!("\u{0}char:{c}")));
+            emitter.emit(Rich::custom(e.span(), format!("char:{c}")));
             match c {
                 '&' => Token::And,
                 '|' => Token::Or,
@@ -163,11 +163,7 @@ fn lexer<'src>() -> impl Parser<'src, &'src str, Vec<(Token<'src>, SimpleSpan)>,
 pub(crate) fn lex(source: &str) -> Result<Vec<(Token<'_>, SimpleSpan)>, Error> {
     lexer().parse(source).into_result().map_err(|errors| {
         let Some(first) = errors.into_iter().min_by_key(|e| e.span().start) else {
-            return Error::new(
-                ErrorKind::UnexpectedChar { found: '\0' },
-                Span::default(),
-                source,
-            );
+            return Error::new(ErrorKind::UnexpectedEnd, Span::default(), source);
         };
         let span = Span::new(first.span().start, first.span().end);
         let kind = match first.reason() {
@@ -181,9 +177,8 @@ pub(crate) fn lex(source: &str) -> Result<Vec<(Token<'_>, SimpleSpan)>, Error> {
     })
 }
 
-/// Decodes the custom errors the lexer emits (`\0kind:detail`).
+/// Decodes the custom errors the lexer emits: `KIND:DETAIL` (`number:1e999`, `char:=`, …).
 fn custom_kind(msg: &str) -> ErrorKind {
-    let msg = msg.trim_start_matches('\0');
     if let Some(text) = msg.strip_prefix("number:") {
         ErrorKind::NumberOutOfRange {
             text: text.to_owned(),
