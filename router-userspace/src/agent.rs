@@ -396,6 +396,7 @@ impl Shared {
                 .to_owned(),
                 to: match &s.to {
                     config::Target::Pool(p) => format!("pool {p}"),
+                    config::Target::Decide(g) => format!("decide {g}"),
                     config::Target::Split(v) => v
                         .iter()
                         .map(|x| format!("{} {}", x.pool, x.weight))

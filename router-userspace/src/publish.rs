@@ -399,6 +399,9 @@ impl Publisher {
     fn decision_word(&self, to: &Target) -> u64 {
         let slot = |name: &str| self.pools.get(name).map_or(NO_POOL, |p| p.slot as u16);
         match to {
+            // Decision groups are published by the engine driver; config validation rejects
+            // `decide` until that lands, so no service reaches this with one.
+            Target::Decide(_) => Decision::pool(NO_POOL).encode(),
             Target::Pool(p) => Decision::pool(slot(p)).encode(),
             Target::Split(shares) => {
                 let (a, b) = match shares.as_slice() {
@@ -517,6 +520,8 @@ mod tests {
             },
             services,
             pools,
+            state: vec![],
+            decisions: vec![],
         }
     }
 

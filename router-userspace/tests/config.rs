@@ -172,6 +172,8 @@ pools:
                     health_check: None,
                     when_all_down: WhenAllDown::Drop,
                 }],
+                state: vec![],
+                decisions: vec![],
             }
         );
     }

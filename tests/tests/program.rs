@@ -104,6 +104,8 @@ fn fixture_config() -> Config {
             pool("drop", vec![backend_v4(2).into()], WhenAllDown::Drop),
             pool("pass", vec![backend_v4(3).into()], WhenAllDown::Pass),
         ],
+        state: vec![],
+        decisions: vec![],
     }
 }
 

@@ -40,6 +40,10 @@ pub struct Config {
     pub services: Vec<Service>,
     /// `pools:`, in file order (files in name order).
     pub pools: Vec<Pool>,
+    /// `state:` variables, in file order.
+    pub state: Vec<StateVar>,
+    /// `decisions:` groups, in file order.
+    pub decisions: Vec<DecisionGroup>,
 }
 
 /// `agent:` settings.
@@ -97,6 +101,9 @@ pub enum Target {
     /// `{ split: [ { pool, weight }, { pool, weight } ] }`: exactly two different pools (the
     /// decision word carries two; see docs/decisions), weights > 0.
     Split(Vec<SplitShare>),
+    /// `{ decide: GROUP }`: the action of decision group `GROUP` (validated to exist). Every
+    /// service that names one group shares its decision word, so one write switches them all.
+    Decide(String),
 }
 
 /// One pool of a split.
@@ -175,6 +182,12 @@ pub enum CheckKind {
         /// Accepted status codes (default `[200]`).
         expect: Vec<u16>,
     },
+    /// Run a command (no shell); success is exit status 0 within the timeout, as keepalived's
+    /// MISC_CHECK. For pools, `{address}` in an argument is replaced by the backend's address.
+    Exec {
+        /// Program and arguments.
+        command: Vec<String>,
+    },
 }
 
 /// `pools[].health_check`.
@@ -202,4 +215,104 @@ pub struct Backoff {
     pub factor: f64,
     /// Cap on the spacing (default: `interval`).
     pub max: Duration,
+}
+
+/// `state.<name>`: a named, typed value with one source.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StateVar {
+    /// Name, usable in expressions (validated with `rules::syntax::is_name`).
+    pub name: String,
+    /// Where its value comes from.
+    pub source: StateSource,
+}
+
+/// The one source of a state variable.
+#[derive(Clone, Debug, PartialEq)]
+pub enum StateSource {
+    /// `probe:` — a bool: true while the probe is healthy (thresholds as for pools).
+    Probe(StateProbe),
+    /// `push: { default }` — set by `switchyard ctl state set`; typed by its default.
+    Push(PushValue),
+    /// `expr: "…"` — a bool derived from other variables and built-ins (no cycles).
+    Expr(String),
+    /// `metric: { of, above, below, for }` — a bool with hysteresis over a counter rate: turns
+    /// true once `of` has stayed above `above` for `for`, false once it has stayed below
+    /// `below` for `for`.
+    Metric(MetricSpec),
+}
+
+/// A typed value of a `push` variable (its default, and every later `state set`).
+#[derive(Clone, Debug, PartialEq)]
+pub enum PushValue {
+    /// `true` / `false`.
+    Bool(bool),
+    /// A number.
+    Number(f64),
+    /// A string.
+    String(String),
+}
+
+/// `state.<name>.probe`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StateProbe {
+    /// The address probed (`tcp: "198.18.1.50:5432"`, `http: "http://198.18.1.11/health"`);
+    /// `None` for `exec`.
+    pub address: Option<IpAddr>,
+    /// What is probed and how often; thresholds and backoff as for pools.
+    pub check: HealthCheck,
+}
+
+/// `state.<name>.metric`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MetricSpec {
+    /// The rate watched: `service.<name>.packets_per_second` or `….bytes_per_second`,
+    /// `backend.<address>.packets_per_second` (validated to name a configured object).
+    pub of: String,
+    /// Rate (per second) above which the variable turns true.
+    pub above: f64,
+    /// Rate (per second) below which it turns false again (≤ `above`).
+    pub below: f64,
+    /// How long the rate must stay past a threshold before the value changes.
+    pub hold: Duration,
+}
+
+/// `decisions[]`: a decision group.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DecisionGroup {
+    /// Unique name (services name it in `to: { decide }`).
+    pub name: String,
+    /// Rules in declaration order (the engine orders them by priority, then this order).
+    pub rules: Vec<DecisionRule>,
+    /// Action when no rule is true; `None` keeps the current action.
+    pub default: Option<rules::engine::Action>,
+    /// `switch:` policy (every duration defaults to zero).
+    pub switch: SwitchPolicy,
+    /// `require:` — a bool expression over `target.*` (and any variable) that vetoes a target.
+    pub require: Option<String>,
+    /// `automatic:` — a bool variable; while false, automatic switching is frozen.
+    pub automatic: Option<String>,
+}
+
+/// `decisions[].rules[]`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DecisionRule {
+    /// Unique within the group.
+    pub id: String,
+    /// Higher first (default 0).
+    pub priority: i64,
+    /// `when:` — a bool expression.
+    pub when: String,
+    /// `then:` — one pool or a split of two pools.
+    pub then: rules::engine::Action,
+}
+
+/// `decisions[].switch`.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct SwitchPolicy {
+    /// A new candidate must hold this long before a switch.
+    pub stable_for: Duration,
+    /// Minimum time between two switches.
+    pub cooldown: Duration,
+    /// Returning to a higher-priority rule needs this much continuous truth.
+    pub failback_after: Duration,
 }

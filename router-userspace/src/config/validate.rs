@@ -132,6 +132,9 @@ pub(crate) fn validate(parsed: Parsed, report: &mut Report) -> Option<Config> {
             .map(|s| s.value)
             .collect::<Option<_>>()?,
         pools: pools.into_iter().map(|p| p.value).collect::<Option<_>>()?,
+        // `state:` and `decisions:` are still rejected as not supported yet.
+        state: Vec::new(),
+        decisions: Vec::new(),
     };
     Some(config)
 }

@@ -46,6 +46,8 @@ enum Prepared {
         url: reqwest::Url,
         expect: Vec<u16>,
     },
+    /// Run a program (no shell) and wait for its exit status.
+    Exec(Vec<String>),
     /// The check cannot be run (a path that makes no URL, a client that cannot be built): every
     /// probe fails with this text. Config validation should make this unreachable.
     Broken(String),
@@ -61,6 +63,15 @@ impl Checker {
             CheckKind::Tcp { port } => Prepared::Tcp(SocketAddr::new(address, *port)),
             CheckKind::Http { port, path, expect } => {
                 prepare_http(SocketAddr::new(address, *port), path, expect)
+            }
+            CheckKind::Exec { command } => {
+                let text = address.to_string();
+                Prepared::Exec(
+                    command
+                        .iter()
+                        .map(|a| a.replace("{address}", &text))
+                        .collect(),
+                )
             }
         };
         Self {
@@ -86,6 +97,7 @@ impl Checker {
                 url,
                 expect,
             } => http(client, url, expect, self.timeout).await,
+            Prepared::Exec(argv) => exec(argv, self.timeout).await,
             Prepared::Broken(reason) => ProbeOutcome {
                 success: false,
                 latency: Duration::ZERO,
@@ -122,6 +134,36 @@ fn prepare_http(addr: SocketAddr, path: &str, expect: &[u16]) -> Prepared {
             expect: expect.to_vec(),
         },
         Err(e) => Prepared::Broken(format!("cannot build HTTP client: {}", describe(&e))),
+    }
+}
+
+/// Runs `argv` (no shell, stdin/stdout/stderr to /dev/null); success is exit status 0 within
+/// `timeout`, as keepalived's MISC_CHECK. A program still running at the timeout is killed.
+pub async fn exec(argv: &[String], timeout: Duration) -> ProbeOutcome {
+    let start = Instant::now();
+    let Some((program, args)) = argv.split_first() else {
+        return outcome(false, Duration::ZERO, "empty command".to_owned());
+    };
+    let child = tokio::process::Command::new(program)
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn();
+    let mut child = match child {
+        Ok(c) => c,
+        Err(e) => return outcome(false, start.elapsed(), format!("cannot run {program}: {e}")),
+    };
+    match tokio::time::timeout(timeout, child.wait()).await {
+        Ok(Ok(status)) if status.success() => outcome(true, start.elapsed(), "exit 0".to_owned()),
+        Ok(Ok(status)) => outcome(false, start.elapsed(), format!("{status}")),
+        Ok(Err(e)) => outcome(
+            false,
+            start.elapsed(),
+            format!("waiting for {program}: {e}"),
+        ),
+        Err(_) => outcome(false, start.elapsed(), timed_out(timeout)),
     }
 }
 
@@ -400,5 +442,41 @@ mod tests {
         assert!(!out.success);
         assert!(out.detail.contains("does not start with '/'"), "{out:?}");
         assert!(server.requests().is_empty());
+    }
+}
+
+#[cfg(test)]
+mod exec_tests {
+    use std::time::Duration;
+
+    use super::exec;
+
+    fn argv(a: &[&str]) -> Vec<String> {
+        a.iter().map(|s| (*s).to_owned()).collect()
+    }
+
+    #[tokio::test]
+    async fn exit_status_zero_is_success_and_anything_else_is_failure() {
+        assert!(exec(&argv(&["true"]), Duration::from_secs(2)).await.success);
+        let failed = exec(&argv(&["false"]), Duration::from_secs(2)).await;
+        assert!(!failed.success);
+        assert!(
+            failed.detail.contains("exit status: 1"),
+            "{}",
+            failed.detail
+        );
+    }
+
+    #[tokio::test]
+    async fn a_command_past_its_timeout_fails_and_is_killed() {
+        let slow = exec(&argv(&["sleep", "5"]), Duration::from_millis(100)).await;
+        assert!(!slow.success);
+        assert!(slow.latency < Duration::from_secs(2), "{:?}", slow.latency);
+    }
+
+    #[tokio::test]
+    async fn a_missing_program_fails_with_its_name() {
+        let missing = exec(&argv(&["/nonexistent/check"]), Duration::from_secs(1)).await;
+        assert!(!missing.success && missing.detail.contains("/nonexistent/check"));
     }
 }
