@@ -264,7 +264,10 @@ fn on_sigterm_the_agent_exits_and_the_program_keeps_balancing_until_detach() -> 
         .err()
         .context("status answered without an agent")?;
     println!("status without the agent: {gone:#}");
-    ensure!(format!("{gone:#}").contains("interfaces with a pinned program: to-b1, to-b2, to-b3, to-client"));
+    ensure!(
+        format!("{gone:#}")
+            .contains("interfaces with a pinned program: to-b1, to-b2, to-b3, to-client")
+    );
 
     let before: Vec<u64> = servers.iter().map(|s| s.tcp_connections()).collect();
     let tally = client::tcp_tally(topo.client(), vip_v4(80), 300)?;
