@@ -259,7 +259,7 @@ fn parse_ipv4(ctx: &XdpContext, l3: usize, pkt: &mut Packet) -> Result<(), Reaso
         }
         PROTO_ICMP if frag == frag::NONE => {
             pkt.icmp = 1;
-            icmpv4_inner(ctx, l4, end, &mut pkt.flow)
+            icmpv4_inner(ctx, l4, end, ip.dst_addr, &mut pkt.flow)
         }
         _ => Err(Reason::NoService),
     }
@@ -267,7 +267,13 @@ fn parse_ipv4(ctx: &XdpContext, l3: usize, pkt: &mut Packet) -> Result<(), Reaso
 
 /// The flow quoted by an ICMP fragmentation-needed error, turned around.
 #[inline(always)]
-fn icmpv4_inner(ctx: &XdpContext, l4: usize, end: usize, f: &mut FlowKey) -> Result<(), Reason> {
+fn icmpv4_inner(
+    ctx: &XdpContext,
+    l4: usize,
+    end: usize,
+    to: [u8; 4],
+    f: &mut FlowKey,
+) -> Result<(), Reason> {
     let icmp: *const [u8; ICMP_HDR_LEN] = ptr_at(ctx, l4).ok_or(Reason::MalformedPass)?;
     let (kind, code) = unsafe { ((*icmp)[0], (*icmp)[1]) };
     if kind != ICMP_DEST_UNREACH || code != ICMP_FRAG_NEEDED {
@@ -280,7 +286,9 @@ fn icmpv4_inner(ctx: &XdpContext, l4: usize, end: usize, f: &mut FlowKey) -> Res
     if ip.vihl >> 4 != 4 || ihl < Ipv4Hdr::LEN {
         return Err(Reason::MalformedPass);
     }
-    if ip.proto != PROTO_TCP && ip.proto != PROTO_UDP {
+    // Only an error addressed to the address it quotes as the source (the virtual IP) belongs
+    // to the service; one for another host (say, the balancer's own address) is not stolen.
+    if ip.proto != PROTO_TCP && ip.proto != PROTO_UDP || ip.src_addr != to {
         return Err(Reason::NoService);
     }
     // The quote holds the original header and at least 64 bits of its data (RFC 792).
@@ -370,7 +378,7 @@ fn parse_ipv6(ctx: &XdpContext, l3: usize, pkt: &mut Packet) -> Result<(), Reaso
         }
         PROTO_ICMPV6 if frag == frag::NONE => {
             pkt.icmp = 1;
-            icmpv6_inner(ctx, off, end, &mut pkt.flow)
+            icmpv6_inner(ctx, off, end, &ip.dst_addr, &mut pkt.flow)
         }
         // Still an extension header after MAX_IPV6_EXT: too long a chain to follow.
         IPV6_HOPOPTS | IPV6_ROUTING | IPV6_DSTOPTS | IPV6_AH | IPV6_FRAGMENT => {
@@ -383,7 +391,13 @@ fn parse_ipv6(ctx: &XdpContext, l3: usize, pkt: &mut Packet) -> Result<(), Reaso
 /// The flow quoted by an ICMPv6 packet-too-big error, turned around. The quoted header's
 /// extension headers are not walked: the quote must start with TCP or UDP.
 #[inline(always)]
-fn icmpv6_inner(ctx: &XdpContext, l4: usize, end: usize, f: &mut FlowKey) -> Result<(), Reason> {
+fn icmpv6_inner(
+    ctx: &XdpContext,
+    l4: usize,
+    end: usize,
+    to: &[u8; 16],
+    f: &mut FlowKey,
+) -> Result<(), Reason> {
     let icmp: *const [u8; ICMP_HDR_LEN] = ptr_at(ctx, l4).ok_or(Reason::MalformedPass)?;
     if unsafe { (*icmp)[0] } != ICMPV6_PKT_TOOBIG {
         return Err(Reason::NoService);
@@ -391,7 +405,8 @@ fn icmpv6_inner(ctx: &XdpContext, l4: usize, end: usize, f: &mut FlowKey) -> Res
     let inner_l3 = l4 + ICMP_HDR_LEN;
     let ip: *const Ipv6Hdr = ptr_at(ctx, inner_l3).ok_or(Reason::MalformedPass)?;
     let ip = unsafe { &*ip };
-    if ip.next_hdr != PROTO_TCP && ip.next_hdr != PROTO_UDP {
+    // As for IPv4: the error must be addressed to the quoted source, the virtual IP.
+    if ip.next_hdr != PROTO_TCP && ip.next_hdr != PROTO_UDP || !same_addr(&ip.src_addr, to) {
         return Err(Reason::NoService);
     }
     let (sport, dport) = ports(ctx, inner_l3 + Ipv6Hdr::LEN, ICMP_QUOTED_DATA, end)?;
@@ -402,4 +417,19 @@ fn icmpv6_inner(ctx: &XdpContext, l4: usize, end: usize, f: &mut FlowKey) -> Res
     f.proto = ip.next_hdr;
     f.family = FAMILY_V6;
     Ok(())
+}
+
+/// Whether two IPv6 addresses are equal (word by word: `==` on arrays may become a `bcmp` call,
+/// which BPF has not).
+#[inline(always)]
+fn same_addr(a: &[u8; 16], b: &[u8; 16]) -> bool {
+    let mut diff = 0u32;
+    let mut i = 0;
+    while i < 16 {
+        let x = u32::from_ne_bytes([a[i], a[i + 1], a[i + 2], a[i + 3]]);
+        let y = u32::from_ne_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
+        diff |= x ^ y;
+        i += 4;
+    }
+    diff == 0
 }
