@@ -140,7 +140,7 @@ pub struct Backend {
 }
 
 /// A flow's 5-tuple (plus family): the key of `CONNTRACK` and `NAT_REVERSE`, and the input of
-/// [`flow_hash`]. For fragments the ports are zero.
+/// [`flow_hash`]. For a first fragment the source port is zero.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
 pub struct FlowKey {

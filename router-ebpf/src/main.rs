@@ -95,11 +95,13 @@ fn process(ctx: &XdpContext) -> Outcome {
         return Outcome::unforwarded(Reason::NoService, svc.id);
     }
     // All fragments of a datagram must reach one backend, and later ones carry no ports: the
-    // whole datagram is balanced on addresses only.
+    // whole datagram is balanced on addresses and the service's port. (The port stays so the
+    // conntrack entry is the service's own: with both ports zeroed, one client's fragmented
+    // datagrams to two services on one VIP shared an entry, and the second service's went to
+    // the first one's backend.)
     let mut flow = pkt.flow;
     if pkt.frag == frag::FIRST {
         flow.sport = 0;
-        flow.dport = 0;
     }
     let choice = match select(&flow, &svc, !pkt.is_icmp()) {
         Ok(c) => c,

@@ -251,7 +251,7 @@ fn parse_ipv4(ctx: &XdpContext, l3: usize, pkt: &mut Packet) -> Result<(), Reaso
             f.proto = ip.proto;
             f.family = FAMILY_V4;
             // A first fragment carries the ports: the service is looked up with them (the
-            // datagram is then balanced on addresses only).
+            // datagram is then balanced on addresses and the service port).
             if frag != frag::LATER {
                 (f.sport, f.dport) = ports(ctx, l4, l4_len(ip.proto), end)?;
             }
@@ -370,7 +370,7 @@ fn parse_ipv6(ctx: &XdpContext, l3: usize, pkt: &mut Packet) -> Result<(), Reaso
             f.proto = next;
             f.family = FAMILY_V6;
             // A first fragment carries the ports: the service is looked up with them (the
-            // datagram is then balanced on addresses only).
+            // datagram is then balanced on addresses and the service port).
             if frag != frag::LATER {
                 (f.sport, f.dport) = ports(ctx, off, l4_len(next), end)?;
             }
