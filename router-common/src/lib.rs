@@ -193,7 +193,8 @@ pub struct FragKey {
     pub dst: [u8; 16],
     /// IP identification (IPv4: 16 bits widened), host order.
     pub id: u32,
-    /// IP protocol of the datagram.
+    /// IP protocol of the datagram (IPv4); 0 for IPv6, whose fragments are identified by
+    /// addresses and identification alone.
     pub proto: u8,
     /// [`FAMILY_V4`] or [`FAMILY_V6`].
     pub family: u8,

@@ -351,6 +351,10 @@ fn parse_ipv6(ctx: &XdpContext, l3: usize, pkt: &mut Packet) -> Result<(), Reaso
                     u32::from_be_bytes([h[4], h[5], h[6], h[7]])
                 };
                 off += 8;
+                if frag == frag::LATER {
+                    // What follows is fragment data, not headers (RFC 8200 §4.5).
+                    break;
+                }
             }
             _ => break,
         }
@@ -363,7 +367,9 @@ fn parse_ipv6(ctx: &XdpContext, l3: usize, pkt: &mut Packet) -> Result<(), Reaso
     pkt.l4 = off;
     pkt.frag = frag;
     match next {
-        PROTO_TCP | PROTO_UDP => {
+        // A later fragment follows its first whatever header opens the fragmentable part:
+        // IPv6 fragments are identified by addresses and identification alone.
+        _ if frag == frag::LATER || next == PROTO_TCP || next == PROTO_UDP => {
             let f = &mut pkt.flow;
             f.src = ip.src_addr;
             f.dst = ip.dst_addr;
