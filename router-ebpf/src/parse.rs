@@ -351,15 +351,16 @@ fn parse_ipv6(ctx: &XdpContext, l3: usize, pkt: &mut Packet) -> Result<(), Reaso
                     u32::from_be_bytes([h[4], h[5], h[6], h[7]])
                 };
                 off += 8;
-                if frag == frag::LATER {
-                    // What follows is fragment data, not headers (RFC 8200 §4.5).
-                    break;
-                }
             }
             _ => break,
         }
         if off > end {
             return Err(Reason::MalformedPass);
+        }
+        if frag == frag::LATER {
+            // What follows a later fragment's header is fragment data, not headers
+            // (RFC 8200 §4.5).
+            break;
         }
         off = pkt.forget_l4(off);
     }
@@ -411,6 +412,9 @@ fn icmpv6_inner(
     let inner_l3 = l4 + ICMP_HDR_LEN;
     let ip: *const Ipv6Hdr = ptr_at(ctx, inner_l3).ok_or(Reason::MalformedPass)?;
     let ip = unsafe { &*ip };
+    if ip.vcf[0] >> 4 != 6 {
+        return Err(Reason::MalformedPass);
+    }
     // As for IPv4: the error must be addressed to the quoted source, the virtual IP.
     if ip.next_hdr != PROTO_TCP && ip.next_hdr != PROTO_UDP || !same_addr(&ip.src_addr, to) {
         return Err(Reason::NoService);

@@ -48,10 +48,17 @@ const UDP: u8 = 17;
 const ICMP: u8 = 1;
 const ICMPV6: u8 = 58;
 
-/// Frames per fuzz run.
+/// Frames per fuzz run (`SWITCHYARD_FUZZ_ROUNDS` overrides).
 const ROUNDS: usize = 4000;
-/// The run's seed: change it to explore, keep it fixed in the tree.
+/// The run's seed (`SWITCHYARD_FUZZ_SEED` overrides, to explore; keep the default fixed).
 const SEED: u64 = 0x5717_c4a1_dead_beef;
+
+fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
 
 // ---------------------------------------------------------------------------------------------
 // The configuration and what the oracle knows of it.
@@ -1065,8 +1072,9 @@ fn icmp_error(to: IpAddr, quote: &[u8], v6: bool) -> Vec<u8> {
 // ---------------------------------------------------------------------------------------------
 // Running.
 
-/// Runs one frame and judges it; the error names the frame in hex.
-fn run_one(lab: &Lab, input: &Input, svcs: &[Svc], mem: &mut Memory) -> Result<()> {
+/// Runs one frame and judges it; the error names the frame in hex. Returns the reasons it was
+/// counted under.
+fn run_one(lab: &Lab, input: &Input, svcs: &[Svc], mem: &mut Memory) -> Result<Vec<Reason>> {
     let before: Vec<u64> = Reason::ALL.iter().map(|r| lab.reason(*r)).collect();
     let run = lab
         .run_on(&input.iface, &input.frame)
@@ -1087,7 +1095,8 @@ fn run_one(lab: &Lab, input: &Input, svcs: &[Svc], mem: &mut Memory) -> Result<(
             hex(&input.frame),
             hex(&run.out)
         )
-    })
+    })?;
+    Ok(moved)
 }
 
 fn hex(f: &[u8]) -> String {
@@ -1107,11 +1116,13 @@ fn hostile_frames_never_break_the_invariants() -> Result<()> {
     };
     let svcs = services();
     let mut mem = Memory::default();
-    let mut rng = Rng(SEED);
+    let rounds = env_or("SWITCHYARD_FUZZ_ROUNDS", ROUNDS);
+    let mut rng = Rng(env_or("SWITCHYARD_FUZZ_SEED", SEED).max(1));
     let mut failures: Vec<String> = Vec::new();
     let mut seen = HashSet::new();
+    let mut counted: HashMap<&str, usize> = HashMap::new();
     let mut frames = 0;
-    while frames < ROUNDS {
+    while frames < rounds {
         let inputs = seed(&mut rng, &mem)?;
         let mutate_which = rng.below(inputs.len() + 1);
         for (i, mut input) in inputs.into_iter().enumerate() {
@@ -1127,15 +1138,37 @@ fn hostile_frames_never_break_the_invariants() -> Result<()> {
                 continue;
             }
             frames += 1;
-            if let Err(e) = run_one(&lab, &input, &svcs, &mut mem) {
-                failures.push(format!("{e:#}"));
+            match run_one(&lab, &input, &svcs, &mut mem) {
+                Ok(reasons) => {
+                    for r in reasons {
+                        *counted.entry(r.name()).or_default() += 1;
+                    }
+                }
+                Err(e) => failures.push(format!("{e:#}")),
             }
         }
     }
-    ensure!(
-        !mem.nat_flows.is_empty() && !mem.first_frags.is_empty(),
-        "the run never forwarded a NAT flow or a first fragment: the seeds are broken"
-    );
+    eprintln!("{frames} frames: {counted:?}");
+    // Every path must have been taken, or the seeds and mutations have rotted.
+    let paths = [
+        Reason::NotIp,
+        Reason::NoService,
+        Reason::MalformedPass,
+        Reason::NewFlow,
+        Reason::ConntrackHit,
+        Reason::Fragment,
+        Reason::FragmentUnknown,
+        Reason::IcmpForwarded,
+        Reason::NatReply,
+        Reason::NoBackend,
+        Reason::AllDownPass,
+    ];
+    let missed: Vec<&str> = paths
+        .iter()
+        .map(|r| r.name())
+        .filter(|n| !counted.contains_key(n))
+        .collect();
+    ensure!(missed.is_empty(), "the run never took {missed:?}");
     if !failures.is_empty() {
         let mut kinds: HashMap<&str, usize> = HashMap::new();
         for f in &failures {
@@ -1278,6 +1311,19 @@ fn a_pmtu_error_is_steered_only_when_addressed_to_the_vip_it_quotes() -> Result<
         &lab,
         &[
             no_service("icmp frag needed to the lb quoting the VIP", to_lb),
+            // Found by the fuzz run (seed 1): a quote whose IP version is 8.
+            Case {
+                name: "icmpv6 too big quoting a header of IP version 8",
+                frame: unhex(
+                    "0253590000fe02535900000186dd6000000000383a4020010db8000000000000000000000077\
+                     20010db80000000000000000000000100200583800000500800000000043064020010db80000\
+                     0000000000000000001020010db800000000000000000000000100507e1d000003e8a5a5a500\
+                     00a50000a5a500a50000a500a5a5a5a5a50000000000a5a500a50000a5a5a5000000a5a50000\
+                     a50000",
+                ),
+                action: XDP_PASS,
+                reason: Reason::MalformedPass,
+            },
             // Found by the fuzz run: an ICMPv6 too-big from the VIP to a router, quoting the VIP.
             no_service(
                 "icmpv6 too big not addressed to the VIP (fuzz)",
@@ -1368,4 +1414,23 @@ fn an_ipv6_later_fragment_is_not_parsed_past_its_fragment_header() -> Result<()>
         "later fragment went elsewhere than its first"
     );
     Ok(())
+}
+
+#[test]
+fn an_ipv6_fragment_header_past_the_payload_length_is_malformed() -> Result<()> {
+    let Some(lab) = lab("fz-frag6len") else {
+        return Ok(());
+    };
+    let (first, later) = v6_fragments_with_dstopts(7200, 0x0bad_cafe)?;
+    ensure!(lab.run(&first)?.action == XDP_REDIRECT, "first fragment");
+    // Found by the fuzz run: payload length 1, so the fragment header is not in the datagram.
+    check_cases(
+        &lab,
+        &[Case {
+            name: "later fragment whose fragment header ends past the payload",
+            frame: set16(later, 18, 1),
+            action: XDP_PASS,
+            reason: Reason::MalformedPass,
+        }],
+    )
 }
