@@ -471,6 +471,9 @@ fn publish_pool(
 }
 
 #[cfg(test)]
+mod order_tests;
+
+#[cfg(test)]
 mod tests {
     use router_common::{NO_BACKEND, SPLIT_SCALE};
 
