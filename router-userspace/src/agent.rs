@@ -108,7 +108,16 @@ pub struct Shared {
     pub mode: Mode,
 }
 
-fn targets(cfg: &Config) -> Vec<ProbeTarget> {
+/// The probes of `cfg`, each starting from the health `publisher` has for its backend (up for
+/// a backend it does not know).
+fn targets(cfg: &Config, publisher: &Publisher) -> Vec<ProbeTarget> {
+    let healthy = |pool: &str, address: IpAddr| {
+        publisher
+            .pools()
+            .get(pool)
+            .and_then(|p| p.backends.iter().find(|b| b.address == address))
+            .is_none_or(|b| b.healthy)
+    };
     cfg.pools
         .iter()
         .filter_map(|p| p.health_check.as_ref().map(|hc| (p, hc)))
@@ -117,6 +126,7 @@ fn targets(cfg: &Config) -> Vec<ProbeTarget> {
                 pool: p.name.clone(),
                 address: b.address,
                 check: hc.clone(),
+                healthy: healthy(&p.name, b.address),
             })
         })
         .collect()
@@ -177,7 +187,7 @@ pub async fn run(opts: Options) -> Result<(), AgentError> {
     );
 
     let (tx, mut rx) = mpsc::channel::<HealthEvent>(1024);
-    let mut probes: ProbeSet = probe::spawn(targets(&cfg), tx.clone());
+    let mut probes: ProbeSet = probe::spawn(targets(&cfg, &publisher), tx.clone());
     let shared = Arc::new(Mutex::new(Shared {
         publisher,
         maps,
@@ -287,7 +297,7 @@ fn reload(shared: &Arc<Mutex<Shared>>, tx: &mpsc::Sender<HealthEvent>) -> Option
             s.metrics.map_write.observe(started.elapsed().as_secs_f64());
             s.metrics.generation.set(generation as i64);
             info!("config generation {generation} applied");
-            let set = probe::spawn(targets(&cfg), tx.clone());
+            let set = probe::spawn(targets(&cfg, &s.publisher), tx.clone());
             s.config = cfg;
             s.rejected = None;
             s.probes.clear();
