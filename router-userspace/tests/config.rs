@@ -729,6 +729,49 @@ services:
         );
     }
 
+    /// Runs `load_dir` on another thread: `None` if it has not returned within 10 s.
+    fn load_dir_bounded(dir: &Path) -> Option<Result<Config, switchyard::config::ConfigError>> {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let dir = dir.to_owned();
+        std::thread::spawn(move || {
+            let _ = tx.send(load_dir(&dir));
+        });
+        rx.recv_timeout(std::time::Duration::from_secs(10)).ok()
+    }
+
+    #[test]
+    fn load_dir_refuses_fifos_devices_and_huge_files_without_reading_them() {
+        let dir = TempDir::new("special");
+        dir.write("10-web.yaml", MINIMAL);
+        // A FIFO: opening it blocks until a writer comes.
+        let fifo = std::ffi::CString::new(dir.0.join("20-fifo.yaml").to_str().unwrap()).unwrap();
+        // SAFETY: a valid C string.
+        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+        // A device: endless.
+        std::os::unix::fs::symlink("/dev/zero", dir.0.join("30-zero.yaml")).unwrap();
+        // A (sparse) file far larger than any configuration.
+        let huge = fs::File::create(dir.0.join("40-huge.yaml")).unwrap();
+        huge.set_len(64 << 20).unwrap();
+        let Some(result) = load_dir_bounded(&dir.0) else {
+            panic!("load_dir hung on a FIFO or a device");
+        };
+        let e = result.unwrap_err();
+        let text = e.to_string();
+        for name in ["20-fifo.yaml", "30-zero.yaml", "40-huge.yaml"] {
+            assert!(
+                e.problems.iter().any(|p| p.file == name),
+                "{name} not reported: {text}"
+            );
+        }
+        assert!(!text.contains("10-web.yaml"), "{text}");
+    }
+
+    #[test]
+    fn a_byte_order_mark_at_the_start_of_a_file_is_allowed() {
+        let config = load(&[("10-web.yaml", &format!("\u{feff}{MINIMAL}"))]);
+        assert_eq!(config.services.len(), 1);
+    }
+
     /// Random edits of the reference config (cut, insert YAML punctuation, duplicate or swap
     /// lines) must give a `Config` or problems, never a panic.
     #[test]
