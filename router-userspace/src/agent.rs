@@ -24,7 +24,7 @@ use tokio::sync::mpsc;
 use crate::{
     config::{self, Config},
     dataplane::{
-        DataplaneError,
+        Dataplane as _, DataplaneError,
         attach::{self, Attached, Mode},
         load,
         maps::KernelMaps,
@@ -179,6 +179,10 @@ pub async fn run(opts: Options) -> Result<(), AgentError> {
     let metrics = Metrics::default();
     let started = Instant::now();
     let generation = publisher.apply(&mut maps, &cfg)?;
+    // Adopted maps may hold services an earlier agent published and this config no longer
+    // has (removed while no agent ran): the publisher does not know them, so nothing else
+    // would ever remove them.
+    remove_unknown_services(&publisher, &mut maps)?;
     metrics.map_write.observe(started.elapsed().as_secs_f64());
     metrics.generation.set(generation as i64);
     info!(
@@ -221,6 +225,20 @@ pub async fn run(opts: Options) -> Result<(), AgentError> {
     // Keep `ebpf` alive until here: the maps and program stay pinned and attached after exit.
     drop(ebpf);
     info!("exiting; the program stays attached (`switchyard detach` removes it)");
+    Ok(())
+}
+
+/// Removes from the `SERVICES` map every service `publisher` did not publish.
+fn remove_unknown_services(
+    publisher: &Publisher,
+    maps: &mut KernelMaps,
+) -> Result<(), DataplaneError> {
+    for (key, _) in maps.services() {
+        if !publisher.services().values().any(|s| s.key == key) {
+            info!("removing a service of an earlier config from the adopted maps: {key:?}");
+            maps.remove_service(&key)?;
+        }
+    }
     Ok(())
 }
 
