@@ -379,3 +379,49 @@ fn established_connections_survive_an_agent_restart_after_a_pool_change() -> Res
     );
     Ok(())
 }
+
+#[test]
+fn a_sighup_storm_with_status_polls_and_an_emptied_config_leaves_a_working_agent() -> Result<()> {
+    if privileged::require_root_and_bpf("a_sighup_storm").is_err() {
+        return Ok(());
+    }
+    let topo = Topology::builder().backends(2).build()?;
+    let _servers = servers::start_all(&topo)?;
+    let cfg = web(2).text();
+    let agent = Agent::start(&topo, &[("10-web.yaml", cfg.clone())])?;
+    let first = agent.status()?.generation;
+    // 200 reloads as fast as signals go, status read in between.
+    for i in 0..200 {
+        agent.reload()?;
+        if i % 20 == 0 {
+            agent.status()?;
+        }
+    }
+    agent.wait_for(Duration::from_secs(10), |s| s.generation > first)?;
+    check_spread(
+        "after the storm",
+        &client::tcp_tally(topo.client(), vip_v4(80), 100)?,
+        2,
+    )?;
+    // Every service and pool removed: nothing is balanced, nothing breaks.
+    let pin = cfg.lines().take(2).collect::<Vec<_>>().join("\n");
+    agent.write_file("10-web.yaml", &format!("{pin}\n"))?;
+    let generation = agent.status()?.generation;
+    agent.reload()?;
+    agent.wait_for(Duration::from_secs(5), |s| {
+        s.generation > generation && s.services.is_empty() && s.pools.is_empty()
+    })?;
+    let maps = switchyard::dataplane::maps::KernelMaps::open_pinned(&agent.pin_dir())?;
+    ensure!(maps.services().is_empty(), "{:?}", maps.services());
+    // And back.
+    agent.write_file("10-web.yaml", &cfg)?;
+    let generation = agent.status()?.generation;
+    agent.reload()?;
+    agent.wait_for(Duration::from_secs(5), |s| s.generation > generation)?;
+    check_spread(
+        "after emptying and restoring",
+        &client::tcp_tally(topo.client(), vip_v4(80), 100)?,
+        2,
+    )?;
+    Ok(())
+}
