@@ -425,3 +425,64 @@ fn a_sighup_storm_with_status_polls_and_an_emptied_config_leaves_a_working_agent
     )?;
     Ok(())
 }
+
+#[test]
+fn a_second_agent_on_the_same_pin_path_refuses_to_start_and_leaves_the_first_alone() -> Result<()> {
+    if privileged::require_root_and_bpf("a_second_agent_on_the_same_pin_path").is_err() {
+        return Ok(());
+    }
+    let topo = Topology::builder().backends(2).build()?;
+    let _servers = servers::start_all(&topo)?;
+    let cfg = web(2);
+    let agent = Agent::start(&topo, &[("10-web.yaml", cfg.text())])?;
+    // Another config directory, another API port, the same pin path: it would adopt the
+    // running agent's program and maps and write them with its own slot numbering.
+    let dir = router_tests::agent::temp_dir("second")?;
+    std::fs::write(
+        dir.join("10-other.yaml"),
+        format!(
+            "agent:\n  pin_path: {}\n  api: 127.0.0.1:9901\n",
+            cfg.pin_path()
+        ),
+    )?;
+    let mut child = std::process::Command::new("nsenter")
+        .arg(format!("--net={}", topo.lb().path().display()))
+        .arg(router_tests::agent::binary()?)
+        .args(["attach", "--iface", LB_CLIENT_IF, "--config-dir"])
+        .arg(&dir)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()?;
+    let start = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait()? {
+            break Some(status);
+        }
+        if start.elapsed() > EXIT_LIMIT {
+            // SAFETY: kill(2) on our own child (SIGTERM: the program stays attached).
+            unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let out = child.wait_with_output()?;
+    let _ = std::fs::remove_dir_all(&dir);
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let status = status.with_context(|| format!("the second agent kept running:\n{text}"))?;
+    println!("second agent: {status}: {text}");
+    ensure!(!status.success(), "the second agent succeeded:\n{text}");
+    ensure!(text.contains("another switchyard agent"), "{text}");
+    // The first still runs and balances.
+    agent.status()?;
+    check_spread(
+        "with the first agent",
+        &client::tcp_tally(topo.client(), vip_v4(80), 100)?,
+        2,
+    )?;
+    Ok(())
+}
