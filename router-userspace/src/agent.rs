@@ -2,7 +2,8 @@
 //! local API, and apply health transitions and reloads as they come.
 //!
 //! Start order (each step changes nothing if it fails): read and validate the config → bind
-//! the API socket → load the program with its pinned maps → attach to every interface (on a
+//! the API socket → lock the pin directory (one agent per set of maps) → load the program with
+//! its pinned maps → attach to every interface (on a
 //! failure, undo the attachments made so far and remove the map pins this run created) →
 //! publish → start health checks. On SIGINT or SIGTERM the agent exits and the program
 //! **stays attached** with the last maps (pinned link and maps); `switchyard detach` removes
@@ -142,6 +143,8 @@ pub async fn run(opts: Options) -> Result<(), AgentError> {
             source,
         })?;
     let pin_dir = load::pin_dir(&cfg.agent.pin_path);
+    // One agent per pin directory, for as long as it runs.
+    let _lock = attach::lock_pin_dir(&pin_dir)?;
     // Maps pinned by an earlier agent are adopted and kept whatever happens; maps this run
     // pins are removed again if it fails to attach.
     let adopting_maps = attach::maps_pinned(&pin_dir);
