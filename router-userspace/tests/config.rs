@@ -454,6 +454,21 @@ pools:
     }
 
     #[test]
+    fn a_virtual_ip_cannot_be_a_backend() {
+        // NAT to the VIP itself sends the rewritten packet back to the VIP; the program never
+        // lowers the TTL, so nothing ends the loop.
+        let text = MINIMAL.replace("{ address: 198.18.1.11 }", "{ address: 198.18.0.10 }");
+        let lines = problems(&[("10-web.yaml", &text)]);
+        assert_eq!(
+            lines,
+            [
+                "10-web.yaml:11 pools[0].backends[0].address: 198.18.0.10 is the virtual IP of \
+             service \"web\" (10-web.yaml:3); a backend must be a real server's own address"
+            ]
+        );
+    }
+
+    #[test]
     fn several_errors_are_all_reported_with_their_lines() {
         let text = "\
 services:
