@@ -41,7 +41,7 @@ const fn mix_addr(h: u32, a: &[u8; 16]) -> u32 {
     mix_word(h, word(a, 12))
 }
 
-/// Hash of a flow's 5-tuple (addresses, ports, protocol). Fragments hash with zero ports.
+/// Hash of a flow's 5-tuple (addresses, ports, protocol). A first fragment hashes with a zero source port.
 #[inline(always)]
 pub const fn flow_hash(key: &FlowKey) -> u32 {
     let h = mix_addr(SEED, &key.src);

@@ -140,7 +140,7 @@ pub struct Backend {
 }
 
 /// A flow's 5-tuple (plus family): the key of `CONNTRACK` and `NAT_REVERSE`, and the input of
-/// [`flow_hash`]. For fragments the ports are zero.
+/// [`flow_hash`]. For a first fragment the source port is zero.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
 pub struct FlowKey {
@@ -193,7 +193,8 @@ pub struct FragKey {
     pub dst: [u8; 16],
     /// IP identification (IPv4: 16 bits widened), host order.
     pub id: u32,
-    /// IP protocol of the datagram.
+    /// IP protocol of the datagram (IPv4); 0 for IPv6, whose fragments are identified by
+    /// addresses and identification alone.
     pub proto: u8,
     /// [`FAMILY_V4`] or [`FAMILY_V6`].
     pub family: u8,

@@ -19,8 +19,8 @@ mod select;
 
 use aya_ebpf::{bindings::xdp_action, macros::xdp, programs::XdpContext};
 use router_common::{
-    FlowKey, FragEntry, FragKey, NO_BACKEND, NatEntry, Reason, SVC_F_NAT, ServiceKey, Traffic,
-    Verdict,
+    FAMILY_V6, FlowKey, FragEntry, FragKey, NO_BACKEND, NatEntry, Reason, SVC_F_NAT, ServiceKey,
+    Traffic, Verdict,
 };
 
 use crate::{
@@ -95,11 +95,13 @@ fn process(ctx: &XdpContext) -> Outcome {
         return Outcome::unforwarded(Reason::NoService, svc.id);
     }
     // All fragments of a datagram must reach one backend, and later ones carry no ports: the
-    // whole datagram is balanced on addresses only.
+    // whole datagram is balanced on addresses and the service's port. (The port stays so the
+    // conntrack entry is the service's own: with both ports zeroed, one client's fragmented
+    // datagrams to two services on one VIP shared an entry, and the second service's went to
+    // the first one's backend.)
     let mut flow = pkt.flow;
     if pkt.frag == frag::FIRST {
         flow.sport = 0;
-        flow.dport = 0;
     }
     let choice = match select(&flow, &svc, !pkt.is_icmp()) {
         Ok(c) => c,
@@ -147,13 +149,20 @@ fn finish(sent: Result<u32, Reason>, reason: Reason, service: u32, backend: u32)
     }
 }
 
+/// The `FRAGMENTS` key of a fragment. IPv6 identifies a datagram by addresses and
+/// identification alone (RFC 8200 §4.5), and its fragments need not agree on the protocol the
+/// parser sees (an extension header may open the fragmentable part): the protocol is 0 there.
 #[inline(always)]
 fn frag_key(pkt: &Packet) -> FragKey {
     FragKey {
         src: pkt.flow.src,
         dst: pkt.flow.dst,
         id: pkt.frag_id,
-        proto: pkt.flow.proto,
+        proto: if pkt.flow.family == FAMILY_V6 {
+            0
+        } else {
+            pkt.flow.proto
+        },
         family: pkt.flow.family,
         _pad: [0; 2],
     }

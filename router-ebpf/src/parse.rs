@@ -5,6 +5,10 @@
 //! Every read goes through [`ptr_at`], which checks the access against `data_end`; every offset
 //! is bounded by construction (a 4-bit IHL, a constant number of VLAN tags and extension
 //! headers), which is what the verifier needs to accept variable offsets.
+//!
+//! The IP length fields are checked too: the datagram must fit in the frame, and every header
+//! the parser trusts (extension headers, the L4 header, an ICMP quote) must end inside the
+//! datagram; bytes past it are Ethernet padding. Anything else is `MalformedPass`.
 
 use core::mem::size_of;
 
@@ -44,6 +48,8 @@ const ICMP_FRAG_NEEDED: u8 = 4;
 const ICMPV6_PKT_TOOBIG: u8 = 2;
 /// ICMP and ICMPv6 headers are 8 bytes before the quoted packet.
 const ICMP_HDR_LEN: usize = 8;
+/// Bytes of the original datagram's data an ICMP error quotes at least (RFC 792): the ports.
+const ICMP_QUOTED_DATA: usize = 8;
 
 /// A checked pointer to a `T` at byte `off` of the packet, or `None` if it would cross
 /// `data_end`.
@@ -167,10 +173,39 @@ fn v4_addr(a: [u8; 4]) -> [u8; 16] {
     [a[0], a[1], a[2], a[3], 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]
 }
 
-/// Reads the source and destination ports at `off` (TCP and UDP both start with them).
+/// Smallest TCP header.
+const TCP_HDR_LEN: usize = 20;
+/// UDP header.
+const UDP_HDR_LEN: usize = 8;
+
+/// Length of the frame, from the Ethernet header.
 #[inline(always)]
-fn ports(ctx: &XdpContext, off: usize) -> Result<(u16, u16), Reason> {
+fn frame_len(ctx: &XdpContext) -> usize {
+    ctx.data_end() - ctx.data()
+}
+
+/// Bytes of an L4 header of `proto` that must lie inside the datagram before it is trusted.
+#[inline(always)]
+fn l4_len(proto: u8) -> usize {
+    if proto == PROTO_TCP {
+        TCP_HDR_LEN
+    } else {
+        UDP_HDR_LEN
+    }
+}
+
+/// Reads the source and destination ports at `off` (TCP and UDP both start with them), after
+/// checking that `need` bytes from `off` lie inside the datagram, which ends at `end`. (The
+/// frame may be longer: Ethernet padding is not part of the datagram.)
+#[inline(always)]
+fn ports(ctx: &XdpContext, off: usize, need: usize, end: usize) -> Result<(u16, u16), Reason> {
     let p: *const [u16; 2] = ptr_at(ctx, off).ok_or(Reason::MalformedPass)?;
+    // Checked after the read, not before: `end` fits in the frame, so LLVM would otherwise
+    // drop `ptr_at`'s bounds check as implied, and the verifier cannot follow that reasoning
+    // (6.18: "invalid access to packet").
+    if off + need > end {
+        return Err(Reason::MalformedPass);
+    }
     let p = unsafe { *p };
     Ok((p[0], p[1]))
 }
@@ -181,6 +216,12 @@ fn parse_ipv4(ctx: &XdpContext, l3: usize, pkt: &mut Packet) -> Result<(), Reaso
     let ip = unsafe { &*ip };
     let ihl = ((ip.vihl & 0x0f) as usize) * 4;
     if ip.vihl >> 4 != 4 || ihl < Ipv4Hdr::LEN {
+        return Err(Reason::MalformedPass);
+    }
+    // The datagram must hold its header and fit in the frame; what follows it is padding.
+    let total = u16::from_be_bytes(ip.tot_len) as usize;
+    let end = l3 + total;
+    if total < ihl || end > frame_len(ctx) {
         return Err(Reason::MalformedPass);
     }
     let l4 = l3 + ihl;
@@ -210,15 +251,15 @@ fn parse_ipv4(ctx: &XdpContext, l3: usize, pkt: &mut Packet) -> Result<(), Reaso
             f.proto = ip.proto;
             f.family = FAMILY_V4;
             // A first fragment carries the ports: the service is looked up with them (the
-            // datagram is then balanced on addresses only).
+            // datagram is then balanced on addresses and the service port).
             if frag != frag::LATER {
-                (f.sport, f.dport) = ports(ctx, l4)?;
+                (f.sport, f.dport) = ports(ctx, l4, l4_len(ip.proto), end)?;
             }
             Ok(())
         }
         PROTO_ICMP if frag == frag::NONE => {
             pkt.icmp = 1;
-            icmpv4_inner(ctx, l4, &mut pkt.flow)
+            icmpv4_inner(ctx, l4, end, ip.dst_addr, &mut pkt.flow)
         }
         _ => Err(Reason::NoService),
     }
@@ -226,7 +267,13 @@ fn parse_ipv4(ctx: &XdpContext, l3: usize, pkt: &mut Packet) -> Result<(), Reaso
 
 /// The flow quoted by an ICMP fragmentation-needed error, turned around.
 #[inline(always)]
-fn icmpv4_inner(ctx: &XdpContext, l4: usize, f: &mut FlowKey) -> Result<(), Reason> {
+fn icmpv4_inner(
+    ctx: &XdpContext,
+    l4: usize,
+    end: usize,
+    to: [u8; 4],
+    f: &mut FlowKey,
+) -> Result<(), Reason> {
     let icmp: *const [u8; ICMP_HDR_LEN] = ptr_at(ctx, l4).ok_or(Reason::MalformedPass)?;
     let (kind, code) = unsafe { ((*icmp)[0], (*icmp)[1]) };
     if kind != ICMP_DEST_UNREACH || code != ICMP_FRAG_NEEDED {
@@ -239,10 +286,13 @@ fn icmpv4_inner(ctx: &XdpContext, l4: usize, f: &mut FlowKey) -> Result<(), Reas
     if ip.vihl >> 4 != 4 || ihl < Ipv4Hdr::LEN {
         return Err(Reason::MalformedPass);
     }
-    if ip.proto != PROTO_TCP && ip.proto != PROTO_UDP {
+    // Only an error addressed to the address it quotes as the source (the virtual IP) belongs
+    // to the service; one for another host (say, the balancer's own address) is not stolen.
+    if ip.proto != PROTO_TCP && ip.proto != PROTO_UDP || ip.src_addr != to {
         return Err(Reason::NoService);
     }
-    let (sport, dport) = ports(ctx, inner_l3 + ihl)?;
+    // The quote holds the original header and at least 64 bits of its data (RFC 792).
+    let (sport, dport) = ports(ctx, inner_l3 + ihl, ICMP_QUOTED_DATA, end)?;
     // The quoted packet left the virtual IP towards the client: reverse it.
     f.src = v4_addr(ip.dst_addr);
     f.dst = v4_addr(ip.src_addr);
@@ -258,6 +308,11 @@ fn parse_ipv6(ctx: &XdpContext, l3: usize, pkt: &mut Packet) -> Result<(), Reaso
     let ip: *const Ipv6Hdr = ptr_at(ctx, l3).ok_or(Reason::MalformedPass)?;
     let ip = unsafe { &*ip };
     if ip.vcf[0] >> 4 != 6 {
+        return Err(Reason::MalformedPass);
+    }
+    // The payload must fit in the frame (a jumbogram cannot be an Ethernet frame).
+    let end = l3 + Ipv6Hdr::LEN + u16::from_be_bytes(ip.payload_len) as usize;
+    if end > frame_len(ctx) {
         return Err(Reason::MalformedPass);
     }
     let mut next = ip.next_hdr;
@@ -299,28 +354,38 @@ fn parse_ipv6(ctx: &XdpContext, l3: usize, pkt: &mut Packet) -> Result<(), Reaso
             }
             _ => break,
         }
+        if off > end {
+            return Err(Reason::MalformedPass);
+        }
+        if frag == frag::LATER {
+            // What follows a later fragment's header is fragment data, not headers
+            // (RFC 8200 §4.5).
+            break;
+        }
         off = pkt.forget_l4(off);
     }
     pkt.l3 = l3;
     pkt.l4 = off;
     pkt.frag = frag;
     match next {
-        PROTO_TCP | PROTO_UDP => {
+        // A later fragment follows its first whatever header opens the fragmentable part:
+        // IPv6 fragments are identified by addresses and identification alone.
+        _ if frag == frag::LATER || next == PROTO_TCP || next == PROTO_UDP => {
             let f = &mut pkt.flow;
             f.src = ip.src_addr;
             f.dst = ip.dst_addr;
             f.proto = next;
             f.family = FAMILY_V6;
             // A first fragment carries the ports: the service is looked up with them (the
-            // datagram is then balanced on addresses only).
+            // datagram is then balanced on addresses and the service port).
             if frag != frag::LATER {
-                (f.sport, f.dport) = ports(ctx, off)?;
+                (f.sport, f.dport) = ports(ctx, off, l4_len(next), end)?;
             }
             Ok(())
         }
         PROTO_ICMPV6 if frag == frag::NONE => {
             pkt.icmp = 1;
-            icmpv6_inner(ctx, off, &mut pkt.flow)
+            icmpv6_inner(ctx, off, end, &ip.dst_addr, &mut pkt.flow)
         }
         // Still an extension header after MAX_IPV6_EXT: too long a chain to follow.
         IPV6_HOPOPTS | IPV6_ROUTING | IPV6_DSTOPTS | IPV6_AH | IPV6_FRAGMENT => {
@@ -333,7 +398,13 @@ fn parse_ipv6(ctx: &XdpContext, l3: usize, pkt: &mut Packet) -> Result<(), Reaso
 /// The flow quoted by an ICMPv6 packet-too-big error, turned around. The quoted header's
 /// extension headers are not walked: the quote must start with TCP or UDP.
 #[inline(always)]
-fn icmpv6_inner(ctx: &XdpContext, l4: usize, f: &mut FlowKey) -> Result<(), Reason> {
+fn icmpv6_inner(
+    ctx: &XdpContext,
+    l4: usize,
+    end: usize,
+    to: &[u8; 16],
+    f: &mut FlowKey,
+) -> Result<(), Reason> {
     let icmp: *const [u8; ICMP_HDR_LEN] = ptr_at(ctx, l4).ok_or(Reason::MalformedPass)?;
     if unsafe { (*icmp)[0] } != ICMPV6_PKT_TOOBIG {
         return Err(Reason::NoService);
@@ -341,10 +412,14 @@ fn icmpv6_inner(ctx: &XdpContext, l4: usize, f: &mut FlowKey) -> Result<(), Reas
     let inner_l3 = l4 + ICMP_HDR_LEN;
     let ip: *const Ipv6Hdr = ptr_at(ctx, inner_l3).ok_or(Reason::MalformedPass)?;
     let ip = unsafe { &*ip };
-    if ip.next_hdr != PROTO_TCP && ip.next_hdr != PROTO_UDP {
+    if ip.vcf[0] >> 4 != 6 {
+        return Err(Reason::MalformedPass);
+    }
+    // As for IPv4: the error must be addressed to the quoted source, the virtual IP.
+    if ip.next_hdr != PROTO_TCP && ip.next_hdr != PROTO_UDP || !same_addr(&ip.src_addr, to) {
         return Err(Reason::NoService);
     }
-    let (sport, dport) = ports(ctx, inner_l3 + Ipv6Hdr::LEN)?;
+    let (sport, dport) = ports(ctx, inner_l3 + Ipv6Hdr::LEN, ICMP_QUOTED_DATA, end)?;
     f.src = ip.dst_addr;
     f.dst = ip.src_addr;
     f.sport = dport;
@@ -352,4 +427,19 @@ fn icmpv6_inner(ctx: &XdpContext, l4: usize, f: &mut FlowKey) -> Result<(), Reas
     f.proto = ip.next_hdr;
     f.family = FAMILY_V6;
     Ok(())
+}
+
+/// Whether two IPv6 addresses are equal (word by word: `==` on arrays may become a `bcmp` call,
+/// which BPF has not).
+#[inline(always)]
+fn same_addr(a: &[u8; 16], b: &[u8; 16]) -> bool {
+    let mut diff = 0u32;
+    let mut i = 0;
+    while i < 16 {
+        let x = u32::from_ne_bytes([a[i], a[i + 1], a[i + 2], a[i + 3]]);
+        let y = u32::from_ne_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
+        diff |= x ^ y;
+        i += 4;
+    }
+    diff == 0
 }

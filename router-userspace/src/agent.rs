@@ -2,7 +2,8 @@
 //! local API, and apply health transitions and reloads as they come.
 //!
 //! Start order (each step changes nothing if it fails): read and validate the config → bind
-//! the API socket → load the program with its pinned maps → attach to every interface (on a
+//! the API socket → lock the pin directory (one agent per set of maps) → load the program with
+//! its pinned maps → attach to every interface (on a
 //! failure, undo the attachments made so far and remove the map pins this run created) →
 //! publish → start health checks. On SIGINT or SIGTERM the agent exits and the program
 //! **stays attached** with the last maps (pinned link and maps); `switchyard detach` removes
@@ -24,7 +25,7 @@ use tokio::sync::mpsc;
 use crate::{
     config::{self, Config},
     dataplane::{
-        DataplaneError,
+        Dataplane as _, DataplaneError,
         attach::{self, Attached, Mode},
         load,
         maps::KernelMaps,
@@ -111,7 +112,16 @@ pub struct Shared {
     pub mode: Mode,
 }
 
-fn targets(cfg: &Config) -> Vec<ProbeTarget> {
+/// The probes of `cfg`, each starting from the health `publisher` has for its backend (up for
+/// a backend it does not know).
+fn targets(cfg: &Config, publisher: &Publisher) -> Vec<ProbeTarget> {
+    let healthy = |pool: &str, address: IpAddr| {
+        publisher
+            .pools()
+            .get(pool)
+            .and_then(|p| p.backends.iter().find(|b| b.address == address))
+            .is_none_or(|b| b.healthy)
+    };
     cfg.pools
         .iter()
         .filter_map(|p| p.health_check.as_ref().map(|hc| (p, hc)))
@@ -120,6 +130,7 @@ fn targets(cfg: &Config) -> Vec<ProbeTarget> {
                 pool: p.name.clone(),
                 address: b.address,
                 check: hc.clone(),
+                healthy: healthy(&p.name, b.address),
             })
         })
         .collect()
@@ -135,6 +146,8 @@ pub async fn run(opts: Options) -> Result<(), AgentError> {
             source,
         })?;
     let pin_dir = load::pin_dir(&cfg.agent.pin_path);
+    // One agent per pin directory, for as long as it runs.
+    let _lock = attach::lock_pin_dir(&pin_dir)?;
     // Maps pinned by an earlier agent are adopted and kept whatever happens; maps this run
     // pins are removed again if it fails to attach.
     let adopting_maps = attach::maps_pinned(&pin_dir);
@@ -176,6 +189,10 @@ pub async fn run(opts: Options) -> Result<(), AgentError> {
     let metrics = Metrics::default();
     let started = Instant::now();
     let generation = publisher.apply(&mut maps, &cfg)?;
+    // Adopted maps may hold services an earlier agent published and this config no longer
+    // has (removed while no agent ran): the publisher does not know them, so nothing else
+    // would ever remove them.
+    remove_unknown_services(&publisher, &mut maps)?;
     metrics.map_write.observe(started.elapsed().as_secs_f64());
     metrics.generation.set(generation as i64);
     info!(
@@ -184,7 +201,7 @@ pub async fn run(opts: Options) -> Result<(), AgentError> {
     );
 
     let (tx, mut rx) = mpsc::channel::<HealthEvent>(1024);
-    let mut probes: ProbeSet = probe::spawn(targets(&cfg), tx.clone());
+    let mut probes: ProbeSet = probe::spawn(targets(&cfg, &publisher), tx.clone());
     let shared = Arc::new(Mutex::new(Shared {
         publisher,
         maps,
@@ -219,6 +236,20 @@ pub async fn run(opts: Options) -> Result<(), AgentError> {
     // Keep `ebpf` alive until here: the maps and program stay pinned and attached after exit.
     drop(ebpf);
     info!("exiting; the program stays attached (`switchyard detach` removes it)");
+    Ok(())
+}
+
+/// Removes from the `SERVICES` map every service `publisher` did not publish.
+fn remove_unknown_services(
+    publisher: &Publisher,
+    maps: &mut KernelMaps,
+) -> Result<(), DataplaneError> {
+    for (key, _) in maps.services() {
+        if !publisher.services().values().any(|s| s.key == key) {
+            info!("removing a service of an earlier config from the adopted maps: {key:?}");
+            maps.remove_service(&key)?;
+        }
+    }
     Ok(())
 }
 
@@ -295,7 +326,7 @@ fn reload(shared: &Arc<Mutex<Shared>>, tx: &mpsc::Sender<HealthEvent>) -> Option
             s.metrics.map_write.observe(started.elapsed().as_secs_f64());
             s.metrics.generation.set(generation as i64);
             info!("config generation {generation} applied");
-            let set = probe::spawn(targets(&cfg), tx.clone());
+            let set = probe::spawn(targets(&cfg, &s.publisher), tx.clone());
             s.config = cfg;
             s.rejected = None;
             s.probes.clear();

@@ -2,9 +2,11 @@
 //! writes only what changed, in an order that never exposes a half-built state.
 //!
 //! Order of one apply (ARCHITECTURE.md, "Map writes"):
+//! 0. nothing, unless the slots the new config needs beside the running one are all free;
 //! 1. backends that are new or changed (a service cannot reach them yet);
 //! 2. pool tables: each changed table is written into the pool's inactive half, then the pool's
-//!    `active` word flips (one update);
+//!    `active` word flips (one update); then the backends that left a pool go down and free
+//!    their slots (no live table names them any more);
 //! 3. decision words (one 8-byte update each);
 //! 4. services (new or changed);
 //! 5. removals in reverse: services, then backends marked down (their tracked flows re-select),
@@ -40,7 +42,9 @@ pub enum PublishError {
     Dataplane(#[from] DataplaneError),
     /// No free slot of a kind (the limits are in router-common).
     #[error(
-        "no free {0} slot (limits: {MAX_SERVICES} services, {MAX_POOLS} pools, {MAX_BACKENDS} backends)"
+        "not enough free {0} slots (limits: {MAX_SERVICES} services, {MAX_POOLS} pools, \
+         {MAX_BACKENDS} backends; a change holds its new slots beside the running ones until it \
+         is live, so apply a large renumbering in steps); nothing was changed"
     )]
     Full(&'static str),
     /// A Maglev table could not be built.
@@ -80,6 +84,10 @@ impl Slots {
             }
         }
         Err(PublishError::Full(what))
+    }
+
+    fn free_count(&self) -> usize {
+        self.used.iter().filter(|u| !**u).count()
     }
 
     fn free(&mut self, slot: u32) {
@@ -227,8 +235,12 @@ impl Publisher {
     /// Makes the maps hold `cfg`, keeping the health of backends that stay. Returns the new
     /// generation.
     pub fn apply(&mut self, dp: &mut dyn Dataplane, cfg: &Config) -> Result<u64, PublishError> {
+        // 0. Every slot the new config needs must be free now (old and new stand side by side
+        //    until the removals): refuse before the first write rather than stop half way.
+        self.reserve(cfg)?;
         // 1. Backends, pool by pool (new pools get slots; their tables come in step 2).
         let mut pools = BTreeMap::new();
+        let mut retired = Vec::new();
         for p in &cfg.pools {
             let old = self.pools.remove(&p.name);
             let mut old_backends: HashMap<IpAddr, BackendState> = old
@@ -252,18 +264,10 @@ impl Publisher {
                 dp.set_backend(state.slot, state.entry())?;
                 backends.push(state);
             }
-            // Backends that left this pool: down first (flows re-select), slot freed.
-            for gone in old_backends.into_values() {
-                dp.set_backend(
-                    gone.slot,
-                    BackendState {
-                        healthy: false,
-                        ..gone.clone()
-                    }
-                    .entry(),
-                )?;
-                self.backend_slots.free(gone.slot);
-            }
+            // Backends that left this pool stay as they are until the pool's new table is live
+            // (step 2): marked down before, they would drop the flows the old table still
+            // sends them; freed before, a new backend could take the slot the old table names.
+            retired.extend(old_backends.into_values());
             let flags = match p.when_all_down {
                 WhenAllDown::Drop => 0,
                 WhenAllDown::Pass => POOL_F_ALL_DOWN_PASS,
@@ -287,6 +291,19 @@ impl Publisher {
         // 2. Tables and pool words.
         for (name, pool) in &mut pools {
             publish_pool(dp, name, pool, true)?;
+        }
+        // No live table names the backends that left a pool now: down (their tracked flows
+        // re-select), then their slots are free.
+        for gone in retired {
+            dp.set_backend(
+                gone.slot,
+                BackendState {
+                    healthy: false,
+                    ..gone
+                }
+                .entry(),
+            )?;
+            self.backend_slots.free(gone.slot);
         }
         // Pools no longer configured: their backends go down; slots are freed after services.
         let removed_pools = std::mem::replace(&mut self.pools, pools);
@@ -361,6 +378,47 @@ impl Publisher {
             _pad: 0,
         })?;
         Ok(self.generation)
+    }
+
+    /// Checks that the slots `cfg` needs beside the published ones are free.
+    fn reserve(&self, cfg: &Config) -> Result<(), PublishError> {
+        let new_pools = cfg
+            .pools
+            .iter()
+            .filter(|p| !self.pools.contains_key(&p.name))
+            .count();
+        let new_backends: usize = cfg
+            .pools
+            .iter()
+            .map(|p| {
+                let old = self.pools.get(&p.name);
+                p.backends
+                    .iter()
+                    .filter(|b| {
+                        old.is_none_or(|o| o.backends.iter().all(|x| x.address != b.address))
+                    })
+                    .count()
+            })
+            .sum();
+        let new_services = cfg
+            .services
+            .iter()
+            .filter(|s| {
+                self.services
+                    .get(&s.name)
+                    .is_none_or(|o| o.key != service_key(s))
+            })
+            .count();
+        for (need, slots, what) in [
+            (new_pools, &self.pool_slots, "pool"),
+            (new_backends, &self.backend_slots, "backend"),
+            (new_services, &self.service_slots, "service"),
+        ] {
+            if need > slots.free_count() {
+                return Err(PublishError::Full(what));
+            }
+        }
+        Ok(())
     }
 
     /// Records a health verdict for `address` in `pool`; on a change, writes the backend's state
@@ -472,6 +530,9 @@ fn publish_pool(
     pool.live = Some(table);
     Ok(())
 }
+
+#[cfg(test)]
+mod order_tests;
 
 #[cfg(test)]
 mod tests {

@@ -456,6 +456,21 @@ pools:
     }
 
     #[test]
+    fn a_virtual_ip_cannot_be_a_backend() {
+        // NAT to the VIP itself sends the rewritten packet back to the VIP; the program never
+        // lowers the TTL, so nothing ends the loop.
+        let text = MINIMAL.replace("{ address: 198.18.1.11 }", "{ address: 198.18.0.10 }");
+        let lines = problems(&[("10-web.yaml", &text)]);
+        assert_eq!(
+            lines,
+            [
+                "10-web.yaml:11 pools[0].backends[0].address: 198.18.0.10 is the virtual IP of \
+             service \"web\" (10-web.yaml:3); a backend must be a real server's own address"
+            ]
+        );
+    }
+
+    #[test]
     fn several_errors_are_all_reported_with_their_lines() {
         let text = "\
 services:
@@ -736,6 +751,49 @@ services:
             e.to_string(),
             "10-web.yaml:7 services[0].to.pool: unknown pool \"dc3\"; did you mean \"dc1\"?"
         );
+    }
+
+    /// Runs `load_dir` on another thread: `None` if it has not returned within 10 s.
+    fn load_dir_bounded(dir: &Path) -> Option<Result<Config, switchyard::config::ConfigError>> {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let dir = dir.to_owned();
+        std::thread::spawn(move || {
+            let _ = tx.send(load_dir(&dir));
+        });
+        rx.recv_timeout(std::time::Duration::from_secs(10)).ok()
+    }
+
+    #[test]
+    fn load_dir_refuses_fifos_devices_and_huge_files_without_reading_them() {
+        let dir = TempDir::new("special");
+        dir.write("10-web.yaml", MINIMAL);
+        // A FIFO: opening it blocks until a writer comes.
+        let fifo = std::ffi::CString::new(dir.0.join("20-fifo.yaml").to_str().unwrap()).unwrap();
+        // SAFETY: a valid C string.
+        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+        // A device: endless.
+        std::os::unix::fs::symlink("/dev/zero", dir.0.join("30-zero.yaml")).unwrap();
+        // A (sparse) file far larger than any configuration.
+        let huge = fs::File::create(dir.0.join("40-huge.yaml")).unwrap();
+        huge.set_len(64 << 20).unwrap();
+        let Some(result) = load_dir_bounded(&dir.0) else {
+            panic!("load_dir hung on a FIFO or a device");
+        };
+        let e = result.unwrap_err();
+        let text = e.to_string();
+        for name in ["20-fifo.yaml", "30-zero.yaml", "40-huge.yaml"] {
+            assert!(
+                e.problems.iter().any(|p| p.file == name),
+                "{name} not reported: {text}"
+            );
+        }
+        assert!(!text.contains("10-web.yaml"), "{text}");
+    }
+
+    #[test]
+    fn a_byte_order_mark_at_the_start_of_a_file_is_allowed() {
+        let config = load(&[("10-web.yaml", &format!("\u{feff}{MINIMAL}"))]);
+        assert_eq!(config.services.len(), 1);
     }
 
     /// Random edits of the reference config (cut, insert YAML punctuation, duplicate or swap

@@ -174,33 +174,53 @@ impl Agent {
             fs::write(config_dir.join(name), text)?;
         }
         let log = config_dir.with_extension("log");
-        let bin = binary()?;
+        let mut agent = Self {
+            child: None,
+            lb: topo.lb().clone(),
+            interfaces: interfaces.to_vec(),
+            pin_path: switchyard::cli::pin_path(&config_dir),
+            config_dir,
+            log,
+            bin: binary()?,
+        };
+        agent.launch()?;
+        Ok(agent)
+    }
+
+    /// Starts `switchyard attach` on this agent's interfaces and config directory, appending
+    /// to its log.
+    fn launch(&mut self) -> Result<()> {
         let mut cmd = Command::new("nsenter");
-        cmd.arg(format!("--net={}", topo.lb().path().display()))
-            .arg(&bin)
+        cmd.arg(format!("--net={}", self.lb.path().display()))
+            .arg(&self.bin)
             .arg("attach");
-        for i in interfaces {
+        for i in &self.interfaces {
             cmd.args(["--iface", i]);
         }
-        cmd.arg("--config-dir").arg(&config_dir);
+        cmd.arg("--config-dir").arg(&self.config_dir);
         // One open file for both streams, so they share an offset and never overwrite each
         // other.
-        let out = fs::File::create(&log)?;
+        let out = fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)?;
         let child = cmd
             .stdin(Stdio::null())
             .stdout(out.try_clone()?)
             .stderr(out)
             .spawn()
             .context("starting switchyard attach")?;
-        Ok(Self {
-            child: Some(child),
-            lb: topo.lb().clone(),
-            interfaces: interfaces.to_vec(),
-            pin_path: switchyard::cli::pin_path(&config_dir),
-            config_dir,
-            log,
-            bin,
-        })
+        self.child = Some(child);
+        Ok(())
+    }
+
+    /// Stops the agent (SIGTERM: the program stays attached with its pinned maps) and starts
+    /// it again on the same config directory, which it may have changed in between; the new
+    /// agent adopts the pinned maps and links. Waits until it answers.
+    pub fn restart(&mut self) -> Result<()> {
+        self.stop()?;
+        self.launch()?;
+        self.wait_ready(Duration::from_secs(20))
     }
 
     fn wait_ready(&mut self, limit: Duration) -> Result<()> {

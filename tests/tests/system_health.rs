@@ -298,3 +298,33 @@ fn established_sessions_on_healthy_backends_survive_a_table_rebuild() -> Result<
     ensure!(survived == 60 - on_failing);
     Ok(())
 }
+
+#[test]
+fn a_backend_down_at_a_reload_comes_back_when_it_recovers() -> Result<()> {
+    if privileged::require_root_and_bpf("a_backend_down_at_a_reload_comes_back").is_err() {
+        return Ok(());
+    }
+    let (_topo, servers, agent) = setup()?;
+    servers[FAILING - 1].set_healthy(false);
+    agent.wait_for(Duration::from_secs(3), |s| {
+        failing_is_healthy(s) == Some(false)
+    })?;
+    // A reload of the unchanged directory restarts the probes; the backend recovers before
+    // they could have seen it fail `unhealthy_threshold` times.
+    let generation = agent.status()?.generation;
+    agent.reload()?;
+    agent.wait_for(Duration::from_secs(3), |s| s.generation > generation)?;
+    ensure!(
+        failing_is_healthy(&agent.status()?) == Some(false),
+        "the reload brought the failing backend back without a probe"
+    );
+    servers[FAILING - 1].set_healthy(true);
+    // Two good probes bring it back, as without the reload (the new probes must not believe
+    // it was up all along, which left it down for good).
+    agent
+        .wait_for(Duration::from_secs(3), |s| {
+            failing_is_healthy(s) == Some(true)
+        })
+        .map_err(|e| anyhow::anyhow!("the recovered backend stayed down after a reload: {e:#}"))?;
+    Ok(())
+}

@@ -61,8 +61,7 @@ pub fn load_dir(dir: &Path) -> Result<Config, ConfigError> {
     }
     names.sort();
     for (name, path) in names {
-        let text = fs::read_to_string(&path).map_err(|e| format!("cannot read: {e}"));
-        sources.push((name, text));
+        sources.push((name, read_fragment(&path)));
     }
     load(sources.iter().map(|(n, t)| (n, t.as_deref())))
 }
@@ -75,6 +74,38 @@ pub fn load_dir(dir: &Path) -> Result<Config, ConfigError> {
 /// A [`ConfigError`] with every problem found in the fragments and in the merged configuration.
 pub fn load_files(files: &[(String, String)]) -> Result<Config, ConfigError> {
     load(files.iter().map(|(n, t)| (n, Ok(t.as_str()))))
+}
+
+/// Largest fragment read: far more than the data plane's limits can use (a full configuration
+/// is a few hundred kilobytes).
+const MAX_FRAGMENT_BYTES: u64 = 16 << 20;
+
+/// The text of one fragment. Only regular files (or links to them) are read: a FIFO would
+/// block and a device (`/dev/zero`) never end, hanging a reload; nor more than
+/// [`MAX_FRAGMENT_BYTES`].
+fn read_fragment(path: &Path) -> Result<String, String> {
+    use std::io::Read as _;
+    let meta = fs::metadata(path).map_err(|e| format!("cannot read: {e}"))?;
+    if !meta.is_file() {
+        let kind = if meta.is_dir() {
+            "a directory"
+        } else {
+            "not a regular file"
+        };
+        return Err(format!("cannot read: {kind}"));
+    }
+    let too_big = || format!("cannot read: larger than {} MiB", MAX_FRAGMENT_BYTES >> 20);
+    if meta.len() > MAX_FRAGMENT_BYTES {
+        return Err(too_big());
+    }
+    let mut text = String::new();
+    fs::File::open(path)
+        .and_then(|f| f.take(MAX_FRAGMENT_BYTES + 1).read_to_string(&mut text))
+        .map_err(|e| format!("cannot read: {e}"))?;
+    if text.len() as u64 > MAX_FRAGMENT_BYTES {
+        return Err(too_big());
+    }
+    Ok(text)
 }
 
 /// Whether a directory entry named `name` is a fragment.
@@ -136,6 +167,8 @@ pub(crate) struct Parsed {
 }
 
 fn parse_file(file: usize, text: &str, parsed: &mut Parsed, report: &mut Report) {
+    // A byte order mark may open a YAML stream (YAML 1.2 §5.2); some editors write one.
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     let options = LoaderOptions::default()
         .error_on_duplicate_keys(true)
         .toplevel_mapping();

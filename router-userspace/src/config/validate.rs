@@ -120,6 +120,7 @@ pub(crate) fn validate(parsed: Parsed, report: &mut Report) -> Option<Config> {
     unique_addresses(&parsed.services, &services, report);
     let users = references(&parsed, &pools, &services, report);
     families(&parsed, &pools, &services, &users, report);
+    backends_are_not_vips(&parsed, &pools, &services, report);
     limits(&parsed, report);
 
     if !report.is_empty() {
@@ -504,6 +505,38 @@ fn families(
             );
             let rel = key_path(&index_path("backends", *b), "address");
             it.err(report, &rel, message, Some(hint));
+        }
+    }
+}
+
+/// Reports every backend whose address is a service's virtual IP: NAT would send packets back
+/// to the VIP (and the program never lowers the TTL, so nothing ends the loop); DSR would hand
+/// them to whatever holds the VIP.
+fn backends_are_not_vips(
+    parsed: &Parsed,
+    pools: &[pool::Draft],
+    services: &[ServiceDraft],
+    report: &mut Report,
+) {
+    for (it, draft) in parsed.pools.iter().zip(pools) {
+        for (b, address) in &draft.backends {
+            let Some((s, service)) = services
+                .iter()
+                .enumerate()
+                .find(|(_, s)| s.vip == Some(*address))
+            else {
+                continue;
+            };
+            let name = service.name.as_deref().unwrap_or("?");
+            let at = parsed
+                .services
+                .get(s)
+                .map(|x| x.location(report, "vip"))
+                .unwrap_or_default();
+            let message = format!("{address} is the virtual IP of service {name:?} ({at})");
+            let hint = Some("a backend must be a real server's own address".to_owned());
+            let rel = key_path(&index_path("backends", *b), "address");
+            it.err(report, &rel, message, hint);
         }
     }
 }

@@ -181,6 +181,38 @@ pub fn detach(pin_dir: &Path, iface: &str, keep_maps: bool) -> Result<(), Datapl
     Ok(())
 }
 
+/// An exclusive lock on a pin directory, held while an agent runs: one writer per set of maps.
+#[derive(Debug)]
+pub struct PinLock {
+    _dir: std::fs::File,
+}
+
+/// Creates `pin_dir` if needed (on bpffs) and locks it (`flock`), or fails with
+/// [`DataplaneError::AnotherAgent`] when another agent holds it: two agents would adopt the
+/// same program and maps and overwrite each other's slots.
+pub fn lock_pin_dir(pin_dir: &Path) -> Result<PinLock, DataplaneError> {
+    use std::os::fd::AsRawFd as _;
+    load::prepare_pin_dir(pin_dir)?;
+    let dir = std::fs::File::open(pin_dir).map_err(|source| DataplaneError::Io {
+        what: "opening",
+        path: pin_dir.to_owned(),
+        source,
+    })?;
+    // SAFETY: flock(2) on a file descriptor this function owns.
+    if unsafe { libc::flock(dir.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        let source = std::io::Error::last_os_error();
+        if source.raw_os_error() == Some(libc::EWOULDBLOCK) {
+            return Err(DataplaneError::AnotherAgent(pin_dir.to_owned()));
+        }
+        return Err(DataplaneError::Io {
+            what: "locking",
+            path: pin_dir.to_owned(),
+            source,
+        });
+    }
+    Ok(PinLock { _dir: dir })
+}
+
 /// Whether any of the program's maps is pinned under `pin_dir` (an earlier agent's, to adopt).
 pub fn maps_pinned(pin_dir: &Path) -> bool {
     maps::ALL.iter().any(|name| pin_dir.join(name).exists())

@@ -70,6 +70,12 @@ pub enum DataplaneError {
         #[source]
         source: Box<aya::programs::ProgramError>,
     },
+    /// Another agent runs with the same pin directory.
+    #[error(
+        "another switchyard agent runs with pin path {0} (it holds the lock on it); stop it \
+         first, or give this one another agent.pin_path"
+    )]
+    AnotherAgent(PathBuf),
     /// The pin directory is not on a BPF filesystem.
     #[error(
         "pin path {0} is not on a BPF filesystem (bpffs); mount one with \

@@ -37,6 +37,10 @@ pub struct ProbeTarget {
     pub address: IpAddr,
     /// How and how often to probe it.
     pub check: HealthCheck,
+    /// Its health when probing starts: up for a new backend, the published health for one
+    /// that stays across a reload (a probe that assumed "up" would never report the recovery
+    /// of a backend that is down).
+    pub healthy: bool,
 }
 
 /// The result of one probe, with the health it leaves the backend in.
@@ -56,7 +60,7 @@ pub struct HealthEvent {
 
 /// The running probe tasks of one configuration. Dropping it aborts them all, so applying a new
 /// configuration is `set = probe::spawn(new_targets, tx)`: the old tasks stop, and the new
-/// ones start from healthy.
+/// ones start from each target's `healthy`.
 #[must_use = "dropping a ProbeSet stops its probes"]
 #[derive(Debug)]
 pub struct ProbeSet {
@@ -94,7 +98,7 @@ pub fn spawn(targets: Vec<ProbeTarget>, events: mpsc::Sender<HealthEvent>) -> Pr
 
 async fn run(target: ProbeTarget, events: mpsc::Sender<HealthEvent>) {
     let checker = Checker::new(target.address, &target.check);
-    let mut state = HealthState::new(&target.check);
+    let mut state = HealthState::resume(&target.check, target.healthy);
     loop {
         let outcome = checker.probe().await;
         let transition = state.record(outcome.success);
@@ -151,6 +155,7 @@ mod tests {
             pool: pool.to_owned(),
             address,
             check: fast_check(kind),
+            healthy: true,
         }
     }
 

@@ -6,7 +6,8 @@
 //! Rules:
 //! - A backend starts **up**, as keepalived's real servers do: a freshly configured pool serves
 //!   at once, and a dead backend is taken out after `unhealthy_threshold` failed probes
-//!   (`unhealthy_threshold · interval`, about 3 s with the defaults).
+//!   (`unhealthy_threshold · interval`, about 3 s with the defaults). Probes restarted for a
+//!   backend the agent already knows (a reload) resume from its published health instead.
 //! - Up → down after `unhealthy_threshold` *consecutive* failures; any success resets the count.
 //! - Down → up after `healthy_threshold` *consecutive* successes; any failure resets the count.
 //! - Each crossing is reported once, as a [`Transition`], by the probe that crosses it.
@@ -65,6 +66,15 @@ impl HealthState {
             // f64::max returns the other operand for NaN, so NaN becomes 1.
             backoff_factor: check.backoff.factor.max(1.0),
             backoff_max: check.backoff.max,
+        }
+    }
+
+    /// A backend already known to be `healthy` or not (its health before the probes restarted,
+    /// say on a reload), with no probe recorded yet.
+    pub fn resume(check: &HealthCheck, healthy: bool) -> Self {
+        Self {
+            healthy,
+            ..Self::new(check)
         }
     }
 
@@ -152,6 +162,16 @@ mod tests {
 
     fn state(unhealthy: u32, healthy: u32) -> HealthState {
         HealthState::new(&check(unhealthy, healthy, 1.0, INTERVAL))
+    }
+
+    #[test]
+    fn a_resumed_down_backend_needs_healthy_threshold_successes_to_come_up() {
+        let mut s = HealthState::resume(&check(3, 2, 1.0, INTERVAL), false);
+        assert!(!s.is_healthy());
+        assert_eq!(feed(&mut s, &[false, true, true]), [(2, Transition::Up)]);
+        let mut up = HealthState::resume(&check(3, 2, 1.0, INTERVAL), true);
+        assert_eq!(up, state(3, 2));
+        assert_eq!(feed(&mut up, &[true, true]), []);
     }
 
     /// Records `results` and returns the transitions, each with the index of its probe.

@@ -1,0 +1,299 @@
+//! The publisher's write order, checked after every single write: at no point may a service's
+//! live tables name a backend slot that is unwritten, down, or holds a backend the pool never
+//! had. Also: an apply that cannot be completed must not start.
+
+use std::{
+    collections::{HashMap, HashSet},
+    net::IpAddr,
+};
+
+use router_common::{
+    BACKEND_DOWN, Backend, Config as Generation, Decision, MAX_BACKENDS, NO_BACKEND, NO_POOL, Pool,
+    Service, ServiceKey,
+};
+
+use super::{PublishError, Publisher, addr16};
+use crate::{
+    config::{
+        Agent, Backend as CfgBackend, Config, Forward, HashMode, Pool as CfgPool, Protocol,
+        Service as CfgService, Target, WhenAllDown,
+    },
+    dataplane::{Dataplane, DataplaneError, memory::MemoryDataplane},
+};
+
+/// A [`MemoryDataplane`] that checks the program's view after every write.
+#[derive(Default)]
+struct Checked {
+    inner: MemoryDataplane,
+    /// Distinct entries of each pool's live table.
+    live: HashMap<u32, HashSet<u32>>,
+    /// Addresses each pool slot may name (its backends before and after the apply); pools
+    /// missing here are not checked for identity.
+    allowed: HashMap<u32, HashSet<[u8; 16]>>,
+    /// Everything found wrong, with the write that exposed it.
+    violations: Vec<String>,
+}
+
+impl Checked {
+    fn refresh(&mut self, pool: u32) {
+        let entries = self
+            .inner
+            .live_table(pool)
+            .map(|t| t.iter().copied().filter(|e| *e != NO_BACKEND).collect())
+            .unwrap_or_default();
+        self.live.insert(pool, entries);
+    }
+
+    fn check(&mut self, write: &str) {
+        let mut found = Vec::new();
+        for (key, svc) in &self.inner.services {
+            let Some(word) = self.inner.decisions.get(&svc.decision) else {
+                found.push(format!("service {key:?} has no decision word"));
+                continue;
+            };
+            let d = Decision::decode(*word);
+            for pool in [d.pool_a, d.pool_b, d.fallback] {
+                if pool == NO_POOL {
+                    continue;
+                }
+                let pool = u32::from(pool);
+                let Some(entries) = self.live.get(&pool) else {
+                    found.push(format!(
+                        "service {key:?}: pool slot {pool} has no live table"
+                    ));
+                    continue;
+                };
+                for slot in entries {
+                    match self.inner.backends.get(slot) {
+                        None => found.push(format!("pool {pool} names unwritten slot {slot}")),
+                        Some(b) if b.state == BACKEND_DOWN => {
+                            found.push(format!("pool {pool} names down slot {slot}"));
+                        }
+                        Some(b) => {
+                            if let Some(ok) = self.allowed.get(&pool)
+                                && !ok.contains(&b.addr)
+                            {
+                                found.push(format!(
+                                    "pool {pool} names slot {slot}, which now holds a backend \
+                                     of another pool"
+                                ));
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        for f in found {
+            self.violations.push(format!("after {write}: {f}"));
+        }
+    }
+}
+
+impl Dataplane for Checked {
+    fn set_backend(&mut self, slot: u32, backend: Backend) -> Result<(), DataplaneError> {
+        self.inner.set_backend(slot, backend)?;
+        self.check(&format!("set_backend({slot}, state {})", backend.state));
+        Ok(())
+    }
+    fn write_table(&mut self, pool: u32, half: u32, table: &[u32]) -> Result<(), DataplaneError> {
+        self.inner.write_table(pool, half, table)?;
+        self.refresh(pool);
+        self.check(&format!("write_table({pool}, {half})"));
+        Ok(())
+    }
+    fn set_pool(&mut self, slot: u32, pool: Pool) -> Result<(), DataplaneError> {
+        self.inner.set_pool(slot, pool)?;
+        self.refresh(slot);
+        self.check(&format!("set_pool({slot})"));
+        Ok(())
+    }
+    fn set_decision(&mut self, slot: u32, word: u64) -> Result<(), DataplaneError> {
+        self.inner.set_decision(slot, word)?;
+        self.check(&format!("set_decision({slot})"));
+        Ok(())
+    }
+    fn set_service(&mut self, key: ServiceKey, service: Service) -> Result<(), DataplaneError> {
+        self.inner.set_service(key, service)?;
+        self.check("set_service");
+        Ok(())
+    }
+    fn remove_service(&mut self, key: &ServiceKey) -> Result<(), DataplaneError> {
+        self.inner.remove_service(key)?;
+        self.check("remove_service");
+        Ok(())
+    }
+    fn set_config(&mut self, config: Generation) -> Result<(), DataplaneError> {
+        self.inner.set_config(config)
+    }
+}
+
+fn addrs(prefix: [u8; 2], n: usize) -> Vec<IpAddr> {
+    (0..n)
+        .map(|i| {
+            IpAddr::from([
+                10,
+                prefix[0],
+                prefix[1] + (i / 250) as u8,
+                1 + (i % 250) as u8,
+            ])
+        })
+        .collect()
+}
+
+fn pool(name: &str, backends: Vec<IpAddr>) -> CfgPool {
+    CfgPool {
+        name: name.into(),
+        backends: backends
+            .into_iter()
+            .map(|address| CfgBackend {
+                address,
+                weight: 100,
+            })
+            .collect(),
+        health_check: None,
+        when_all_down: WhenAllDown::Drop,
+    }
+}
+
+fn service(name: &str, port: u16, to: &str) -> CfgService {
+    CfgService {
+        name: name.into(),
+        vip: "198.18.0.10".parse().unwrap(),
+        port,
+        protocol: Protocol::Tcp,
+        forward: Forward::DsrL2,
+        hash: HashMode::FiveTuple,
+        to: Target::Pool(to.into()),
+    }
+}
+
+fn config(services: Vec<CfgService>, pools: Vec<CfgPool>) -> Config {
+    Config {
+        agent: Agent::default(),
+        services,
+        pools,
+    }
+}
+
+/// Allows, for each pool of `cfgs` published by `p`, every address it has in any of them.
+fn allow(dp: &mut Checked, p: &Publisher, cfgs: &[&Config]) {
+    for cfg in cfgs {
+        for pool in &cfg.pools {
+            if let Some(state) = p.pools().get(&pool.name) {
+                dp.allowed
+                    .entry(state.slot)
+                    .or_default()
+                    .extend(pool.backends.iter().map(|b| addr16(b.address)));
+            }
+        }
+    }
+}
+
+#[test]
+fn a_backend_removed_from_a_pool_leaves_the_table_before_it_goes_down() {
+    let mut dp = Checked::default();
+    let mut p = Publisher::new();
+    let before = config(
+        vec![service("web", 80, "dc1")],
+        vec![pool("dc1", addrs([1, 0], 3))],
+    );
+    p.apply(&mut dp, &before).unwrap();
+    let after = config(
+        vec![service("web", 80, "dc1")],
+        vec![pool("dc1", addrs([1, 0], 2))],
+    );
+    p.apply(&mut dp, &after).unwrap();
+    assert_violations(&dp);
+}
+
+#[test]
+fn a_slot_freed_in_an_apply_is_not_reused_while_a_live_table_names_it() {
+    // Leave one slot free, the last, so the allocator wraps around in the second apply.
+    let filler = addrs([2, 0], MAX_BACKENDS as usize - 3);
+    let mut dp = Checked::default();
+    let mut p = Publisher::new();
+    let before = config(
+        vec![service("web", 80, "a"), service("api", 81, "b")],
+        vec![
+            pool("a", addrs([1, 0], 1)),
+            pool("b", addrs([3, 0], 1)),
+            pool("filler", filler.clone()),
+        ],
+    );
+    p.apply(&mut dp, &before).unwrap();
+    // Pool "a" swaps its backend; "b" gains one, which takes the first free slot after the
+    // last one taken: the slot "a" just gave up, while a's live table still names it.
+    let after = config(
+        vec![service("web", 80, "a"), service("api", 81, "b")],
+        vec![
+            pool("a", addrs([1, 1], 1)),
+            pool("b", [addrs([3, 0], 1), addrs([3, 1], 1)].concat()),
+            pool("filler", filler),
+        ],
+    );
+    allow(&mut dp, &p, &[&before, &after]);
+    match p.apply(&mut dp, &after) {
+        Ok(_) => {}
+        // Refusing the transition (not enough slots to build it beside the old one) is fine,
+        // as long as nothing was exposed on the way.
+        Err(PublishError::Full(_)) => {}
+        Err(e) => panic!("{e}"),
+    }
+    assert_violations(&dp);
+}
+
+#[test]
+fn an_apply_that_cannot_get_its_slots_changes_nothing() {
+    // One pool of 3,000 backends renumbered at once: 6,000 slots would be needed side by side.
+    let mut dp = Checked::default();
+    let mut p = Publisher::new();
+    let before = config(
+        vec![service("web", 80, "dc1")],
+        vec![pool("dc1", addrs([1, 0], 3000))],
+    );
+    p.apply(&mut dp, &before).unwrap();
+    let generation = p.generation();
+    let writes = dp.inner.log.len();
+    let maps = |dp: &Checked| {
+        (
+            dp.inner.services.clone(),
+            dp.inner.decisions.clone(),
+            dp.inner.pools.clone(),
+            dp.inner.backends.clone(),
+        )
+    };
+    let published = maps(&dp);
+    let slots: Vec<u32> = p.pools()["dc1"].backends.iter().map(|b| b.slot).collect();
+    let after = config(
+        vec![service("web", 80, "dc1")],
+        vec![pool("dc1", addrs([50, 0], 3000))],
+    );
+    assert!(matches!(
+        p.apply(&mut dp, &after),
+        Err(PublishError::Full("backend"))
+    ));
+    assert_eq!(
+        dp.inner.log.len(),
+        writes,
+        "the refused apply wrote to the maps"
+    );
+    assert_eq!(p.generation(), generation);
+    // The publisher still knows what runs: re-applying it changes nothing.
+    p.apply(&mut dp, &before).unwrap();
+    assert!(
+        maps(&dp) == published,
+        "re-applying the running config changed the maps"
+    );
+    let again: Vec<u32> = p.pools()["dc1"].backends.iter().map(|b| b.slot).collect();
+    assert_eq!(again, slots);
+    assert_violations(&dp);
+}
+
+fn assert_violations(dp: &Checked) {
+    assert!(
+        dp.violations.is_empty(),
+        "{} exposed states, first: {:#?}",
+        dp.violations.len(),
+        &dp.violations[..dp.violations.len().min(3)]
+    );
+}
