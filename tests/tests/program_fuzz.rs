@@ -114,6 +114,8 @@ fn config() -> Config {
             pool("drop", vec![backend_v4(2).into()], WhenAllDown::Drop),
             pool("pass", vec![backend_v4(3).into()], WhenAllDown::Pass),
         ],
+        state: vec![],
+        decisions: vec![],
     }
 }
 

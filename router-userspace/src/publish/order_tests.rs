@@ -172,6 +172,8 @@ fn config(services: Vec<CfgService>, pools: Vec<CfgPool>) -> Config {
         agent: Agent::default(),
         services,
         pools,
+        state: vec![],
+        decisions: vec![],
     }
 }
 
