@@ -1,6 +1,7 @@
 //! Test harness: network-namespace topologies, real servers and clients, the nftables
 //! baseline, and the privilege guard.
 //!
+//! - [`bench`] — helpers for the benchmarks in `tests/benches` (docs/performance.md)
 //! - [`agent`] — the real `switchyard attach` in the lb namespace, with a config directory
 //! - [`addrs`] — the standard topology's names, addresses and ports (with its diagram)
 //! - [`netns`] — named namespaces, running commands and closures inside them, and the
@@ -15,6 +16,7 @@
 
 pub mod addrs;
 pub mod agent;
+pub mod bench;
 pub mod client;
 pub mod lab;
 pub mod netns;
