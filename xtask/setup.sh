@@ -5,11 +5,14 @@ set -euo pipefail
 
 need_apt=()
 have() { command -v "$1" >/dev/null 2>&1; }
+# `grep >/dev/null`, not `grep -q`: an early exit could kill the writer with SIGPIPE, and
+# pipefail would then read "not installed".
 have bpftool  || need_apt+=(bpftool)
 have clang    || need_apt+=(clang)
 have nft      || need_apt+=(nftables)
 have ethtool  || need_apt+=(ethtool)
 have ip       || need_apt+=(iproute2)
+have nsenter  || need_apt+=(util-linux)
 [ -d /usr/lib/llvm-22/lib ] && [ -e /usr/lib/llvm-22/bin/llvm-config ] || need_apt+=(llvm-22-dev)
 if have bpf-linker; then
   # bpf-linker does not need LLVM's dev package once built.
@@ -24,17 +27,35 @@ if [ ${#pkgs[@]} -gt 0 ]; then
   apt-get install -y -qq "${pkgs[@]}" >/dev/null
 fi
 
-if ! rustup toolchain list | grep -q '^nightly'; then
+if ! rustup toolchain list | grep '^nightly' >/dev/null; then
   echo "setup: rustup toolchain install nightly"
   rustup toolchain install nightly --profile minimal
 fi
-if ! rustup component list --toolchain nightly --installed 2>/dev/null | grep -q '^rust-src'; then
+if ! rustup component list --toolchain nightly --installed 2>/dev/null | grep '^rust-src' >/dev/null; then
   echo "setup: rustup component add rust-src --toolchain nightly"
   rustup component add rust-src --toolchain nightly
+fi
+
+# rustfmt and clippy for `.ci/run` (minimal rustup profiles leave them out); clippy on nightly
+# too, for the eBPF crate's pass (it builds core for the BPF target, which needs nightly).
+for comp in rustfmt clippy; do
+  if ! rustup component list --installed 2>/dev/null | grep "^$comp" >/dev/null; then
+    echo "setup: rustup component add $comp"
+    rustup component add "$comp"
+  fi
+done
+if ! rustup component list --toolchain nightly --installed 2>/dev/null | grep '^clippy' >/dev/null; then
+  echo "setup: rustup component add clippy --toolchain nightly"
+  rustup component add clippy --toolchain nightly
 fi
 
 if ! have bpf-linker; then
   echo "setup: cargo install bpf-linker (takes a few minutes)"
   LLVM_PREFIX=/usr/lib/llvm-22 cargo install --locked bpf-linker --no-default-features --features llvm-22
+fi
+# Pins (maps, links) live on a BPF filesystem; most distributions mount one, containers often not.
+if ! mountpoint -q /sys/fs/bpf; then
+  echo "setup: mount -t bpf bpf /sys/fs/bpf"
+  mount -t bpf bpf /sys/fs/bpf
 fi
 echo "setup: toolchain ready"

@@ -8,6 +8,8 @@
 //! the licence), `BPF_MAP_TYPE_DEVMAP_HASH` (5.4), BTF-defined maps (5.2), LRU hash (4.10).
 #![no_std]
 #![no_main]
+// The `#[xdp]` macro generates the exported entry symbol without its doc comment.
+#![allow(missing_docs)]
 
 mod csum;
 mod forward;
@@ -58,6 +60,7 @@ impl Outcome {
     }
 }
 
+/// The XDP entry point: processes one frame and returns its action.
 #[xdp]
 pub fn switchyard(ctx: XdpContext) -> u32 {
     let out = process(&ctx);
@@ -117,10 +120,10 @@ fn process(ctx: &XdpContext) -> Outcome {
     } else if pkt.frag != frag::NONE {
         reason = Reason::Fragment;
     }
-    if svc.flags & SVC_F_NAT != 0 {
-        if let Err(r) = nat_request(ctx, pkt, &choice.backend.addr, svc.id) {
-            return Outcome::unforwarded(r, svc.id);
-        }
+    if svc.flags & SVC_F_NAT != 0
+        && let Err(r) = nat_request(ctx, pkt, &choice.backend.addr, svc.id)
+    {
+        return Outcome::unforwarded(r, svc.id);
     }
     finish(
         forward::send(ctx, pkt, &choice.backend.addr),
@@ -165,10 +168,10 @@ fn later_fragment(ctx: &XdpContext, pkt: &Packet) -> Outcome {
     let Some(backend) = usable_backend(entry.backend) else {
         return Outcome::unforwarded(Reason::NoBackend, entry.service);
     };
-    if entry.flags & SVC_F_NAT != 0 {
-        if let Err(r) = forward::rewrite_addr(ctx, pkt, true, &backend.addr) {
-            return Outcome::unforwarded(r, entry.service);
-        }
+    if entry.flags & SVC_F_NAT != 0
+        && let Err(r) = forward::rewrite_addr(ctx, pkt, true, &backend.addr)
+    {
+        return Outcome::unforwarded(r, entry.service);
     }
     finish(
         forward::send(ctx, pkt, &backend.addr),

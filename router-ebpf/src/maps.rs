@@ -15,12 +15,15 @@ use router_common::{
     Pool, Reason, Service, ServiceKey, Traffic, Verdict,
 };
 
+/// Services by `(VIP, port, protocol, family)`.
 #[btf_map]
 pub static SERVICES: HashMap<ServiceKey, Service, { MAX_SERVICES as usize }> = HashMap::new();
 
+/// Decision words (`router_common::Decision`), by decision slot.
 #[btf_map]
 pub static DECISIONS: Array<u64, { MAX_DECISIONS as usize }> = Array::new();
 
+/// Pools: live Maglev half and flags, by pool slot.
 #[btf_map]
 pub static POOLS: Array<Pool, { MAX_POOLS as usize }> = Array::new();
 
@@ -28,38 +31,48 @@ pub static POOLS: Array<Pool, { MAX_POOLS as usize }> = Array::new();
 /// instead of 65,537 update syscalls), then flips the pool's `active` word with one update.
 const BPF_F_MMAPABLE: usize = 1 << 10;
 
+/// Every pool's two Maglev tables: backend slots, indexed by `router_common::maglev_index`.
 #[btf_map]
 pub static MAGLEV: Array<u32, { (MAX_POOLS * 2 * MAGLEV_SIZE) as usize }, BPF_F_MMAPABLE> =
     Array::new();
 
+/// Backends by slot: address, family, state.
 #[btf_map]
 pub static BACKENDS: Array<Backend, { MAX_BACKENDS as usize }> = Array::new();
 
+/// Connection tracking: a flow's 5-tuple → its backend.
 #[btf_map]
 pub static CONNTRACK: LruHashMap<FlowKey, FlowEntry, { CONNTRACK_SIZE as usize }> =
     LruHashMap::new();
 
+/// NAT replies: the reply's 5-tuple → the VIP to restore as its source.
 #[btf_map]
 pub static NAT_REVERSE: LruHashMap<FlowKey, NatEntry, { CONNTRACK_SIZE as usize }> =
     LruHashMap::new();
 
+/// Fragmented datagrams in flight: what their first fragment chose.
 #[btf_map]
 pub static FRAGMENTS: LruHashMap<FragKey, FragEntry, { FRAGMENT_SIZE as usize }> =
     LruHashMap::new();
 
+/// Interfaces the program may redirect to (ifindex → ifindex).
 #[btf_map]
 pub static TX_PORTS: DevMapHash<{ MAX_TX_PORTS as usize }> = DevMapHash::new();
 
+/// Per-CPU packets and bytes by `Reason`.
 #[btf_map]
 pub static REASON_STATS: PerCpuArray<Traffic, { Reason::COUNT as usize }> = PerCpuArray::new();
 
+/// Per-CPU packets and bytes by `service · 4 + verdict`.
 #[btf_map]
 pub static SVC_STATS: PerCpuArray<Traffic, { (MAX_SERVICES * Verdict::COUNT) as usize }> =
     PerCpuArray::new();
 
+/// Per-CPU packets and bytes by backend slot.
 #[btf_map]
 pub static BACKEND_STATS: PerCpuArray<Traffic, { MAX_BACKENDS as usize }> = PerCpuArray::new();
 
+/// Generation and ABI version, written by the agent.
 #[btf_map]
 pub static CONFIG: Array<Config, 1> = Array::new();
 

@@ -3,10 +3,11 @@
 //!
 //! Start order (each step changes nothing if it fails): read and validate the config → bind
 //! the API socket → load the program with its pinned maps → attach to every interface (on a
-//! failure, undo the attachments made so far) → publish → start health checks. On SIGINT or
-//! SIGTERM the agent exits and the program **stays attached** with the last maps (pinned link
-//! and maps); `switchyard detach` removes it. SIGHUP re-reads the config directory; a broken
-//! config is logged, counted and shown by `status`, and the running config stays.
+//! failure, undo the attachments made so far and remove the map pins this run created) →
+//! publish → start health checks. On SIGINT or SIGTERM the agent exits and the program
+//! **stays attached** with the last maps (pinned link and maps); `switchyard detach` removes
+//! it. SIGHUP re-reads the config directory; a broken config is logged, counted and shown by
+//! `status`, and the running config stays.
 
 use std::{
     collections::HashMap,
@@ -48,7 +49,9 @@ pub struct Options {
 #[derive(Debug, thiserror::Error)]
 pub enum AgentError {
     /// The configuration is invalid: every problem, one per line.
-    #[error("{0}")]
+    // Transparent, not `"{0}"` with `#[from]`: that also made the `ConfigError` the source,
+    // so `switchyard attach` (which prints the whole chain, `{:#}`) printed every problem twice.
+    #[error(transparent)]
     Config(#[from] config::ConfigError),
     /// Loading, pinning or attaching failed.
     #[error(transparent)]
@@ -95,6 +98,9 @@ pub struct Shared {
     pub config_dir: PathBuf,
     /// Interfaces and how they were attached.
     pub interfaces: Vec<(String, Attached)>,
+    /// Kernel id of the program this agent loaded (the one it attached; adopted links keep
+    /// the program an earlier agent attached).
+    pub program_id: Option<u32>,
     /// Last probe per (pool, backend).
     pub probes: HashMap<(String, IpAddr), ProbeStatus>,
     /// The last rejected config change, with its errors, until a change applies.
@@ -129,6 +135,9 @@ pub async fn run(opts: Options) -> Result<(), AgentError> {
             source,
         })?;
     let pin_dir = load::pin_dir(&cfg.agent.pin_path);
+    // Maps pinned by an earlier agent are adopted and kept whatever happens; maps this run
+    // pins are removed again if it fails to attach.
+    let adopting_maps = attach::maps_pinned(&pin_dir);
     let mut ebpf = load::load(Some(&pin_dir))?;
     let mut maps = KernelMaps::take(&mut ebpf)?;
     let mut interfaces = Vec::new();
@@ -152,10 +161,17 @@ pub async fn run(opts: Options) -> Result<(), AgentError> {
                         let _ = attach::detach(&pin_dir, done, true);
                     }
                 }
+                if !adopting_maps && attach::attached_interfaces(&pin_dir).is_empty() {
+                    attach::remove_map_pins(&pin_dir);
+                }
                 return Err(e.into());
             }
         }
     }
+    let program_id = load::program(&ebpf)
+        .ok()
+        .and_then(|p| p.info().ok())
+        .map(|i| i.id());
     let mut publisher = Publisher::new();
     let metrics = Metrics::default();
     let started = Instant::now();
@@ -175,6 +191,7 @@ pub async fn run(opts: Options) -> Result<(), AgentError> {
         config: cfg,
         config_dir: opts.config_dir.clone(),
         interfaces,
+        program_id,
         probes: HashMap::new(),
         rejected: None,
         metrics,
@@ -303,7 +320,7 @@ pub struct Status {
     /// XDP mode.
     pub mode: String,
     /// Attached interfaces.
-    pub interfaces: Vec<String>,
+    pub interfaces: Vec<InterfaceStatus>,
     /// Services.
     pub services: Vec<ServiceStatus>,
     /// Pools.
@@ -312,6 +329,16 @@ pub struct Status {
     pub rejected: Option<String>,
     /// Seconds since the Unix epoch when this was taken.
     pub time: u64,
+}
+
+/// One interface in `/status`.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct InterfaceStatus {
+    /// Interface name.
+    pub name: String,
+    /// Kernel id of the XDP program this agent attached there; `None` when it adopted a link
+    /// an earlier agent pinned (that program keeps running; `bpftool net show` names it).
+    pub program_id: Option<u32>,
 }
 
 /// One service in `/status`.
@@ -399,7 +426,18 @@ impl Shared {
             generation: self.publisher.generation(),
             config_dir: self.config_dir.display().to_string(),
             mode: self.mode.name().to_owned(),
-            interfaces: self.interfaces.iter().map(|(i, _)| i.clone()).collect(),
+            interfaces: self
+                .interfaces
+                .iter()
+                .map(|(name, how)| InterfaceStatus {
+                    name: name.clone(),
+                    program_id: if *how == Attached::New {
+                        self.program_id
+                    } else {
+                        None
+                    },
+                })
+                .collect(),
             services,
             pools,
             rejected: self.rejected.clone(),
@@ -414,5 +452,32 @@ fn protocol(p: config::Protocol) -> &'static str {
     match p {
         config::Protocol::Tcp => "tcp",
         config::Protocol::Udp => "udp",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{ConfigError, Problem};
+
+    #[test]
+    fn a_config_error_prints_each_problem_once_through_the_error_chain() {
+        let problem = Problem {
+            file: "20-broken.yaml".into(),
+            line: Some(7),
+            column: Some(17),
+            path: "services[0].to.pool".into(),
+            message: "unknown pool \"wbe\"".into(),
+            hint: None,
+        };
+        let e = AgentError::from(ConfigError {
+            problems: vec![problem],
+        });
+        // What `switchyard attach` prints (main.rs formats the anyhow chain with `{:#}`).
+        let shown = format!("{:#}", anyhow::Error::from(e));
+        assert_eq!(
+            shown,
+            "20-broken.yaml:7 services[0].to.pool: unknown pool \"wbe\""
+        );
     }
 }

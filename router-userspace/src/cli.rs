@@ -26,7 +26,8 @@ pub fn pin_path(dir: &Path) -> PathBuf {
 pub enum StatusError {
     /// The agent did not answer.
     #[error(
-        "no agent answers at {url}: {source}\n(is `switchyard attach` running? pinned interfaces: {pinned})"
+        "no agent answers at {url} (is `switchyard attach` running? interfaces with a pinned \
+         program: {pinned})"
     )]
     Unreachable {
         /// URL tried.
@@ -72,12 +73,15 @@ pub fn render(s: &Status) -> String {
     use std::fmt::Write as _;
     let mut o = String::new();
     let _ = writeln!(o, "generation {}  ({})", s.generation, s.config_dir);
-    let _ = writeln!(
-        o,
-        "interfaces: {} ({} XDP)",
-        s.interfaces.join(", "),
-        s.mode
-    );
+    let interfaces: Vec<String> = s
+        .interfaces
+        .iter()
+        .map(|i| match i.program_id {
+            Some(id) => format!("{} (program {id})", i.name),
+            None => format!("{} (adopted)", i.name),
+        })
+        .collect();
+    let _ = writeln!(o, "interfaces: {}; {} XDP", interfaces.join(", "), s.mode);
     if let Some(r) = &s.rejected {
         let _ = writeln!(
             o,

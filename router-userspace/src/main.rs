@@ -82,7 +82,17 @@ fn require_root(what: &str) -> Result<()> {
     Ok(())
 }
 
+/// Printing commands die quietly on a closed pipe (`switchyard maps | head`) like other Unix
+/// tools, instead of panicking in `println!`. Not for the agent: its sockets rely on EPIPE.
+fn default_sigpipe() {
+    // SAFETY: resetting a signal disposition to its default before any thread is started.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+}
+
 fn run(args: Args) -> Result<ExitCode> {
+    if !matches!(args.cmd, Cmd::Attach { .. }) {
+        default_sigpipe();
+    }
     match args.cmd {
         Cmd::Attach {
             interfaces,
@@ -136,6 +146,20 @@ fn run(args: Args) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// The error and its causes, each cause once: library errors already quote their cause in
+/// their message, so a cause is appended only when the text so far does not contain it.
+fn report(e: &anyhow::Error) -> String {
+    let mut out = e.to_string();
+    for cause in e.chain().skip(1) {
+        let text = cause.to_string();
+        if !out.contains(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+    }
+    out
+}
+
 fn main() -> ExitCode {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info"))
         .format_timestamp_millis()
@@ -143,7 +167,7 @@ fn main() -> ExitCode {
     match run(Args::parse()) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("switchyard: {e:#}");
+            eprintln!("switchyard: {}", report(&e));
             ExitCode::FAILURE
         }
     }

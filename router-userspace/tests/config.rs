@@ -635,6 +635,13 @@ services:
     }
 
     #[test]
+    fn a_pin_path_with_a_nul_byte_is_rejected() {
+        let lines = problems(&[("a.yaml", "agent: { pin_path: \"/sys/fs/bpf/a\\0b\" }\n")]);
+        assert_eq!(lines.len(), 1, "{lines:?}");
+        assert!(lines[0].contains("NUL"), "{lines:?}");
+    }
+
+    #[test]
     fn data_plane_limits_are_enforced() {
         let mut text = String::from("pools:\n");
         for i in 0..=router_common::MAX_POOLS {

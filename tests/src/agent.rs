@@ -1,7 +1,7 @@
 //! The real `switchyard` binary as an operator runs it, inside the lb namespace of a
 //! [`Topology`]: a config directory written to a temporary folder, `switchyard attach` started
 //! as a child process, and everything undone on drop (agent stopped, program detached, pins
-//! removed, folder deleted).
+//! and an emptied `agent.pin_path` removed, folder deleted).
 //!
 //! The agent runs under `nsenter --net=…`, which switches only the network namespace: the
 //! bpffs mount (and so the pins) stay visible, unlike under `ip netns exec`, which remounts
@@ -9,8 +9,10 @@
 
 use std::{
     fs,
+    io::{Read as _, Write as _},
+    net::TcpStream,
     path::{Path, PathBuf},
-    process::{Child, Command, Stdio},
+    process::{Child, Command, ExitStatus, Stdio},
     sync::atomic::{AtomicU32, Ordering},
     time::{Duration, Instant},
 };
@@ -54,8 +56,33 @@ pub struct Agent {
     pub config_dir: PathBuf,
     /// The agent's log file.
     pub log: PathBuf,
+    /// `agent.pin_path` of the config directory when the agent started (the default when that
+    /// config is invalid).
+    pin_path: PathBuf,
     bin: PathBuf,
 }
+
+/// How a `switchyard attach` that was expected to fail ended
+/// ([`Agent::attach_expecting_exit`]).
+#[derive(Debug)]
+pub struct Exited {
+    /// Its exit status.
+    pub status: ExitStatus,
+    /// What it wrote to stdout and stderr.
+    pub output: String,
+    /// The files under the config's `agent.pin_path` when it had exited (the harness removes
+    /// them afterwards); a start that failed should leave none. Always empty unless the pin
+    /// path is a [`unique_pin_path`] (a broken config means the default path, which may be
+    /// another agent's).
+    pub pins_left: Vec<PathBuf>,
+}
+
+/// Prefix of the demo's pin paths (`cargo xtask demo`): with [`TEST_PIN_PREFIX`], the only pin
+/// paths the harness ever removes.
+pub const DEMO_PIN_PREFIX: &str = "/sys/fs/bpf/switchyard-demo-";
+
+/// Prefix of every [`unique_pin_path`].
+pub const TEST_PIN_PREFIX: &str = "/sys/fs/bpf/switchyard-test-";
 
 static COUNTER: AtomicU32 = AtomicU32::new(0);
 
@@ -71,7 +98,24 @@ pub fn temp_dir(role: &str) -> Result<PathBuf> {
 /// A pin path unique to this process and call, under `/sys/fs/bpf`.
 pub fn unique_pin_path() -> String {
     let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-    format!("/sys/fs/bpf/switchyard-test-{}-{n}", std::process::id())
+    format!("{TEST_PIN_PREFIX}{}-{n}", std::process::id())
+}
+
+/// Every file under `dir` (pins, on bpffs), recursively; empty when `dir` does not exist.
+pub fn pins_under(dir: &Path) -> Vec<PathBuf> {
+    let Ok(entries) = fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for e in entries.filter_map(Result::ok) {
+        let path = e.path();
+        if path.is_dir() {
+            out.extend(pins_under(&path));
+        } else {
+            out.push(path);
+        }
+    }
+    out
 }
 
 impl Agent {
@@ -79,38 +123,84 @@ impl Agent {
     /// in the lb namespace on the client-side and every backend-side interface, and waits until
     /// its API answers (up to 20 s; the program load dominates).
     pub fn start(topo: &Topology, files: &[(&str, String)]) -> Result<Self> {
+        let mut interfaces = vec![LB_CLIENT_IF.to_string()];
+        interfaces.extend((1..=topo.backend_count()).map(lb_backend_if));
+        let mut agent = Self::spawn(topo, files, &interfaces)?;
+        agent.wait_ready(Duration::from_secs(20))?;
+        Ok(agent)
+    }
+
+    /// Runs `switchyard attach` on `interfaces` (in this order) with a config directory of
+    /// `files`, for a start that must fail: waits up to `limit` for it to exit and returns its
+    /// exit status, output and leftover pins. Fails if it is still running then. Either way
+    /// the agent is then cleaned up like a dropped [`Agent`].
+    pub fn attach_expecting_exit(
+        topo: &Topology,
+        files: &[(&str, String)],
+        interfaces: &[&str],
+        limit: Duration,
+    ) -> Result<Exited> {
+        let interfaces: Vec<String> = interfaces.iter().map(|&i| i.to_owned()).collect();
+        let mut agent = Self::spawn(topo, files, &interfaces)?;
+        let start = Instant::now();
+        loop {
+            if let Some(child) = agent.child.as_mut()
+                && let Some(status) = child.try_wait()?
+            {
+                agent.child = None;
+                return Ok(Exited {
+                    status,
+                    output: agent.log_text(),
+                    pins_left: if agent.owns_pin_path() {
+                        pins_under(&agent.pin_path)
+                    } else {
+                        Vec::new()
+                    },
+                });
+            }
+            if start.elapsed() > limit {
+                bail!(
+                    "switchyard attach still runs after {limit:?}:\n{}",
+                    agent.log_text()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn spawn(topo: &Topology, files: &[(&str, String)], interfaces: &[String]) -> Result<Self> {
         let config_dir = temp_dir("config")?;
         for (name, text) in files {
             fs::write(config_dir.join(name), text)?;
         }
-        let mut interfaces = vec![LB_CLIENT_IF.to_string()];
-        interfaces.extend((1..=topo.backend_count()).map(lb_backend_if));
         let log = config_dir.with_extension("log");
         let bin = binary()?;
         let mut cmd = Command::new("nsenter");
         cmd.arg(format!("--net={}", topo.lb().path().display()))
             .arg(&bin)
             .arg("attach");
-        for i in &interfaces {
+        for i in interfaces {
             cmd.args(["--iface", i]);
         }
         cmd.arg("--config-dir").arg(&config_dir);
+        // One open file for both streams, so they share an offset and never overwrite each
+        // other.
+        let out = fs::File::create(&log)?;
         let child = cmd
             .stdin(Stdio::null())
-            .stdout(fs::File::create(&log)?)
-            .stderr(fs::File::create(&log).and_then(|f| f.try_clone())?)
+            .stdout(out.try_clone()?)
+            .stderr(out)
             .spawn()
             .context("starting switchyard attach")?;
-        let mut agent = Self {
+        Ok(Self {
             child: Some(child),
             lb: topo.lb().clone(),
-            interfaces,
+            interfaces: interfaces.to_vec(),
+            pin_path: switchyard::cli::pin_path(&config_dir),
             config_dir,
             log,
             bin,
-        };
-        agent.wait_ready(Duration::from_secs(20))?;
-        Ok(agent)
+        })
     }
 
     fn wait_ready(&mut self, limit: Duration) -> Result<()> {
@@ -119,10 +209,10 @@ impl Agent {
             if self.status().is_ok() {
                 return Ok(());
             }
-            if let Some(child) = self.child.as_mut() {
-                if let Some(code) = child.try_wait()? {
-                    bail!("switchyard attach exited with {code}:\n{}", self.log_text());
-                }
+            if let Some(child) = self.child.as_mut()
+                && let Some(code) = child.try_wait()?
+            {
+                bail!("switchyard attach exited with {code}:\n{}", self.log_text());
             }
             if start.elapsed() > limit {
                 bail!(
@@ -168,10 +258,10 @@ impl Agent {
     pub fn wait_for(&self, limit: Duration, pred: impl Fn(&Status) -> bool) -> Result<Duration> {
         let start = Instant::now();
         loop {
-            if let Ok(s) = self.status() {
-                if pred(&s) {
-                    return Ok(start.elapsed());
-                }
+            if let Ok(s) = self.status()
+                && pred(&s)
+            {
+                return Ok(start.elapsed());
             }
             if start.elapsed() > limit {
                 bail!(
@@ -181,6 +271,31 @@ impl Agent {
             }
             std::thread::sleep(Duration::from_millis(20));
         }
+    }
+
+    /// `GET path` on the agent's local API (`agent.api`, default [`API`]) from inside the lb
+    /// namespace, whose loopback it listens on; returns the body. Fails unless the answer is
+    /// 200. Plain HTTP/1.0 over a std socket, so the body is never chunked.
+    pub fn api_get(&self, path: &str) -> Result<String> {
+        let addr = switchyard::cli::agent_settings(&self.config_dir).api;
+        let path = path.to_owned();
+        self.lb.run(move || -> Result<String> {
+            let timeout = Duration::from_secs(3);
+            let mut stream = TcpStream::connect_timeout(&addr, timeout)
+                .with_context(|| format!("connect to the agent API at {addr}"))?;
+            stream.set_read_timeout(Some(timeout))?;
+            write!(stream, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n")?;
+            let mut response = String::new();
+            stream.read_to_string(&mut response)?;
+            let (head, body) = response
+                .split_once("\r\n\r\n")
+                .with_context(|| format!("malformed answer from {addr}{path}"))?;
+            let status = head.lines().next().unwrap_or_default();
+            if status.split_whitespace().nth(1) != Some("200") {
+                bail!("GET {addr}{path}: {status}");
+            }
+            Ok(body.to_owned())
+        })?
     }
 
     /// Whether `address` in `pool` is healthy according to the agent.
@@ -209,21 +324,43 @@ impl Agent {
         Ok(())
     }
 
-    /// Stops the agent (SIGTERM) without detaching; the program stays attached.
-    pub fn stop(&mut self) -> Result<()> {
+    /// Stops the agent (SIGTERM) without detaching; the program stays attached. Returns how it
+    /// exited (`None` if it was not running); one that ignores SIGTERM for 5 s is killed.
+    pub fn stop(&mut self) -> Result<Option<ExitStatus>> {
         if self.child.is_some() {
             self.signal(libc::SIGTERM)?;
         }
-        if let Some(mut child) = self.child.take() {
-            let start = Instant::now();
-            while child.try_wait()?.is_none() {
-                if start.elapsed() > Duration::from_secs(5) {
-                    let _ = child.kill();
-                }
-                std::thread::sleep(Duration::from_millis(20));
+        let Some(mut child) = self.child.take() else {
+            return Ok(None);
+        };
+        let start = Instant::now();
+        loop {
+            if let Some(status) = child.try_wait()? {
+                return Ok(Some(status));
             }
+            if start.elapsed() > Duration::from_secs(5) {
+                let _ = child.kill();
+            }
+            std::thread::sleep(Duration::from_millis(20));
         }
-        Ok(())
+    }
+
+    /// Writes (or replaces) the fragment `name` in the config directory; [`Agent::reload`]
+    /// applies it.
+    pub fn write_file(&self, name: &str, text: &str) -> Result<()> {
+        Ok(fs::write(self.config_dir.join(name), text)?)
+    }
+
+    /// The versioned directory the agent pins its maps and links in (`PIN_PATH/vN`).
+    pub fn pin_dir(&self) -> PathBuf {
+        switchyard::dataplane::load::pin_dir(&self.pin_path)
+    }
+
+    /// Whether the pin path is a [`unique_pin_path`], which the harness may clean up.
+    fn owns_pin_path(&self) -> bool {
+        self.pin_path
+            .to_str()
+            .is_some_and(|p| p.starts_with(TEST_PIN_PREFIX) || p.starts_with(DEMO_PIN_PREFIX))
     }
 
     /// The config directory's path.
@@ -233,11 +370,18 @@ impl Agent {
 }
 
 impl Drop for Agent {
+    /// Stops the agent, detaches the program and removes the pins — only under a
+    /// [`unique_pin_path`], never a default or an operator's path — and the config directory.
+    /// Detaching is done here, by unpinning the links: it needs no config (the test may have
+    /// left a broken one) and no namespace.
     fn drop(&mut self) {
         let _ = self.stop();
-        let dir = self.config_dir.display().to_string();
-        for i in self.interfaces.clone() {
-            let _ = self.cli(&["detach", "--iface", &i, "--config-dir", &dir]);
+        if self.owns_pin_path() {
+            let pin_dir = self.pin_dir();
+            for i in &self.interfaces {
+                let _ = switchyard::dataplane::attach::detach(&pin_dir, i, false);
+            }
+            let _ = fs::remove_dir_all(&self.pin_path);
         }
         let _ = fs::remove_dir_all(&self.config_dir);
         let _ = fs::remove_file(&self.log);

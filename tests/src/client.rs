@@ -126,6 +126,21 @@ pub fn tcp_tally(ns: &Netns, addr: SocketAddr, n: usize) -> Result<Tally> {
 /// Sends one datagram to `addr` from a fresh socket (a new source port, so a new flow) in the
 /// calling thread's namespace and returns the backend name that answers. Retries twice.
 pub fn udp_query(addr: SocketAddr) -> Result<String> {
+    udp_ask(&udp_socket(addr)?, addr)
+}
+
+/// Sends `n` datagrams to `addr`, one after another, all from one socket (one flow), in the
+/// calling thread's namespace; returns the answering backend of each, in order.
+pub fn udp_flow(addr: SocketAddr, n: usize) -> Result<Vec<String>> {
+    let sock = udp_socket(addr)?;
+    (0..n)
+        .map(|k| udp_ask(&sock, addr).with_context(|| format!("datagram {k}")))
+        .collect()
+}
+
+/// A UDP socket on an ephemeral port, connected to `addr`: replies from any other source
+/// address are ignored by the kernel.
+fn udp_socket(addr: SocketAddr) -> Result<UdpSocket> {
     let local: SocketAddr = if addr.is_ipv4() {
         "0.0.0.0:0"
     } else {
@@ -133,9 +148,13 @@ pub fn udp_query(addr: SocketAddr) -> Result<String> {
     }
     .parse()?;
     let sock = UdpSocket::bind(local)?;
-    // Connected: replies from any other source address are ignored by the kernel.
     sock.connect(addr)?;
     sock.set_read_timeout(Some(Duration::from_secs(1)))?;
+    Ok(sock)
+}
+
+/// One question on `sock`, up to three tries.
+fn udp_ask(sock: &UdpSocket, addr: SocketAddr) -> Result<String> {
     let mut buf = [0u8; 256];
     for _ in 0..3 {
         sock.send(b"who?\n")?;

@@ -3,6 +3,7 @@
 //!
 //! - [`bench`] — helpers for the benchmarks in `tests/benches` (docs/performance.md)
 //! - [`agent`] — the real `switchyard attach` in the lb namespace, with a config directory
+//! - [`config_text`] — config fragments for the namespace suites
 //! - [`addrs`] — the standard topology's names, addresses and ports (with its diagram)
 //! - [`netns`] — named namespaces, running commands and closures inside them, and the
 //!   [`netns::Topology`] guard that builds the standard topology and tears it down on drop
@@ -18,6 +19,7 @@ pub mod addrs;
 pub mod agent;
 pub mod bench;
 pub mod client;
+pub mod config_text;
 pub mod lab;
 pub mod netns;
 pub mod nft;

@@ -169,6 +169,17 @@ impl Netns {
         }
     }
 
+    /// The XDP program attached to `iface` in this namespace, as `ip -d link` names it
+    /// (`id 42 name switchyard`), or `None` when the interface has none.
+    pub fn xdp_program(&self, iface: &str) -> Result<Option<String>> {
+        let text = self.ip(&["-d", "link", "show", "dev", iface])?;
+        Ok(text.lines().find_map(|l| {
+            let rest = l.trim().strip_prefix("prog/xdp ")?;
+            let words: Vec<&str> = rest.split_whitespace().take(4).collect();
+            Some(words.join(" "))
+        }))
+    }
+
     /// Whether `/var/run/netns/NAME` exists.
     pub fn exists(&self) -> bool {
         self.path().exists()

@@ -147,9 +147,7 @@ fn insert_v6_ext(frame: &[u8], exts: &[Vec<u8>]) -> Result<Vec<u8>> {
     let mut chain = Vec::new();
     for e in exts.iter().rev() {
         let mut e = e.clone();
-        let kind = e[0];
-        e[0] = next;
-        next = kind;
+        std::mem::swap(&mut e[0], &mut next);
         chain.insert(0, e);
     }
     out[V6_NEXT] = next;

@@ -194,7 +194,10 @@ fn api(s: &str) -> Result<SocketAddr, Bad> {
 
 fn pin_path(s: &str) -> Result<PathBuf, Bad> {
     let path = PathBuf::from(s);
-    if path.is_absolute() {
+    if s.contains('\0') {
+        // A path the kernel cannot take (and that aya's pin lookups would panic on).
+        Err((format!("pin_path must not contain a NUL byte: {s:?}"), None))
+    } else if path.is_absolute() {
         Ok(path)
     } else {
         Err((

@@ -19,7 +19,12 @@ pub(crate) fn closest<'a, S: AsRef<str>>(input: &str, candidates: &'a [S]) -> Op
         let score = if candidate.eq_ignore_ascii_case(input) {
             1.0
         } else {
-            strsim::jaro_winkler(input, candidate)
+            // Jaro–Winkler favours shared prefixes and misses short transpositions ("wbe" for
+            // "web"); one edit (Damerau, or one per four characters) also counts as a typo.
+            let edits = strsim::osa_distance(input, candidate);
+            let typo = edits <= (candidate.len() / 4).max(1);
+            let jw = strsim::jaro_winkler(input, candidate);
+            if typo { jw.max(0.95) } else { jw }
         };
         if score > SIMILAR && best.is_none_or(|(_, b)| score > b) {
             best = Some((candidate, score));
@@ -239,5 +244,18 @@ mod tests {
         assert!(number("65536", "weight", 0, 65_535).is_err());
         assert!(address("0.0.0.0").is_err() && address("ff02::1").is_err());
         assert!(address("2001:db8::10").is_ok());
+    }
+}
+
+#[cfg(test)]
+mod typo_tests {
+    #[test]
+    fn a_transposition_in_a_short_name_is_a_typo() {
+        assert_eq!(super::closest("wbe", &["web", "web6", "dns"]), Some("web"));
+        assert_eq!(
+            super::closest("dc3", &["dc1", "dc2"]).map(|c| c.len()),
+            Some(3)
+        );
+        assert_eq!(super::closest("zzz", &["web", "dns"]), None);
     }
 }

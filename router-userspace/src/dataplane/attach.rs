@@ -176,10 +176,25 @@ pub fn detach(pin_dir: &Path, iface: &str, keep_maps: bool) -> Result<(), Datapl
     // Closing the last reference to the link detaches the program.
     drop(fd_link);
     if !keep_maps && attached_interfaces(pin_dir).is_empty() {
-        for name in maps::ALL {
-            let _ = std::fs::remove_file(pin_dir.join(name));
-        }
-        let _ = std::fs::remove_dir(pin_dir);
+        remove_map_pins(pin_dir);
     }
     Ok(())
+}
+
+/// Whether any of the program's maps is pinned under `pin_dir` (an earlier agent's, to adopt).
+pub fn maps_pinned(pin_dir: &Path) -> bool {
+    maps::ALL.iter().any(|name| pin_dir.join(name).exists())
+}
+
+/// Removes the map pins under `pin_dir`, then the directory if that left it empty. The maps
+/// themselves go when their last user (a program, an agent) does. Best effort.
+pub fn remove_map_pins(pin_dir: &Path) {
+    for name in maps::ALL {
+        let _ = std::fs::remove_file(pin_dir.join(name));
+    }
+    let _ = std::fs::remove_dir(pin_dir);
+    // And `agent.pin_path` itself, if nothing else lives there.
+    if let Some(parent) = pin_dir.parent() {
+        let _ = std::fs::remove_dir(parent);
+    }
 }

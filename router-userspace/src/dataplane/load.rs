@@ -84,11 +84,25 @@ pub fn load(pins: Option<&Path>) -> Result<Ebpf, DataplaneError> {
         }
         e => DataplaneError::Load(Box::new(e)),
     })?;
-    program_mut(&mut ebpf)?
-        .load()
-        .map_err(|e| DataplaneError::Program(Box::new(e)))?;
-    Ok(ebpf)
+    let mut attempt = 1;
+    loop {
+        match program_mut(&mut ebpf)?.load() {
+            Ok(()) => return Ok(ebpf),
+            // The verifier gives up with EAGAIN when a signal is pending for the loading
+            // thread, and a failed load leaves the program unloaded: try again, as libbpf
+            // does (up to 5 attempts). Seen in the multi-threaded program-fixture tests.
+            Err(aya::programs::ProgramError::LoadError { ref io_error, .. })
+                if io_error.raw_os_error() == Some(libc::EAGAIN) && attempt < LOAD_ATTEMPTS =>
+            {
+                attempt += 1;
+            }
+            Err(e) => return Err(DataplaneError::Program(Box::new(e))),
+        }
+    }
 }
+
+/// Attempts at `BPF_PROG_LOAD` while it fails with EAGAIN (libbpf's count).
+const LOAD_ATTEMPTS: u32 = 5;
 
 /// The XDP program of a loaded object.
 pub fn program_mut(ebpf: &mut Ebpf) -> Result<&mut Xdp, DataplaneError> {

@@ -57,7 +57,10 @@ pub enum DataplaneError {
         iface: String,
     },
     /// Attaching failed.
-    #[error("attaching to {iface} in {mode} mode: {source}")]
+    #[error(
+        "attaching to {iface} in {mode} mode: {source} (if the driver has no native XDP, \
+         ask for it explicitly with --mode generic)"
+    )]
     Attach {
         /// Interface.
         iface: String,

@@ -1,0 +1,290 @@
+//! The whole system in network namespaces — the agent's lifecycle and bad input: a start that
+//! must fail changes nothing (broken config, missing interface, an interface another XDP
+//! program holds); a broken reload keeps the running config and a fixed one applies; on
+//! SIGTERM the agent exits, the program stays attached and keeps balancing, and `switchyard
+//! detach` removes it. Each test builds its own topology and agent.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, Result, ensure};
+use router_tests::{
+    addrs::{LB_CLIENT_IF, VIP_V4, backend_name, lb_backend_if, vip_v4},
+    agent::{Agent, Exited, pins_under},
+    client::{self, Tally},
+    config_text::{ConfigText, backends_v4},
+    netns::Topology,
+    privileged, servers, xdp_pass,
+};
+
+/// How long a start that must fail may take (the program load dominates).
+const EXIT_LIMIT: Duration = Duration::from_secs(20);
+
+/// A fragment with two mistakes: an unknown pool (line 7) and a misspelt key (line 11).
+const BROKEN: &str = "services:
+  - name: dns
+    vip: 198.18.0.10
+    port: 80
+    protocol: udp
+    forward: dsr-l2
+    to: { pool: wbe }
+pools:
+  - name: extra
+    backends: [ { address: 198.18.11.11 } ]
+    health_check: { tcp: { port: 80 }, intervall: 1s }
+";
+
+/// [`BROKEN`] corrected.
+const FIXED: &str = "services:
+  - name: dns
+    vip: 198.18.0.10
+    port: 80
+    protocol: udp
+    forward: dsr-l2
+    to: { pool: web }
+pools:
+  - name: extra
+    backends: [ { address: 198.18.11.11 } ]
+    health_check: { tcp: { port: 80 }, interval: 1s }
+";
+
+/// The errors [`BROKEN`] must be reported with, as `FILE:LINE PATH`.
+fn broken_errors(file: &str) -> [String; 2] {
+    [
+        format!("{file}:7 services[0].to.pool: unknown pool \"wbe\""),
+        format!("{file}:11 pools[0].health_check.intervall: unknown key"),
+    ]
+}
+
+/// TCP on the IPv4 VIP over backends `1..=n`, equal weights.
+fn web(n: usize) -> ConfigText {
+    ConfigText::new()
+        .service("web", VIP_V4.into(), "tcp", "dsr-l2", "web")
+        .pool("web", &backends_v4(&vec![100; n]), None)
+}
+
+/// The lb's interfaces in `topo`: the client side, then each backend side.
+fn lb_interfaces(topo: &Topology) -> Vec<String> {
+    let mut all = vec![LB_CLIENT_IF.to_owned()];
+    all.extend((1..=topo.backend_count()).map(lb_backend_if));
+    all
+}
+
+/// Checks no lb interface but `except` has an XDP program.
+fn no_xdp_on_lb(topo: &Topology, except: Option<&str>) -> Result<()> {
+    for iface in lb_interfaces(topo) {
+        if Some(iface.as_str()) != except {
+            let prog = topo.lb().xdp_program(&iface)?;
+            ensure!(prog.is_none(), "{iface} has XDP program {prog:?}");
+        }
+    }
+    Ok(())
+}
+
+/// Checks a failed start: non-zero exit, and nothing left pinned.
+fn check_failed(what: &str, exited: &Exited) -> Result<()> {
+    println!(
+        "{what}: {}; output:\n{}",
+        exited.status,
+        exited.output.trim_end()
+    );
+    ensure!(!exited.status.success(), "{what}: exited successfully");
+    ensure!(
+        exited.pins_left.is_empty(),
+        "{what}: pins left behind: {:?}",
+        exited.pins_left
+    );
+    Ok(())
+}
+
+/// Checks every one of `backends` backends got at least 20 % of `tally` (300 flows, p = 1/3:
+/// about 5 standard deviations below the mean).
+fn check_spread(what: &str, tally: &Tally, backends: usize) -> Result<()> {
+    let n = client::total(tally);
+    println!("{what}: {n} connections: {tally:?}");
+    for i in 1..=backends {
+        let got = tally.get(&backend_name(i)).copied().unwrap_or(0);
+        ensure!(got * 5 >= n, "{what}: {} got {got} of {n}", backend_name(i));
+    }
+    Ok(())
+}
+
+#[test]
+fn attach_with_a_broken_config_file_exits_non_zero_reports_every_error_and_attaches_nothing()
+-> Result<()> {
+    if privileged::require_root_and_bpf("attach_with_a_broken_config_file").is_err() {
+        return Ok(());
+    }
+    let topo = Topology::builder().backends(1).build()?;
+    let cfg = web(1);
+    let files = [
+        ("10-web.yaml", cfg.text()),
+        ("20-broken.yaml", BROKEN.to_owned()),
+    ];
+    let ifaces = [LB_CLIENT_IF, "to-b1"];
+    let exited = Agent::attach_expecting_exit(&topo, &files, &ifaces, EXIT_LIMIT)?;
+    check_failed("broken config", &exited)?;
+    // The config was rejected before anything touched the kernel: not even the pin directory
+    // of its valid fragment exists.
+    ensure!(
+        !std::path::Path::new(cfg.pin_path()).exists(),
+        "{} was created",
+        cfg.pin_path()
+    );
+    // Every error, each exactly once.
+    for error in broken_errors("20-broken.yaml") {
+        let n = exited.output.matches(&error).count();
+        ensure!(n == 1, "error {error:?} printed {n} times");
+    }
+    no_xdp_on_lb(&topo, None)
+}
+
+#[test]
+fn attach_to_a_missing_interface_fails_clearly_and_attaches_nothing() -> Result<()> {
+    if privileged::require_root_and_bpf("attach_to_a_missing_interface").is_err() {
+        return Ok(());
+    }
+    let topo = Topology::builder().backends(1).build()?;
+    let cfg = web(1);
+    // The client side comes first, so it is attached and must be undone.
+    let ifaces = [LB_CLIENT_IF, "to-nowhere"];
+    let exited =
+        Agent::attach_expecting_exit(&topo, &[("10-web.yaml", cfg.text())], &ifaces, EXIT_LIMIT)?;
+    check_failed("missing interface", &exited)?;
+    ensure!(
+        exited.output.contains("no interface named \"to-nowhere\""),
+        "the error does not name the missing interface"
+    );
+    no_xdp_on_lb(&topo, None)
+}
+
+#[test]
+fn attach_where_another_xdp_program_runs_fails_clearly_and_leaves_it_attached() -> Result<()> {
+    if privileged::require_root_and_bpf("attach_where_another_xdp_program_runs").is_err() {
+        return Ok(());
+    }
+    let topo = Topology::builder().backends(1).build()?;
+    let other = xdp_pass::load()?;
+    xdp_pass::attach(topo.lb(), LB_CLIENT_IF, &other)?;
+    let before = topo.lb().xdp_program(LB_CLIENT_IF)?;
+    ensure!(
+        before.as_deref().is_some_and(|p| p.contains("sy_xdp_pass")),
+        "the other program is not attached: {before:?}"
+    );
+    let cfg = web(1);
+    // The backend side comes first, so it is attached and must be undone.
+    let ifaces = ["to-b1", LB_CLIENT_IF];
+    let exited =
+        Agent::attach_expecting_exit(&topo, &[("10-web.yaml", cfg.text())], &ifaces, EXIT_LIMIT)?;
+    check_failed("interface in use", &exited)?;
+    ensure!(
+        exited
+            .output
+            .contains("interface to-client already has another XDP program attached"),
+        "the error does not name the busy interface"
+    );
+    let after = topo.lb().xdp_program(LB_CLIENT_IF)?;
+    println!("to-client before: {before:?}, after: {after:?}");
+    ensure!(after == before, "the other program was replaced: {after:?}");
+    no_xdp_on_lb(&topo, Some(LB_CLIENT_IF))
+}
+
+#[test]
+fn a_broken_reload_keeps_the_running_config_and_a_fixed_one_applies() -> Result<()> {
+    if privileged::require_root_and_bpf("a_broken_reload_keeps_the_running_config").is_err() {
+        return Ok(());
+    }
+    let topo = Topology::builder().backends(2).build()?;
+    let _servers = servers::start_all(&topo)?;
+    let agent = Agent::start(&topo, &[("10-web.yaml", web(2).text())])?;
+    let first = agent.status()?.generation;
+
+    agent.write_file("20-extra.yaml", BROKEN)?;
+    agent.reload()?;
+    agent.wait_for(Duration::from_secs(5), |s| s.rejected.is_some())?;
+    let status = agent.status()?;
+    let rejected = status.rejected.clone().unwrap_or_default();
+    println!(
+        "broken reload: generation {first} → {}; status reports:\n{rejected}",
+        status.generation
+    );
+    ensure!(status.generation == first, "the broken config was applied");
+    for error in broken_errors("20-extra.yaml") {
+        ensure!(rejected.contains(&error), "status lacks {error:?}");
+    }
+    let human = agent.cli(&["status", "--config-dir", &agent.dir().display().to_string()])?;
+    ensure!(
+        human.contains("the last change was rejected"),
+        "`switchyard status` does not say the change was rejected:\n{human}"
+    );
+    let tcp = client::tcp_tally(topo.client(), vip_v4(80), 100)?;
+    println!("still serving with the old config: {tcp:?}");
+    ensure!(client::total(&tcp) == 100 && tcp.len() == 2, "{tcp:?}");
+
+    agent.write_file("20-extra.yaml", FIXED)?;
+    agent.reload()?;
+    agent.wait_for(Duration::from_secs(5), |s| {
+        s.generation > first && s.rejected.is_none()
+    })?;
+    let generation = agent.status()?.generation;
+    // The fixed fragment's UDP service now answers, over the old pool.
+    let udp = client::udp_tally(topo.client(), vip_v4(80), 30).context("the new UDP service")?;
+    println!("fixed reload: generation {first} → {generation}; new UDP service answers {udp:?}");
+    ensure!(client::total(&udp) == 30);
+    Ok(())
+}
+
+#[test]
+fn on_sigterm_the_agent_exits_and_the_program_keeps_balancing_until_detach() -> Result<()> {
+    if privileged::require_root_and_bpf("on_sigterm_the_agent_exits").is_err() {
+        return Ok(());
+    }
+    let topo = Topology::builder().backends(3).build()?;
+    let servers = servers::start_all(&topo)?;
+    let mut agent = Agent::start(&topo, &[("10-web.yaml", web(3).text())])?;
+    check_spread(
+        "with the agent",
+        &client::tcp_tally(topo.client(), vip_v4(80), 300)?,
+        3,
+    )?;
+
+    let sent = Instant::now();
+    let exit = agent.stop()?.context("the agent was not running")?;
+    println!("agent exited {exit} {:?} after SIGTERM", sent.elapsed());
+    ensure!(exit.success(), "the agent exited with {exit}");
+    for iface in lb_interfaces(&topo) {
+        let prog = topo.lb().xdp_program(&iface)?;
+        ensure!(
+            prog.as_deref().is_some_and(|p| p.contains("switchyard")),
+            "{iface} lost the program: {prog:?}"
+        );
+    }
+    let dir = agent.dir().display().to_string();
+    let gone = agent
+        .cli(&["status", "--config-dir", &dir])
+        .err()
+        .context("status answered without an agent")?;
+    println!("status without the agent: {gone:#}");
+    ensure!(
+        format!("{gone:#}")
+            .contains("interfaces with a pinned program: to-b1, to-b2, to-b3, to-client")
+    );
+
+    let before: Vec<u64> = servers.iter().map(|s| s.tcp_connections()).collect();
+    let tally = client::tcp_tally(topo.client(), vip_v4(80), 300)?;
+    check_spread("after the agent exited (last maps)", &tally, 3)?;
+    for (s, b) in servers.iter().zip(before) {
+        ensure!(s.tcp_connections() - b == tally[s.name()] as u64);
+    }
+
+    let mut args = vec!["detach"];
+    let ifaces = lb_interfaces(&topo);
+    for iface in &ifaces {
+        args.extend(["--iface", iface.as_str()]);
+    }
+    args.extend(["--config-dir", &dir]);
+    print!("{}", agent.cli(&args)?);
+    no_xdp_on_lb(&topo, None)?;
+    let pins = pins_under(&agent.pin_dir());
+    ensure!(pins.is_empty(), "detach left pins: {pins:?}");
+    Ok(())
+}

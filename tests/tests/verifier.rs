@@ -1,0 +1,97 @@
+//! Loading the real object: the verifier accepts it within an instruction budget, it defines
+//! every map of the ABI, and the pinned maps are what the agent writes.
+//!
+//! Privileged: needs root and BPF (skips loudly otherwise; a failure under `CI=true`).
+
+use std::fs;
+
+use anyhow::{Context as _, Result, ensure};
+use aya::maps::{Array, Map, MapData};
+use router_common::{MAGLEV_SIZE, maglev_index, maps};
+use router_tests::privileged;
+use switchyard::dataplane::{Dataplane as _, load, maps::KernelMaps};
+
+/// Instructions the verifier may process for the program (kernel limit: 1,000,000). The
+/// program needs about 55,000 on 6.18; the budget catches a change that multiplies verifier
+/// states (see parse.rs on the scratch map) long before the kernel limit does.
+const VERIFIER_BUDGET: u32 = 150_000;
+
+#[test]
+fn program_verifies_within_its_instruction_budget() -> Result<()> {
+    if privileged::require_root_and_bpf("verifier budget").is_err() {
+        return Ok(());
+    }
+    let ebpf = load::load(None)?;
+    let info = load::program(&ebpf)?.info()?;
+    let verified = info
+        .verified_instruction_count()
+        .context("kernel reports no count")?;
+    println!(
+        "verified instructions: {verified} (budget {VERIFIER_BUDGET}); translated {} bytes, jited {} bytes",
+        info.size_translated().unwrap_or(0),
+        info.size_jitted()
+    );
+    ensure!(
+        verified <= VERIFIER_BUDGET,
+        "{verified} verified instructions > budget {VERIFIER_BUDGET}"
+    );
+    Ok(())
+}
+
+#[test]
+fn the_object_defines_every_map_of_the_abi() -> Result<()> {
+    if privileged::require_root_and_bpf("object maps").is_err() {
+        return Ok(());
+    }
+    let ebpf = load::load(None)?;
+    for name in maps::ALL {
+        ensure!(
+            ebpf.map(name).is_some(),
+            "map {name} missing from the object"
+        );
+    }
+    Ok(())
+}
+
+/// Regression: tables are written through a memory mapping of `MAGLEV`; the kernel lays array
+/// values out 8 bytes apart, and a 4-byte stride once put every table in the wrong place.
+#[test]
+fn maglev_tables_written_through_the_mapping_read_back_through_the_syscall() -> Result<()> {
+    if privileged::require_root_and_bpf("maglev mapping").is_err() {
+        return Ok(());
+    }
+    let dir = std::path::PathBuf::from(router_tests::agent::unique_pin_path());
+    let result = (|| -> Result<()> {
+        let mut ebpf = load::load(Some(&dir))?;
+        let mut kernel = KernelMaps::take(&mut ebpf)?;
+        let table: Vec<u32> = (0..MAGLEV_SIZE)
+            .map(|i| i.wrapping_mul(2_654_435_761))
+            .collect();
+        kernel.write_table(5, 1, &table)?;
+        let pinned = MapData::from_pin(dir.join(maps::MAGLEV))?;
+        let array: Array<MapData, u32> = Array::try_from(Map::Array(pinned))?;
+        for i in [0, 1, 2, 3, 1000, MAGLEV_SIZE / 2, MAGLEV_SIZE - 1] {
+            let got = array.get(&maglev_index(5, 1, i), 0)?;
+            ensure!(
+                got == table[i as usize],
+                "entry {i}: kernel has {got}, wrote {}",
+                table[i as usize]
+            );
+        }
+        // Its neighbours were not touched.
+        ensure!(
+            array.get(&maglev_index(5, 0, MAGLEV_SIZE - 1), 0)? == 0,
+            "half 0 was written"
+        );
+        ensure!(
+            array.get(&maglev_index(6, 0, 0), 0)? == 0,
+            "pool 6 was written"
+        );
+        Ok(())
+    })();
+    for name in maps::ALL {
+        let _ = fs::remove_file(dir.join(name));
+    }
+    let _ = fs::remove_dir(&dir);
+    result
+}
