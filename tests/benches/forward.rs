@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! cargo build --release -p router-userspace && \
-//!     cargo bench -p router-tests --bench forward [-- --secs 5 --rounds 2 --only MODE]
+//!     cargo bench -p router-tests --bench forward [-- --secs 5 --rounds 3 --only MODE]
 //! ```
 //!
 //! (The first command builds the `switchyard` binary the agent runs; `cargo bench` of this
@@ -22,12 +22,18 @@
 //!   does per packet — Switchyard's XDP program and redirect, or the kernel's receive path,
 //!   conntrack, DNAT and forwarding — runs in that thread. The backends' NAPI polls, scheduled
 //!   from it, run on CPU 0 too, inside it. The NAPI thread, the generators and this process run
-//!   at nice -20, so other work on a shared machine takes little of their CPUs.
+//!   at nice -20, and this process in a session of its own whose scheduler group has nice -20
+//!   too ([`host::own_session`]), so other work on a shared machine takes little of the two
+//!   CPUs during a window.
 //! - **Counting**: each backend's veth has an XDP_DROP sink instead of the topology's
 //!   XDP_PASS, and its receive counter (read over rtnetlink, as `ip -s link` shows it) counts
 //!   the frames that reached it. The rate is the counters' growth over `--secs` seconds after
-//!   a one-second warm-up. The lb's CPU time (`/proc/stat`) and its NAPI thread's share of a
-//!   CPU are printed beside it: both near 100 % means the lb CPU was the bottleneck.
+//!   a one-second warm-up.
+//! - **Per lb CPU-second**: the same count divided by the CPU time the lb's NAPI thread had in
+//!   the window (`/proc/TID/schedstat`), i.e. what one CPU given wholly to the lb forwards.
+//!   On a quiet machine the thread gets ~100 % of CPU 0 and both rates agree; on a busy shared
+//!   one it gets less, the delivered rate drops with it, and this one does not. The thread's
+//!   share and CPU 0's time (`/proc/stat`) are printed with each window.
 //!
 //! `--only routing|nftables|switchyard` runs one mode, e.g. under `perf record -C 0`.
 //!
@@ -48,7 +54,7 @@ use router_tests::{
     bench::{
         self, Summary,
         flood::{Flood, udp_v4_frame},
-        host::{self, CpuTimes, LinkCounters, cpu_times, load_average, machine, task_ticks},
+        host::{self, CpuTimes, LinkCounters, cpu_times, load_average, machine, task_runtime_ns},
     },
     netns::Topology,
     nft::{NftDnat, Selector},
@@ -70,8 +76,6 @@ const WARMUP: Duration = Duration::from_secs(1);
 /// Nice value of the lb's NAPI thread, the generators and this process: on a shared machine
 /// they keep (nearly) all of their CPU against ordinary processes during a window.
 const NICE: i32 = -20;
-/// `USER_HZ`: the unit of `/proc` CPU times.
-const TICKS_PER_SEC: f64 = 100.0;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Mode {
@@ -117,7 +121,8 @@ struct Snapshot {
     lb_rx: u64,
     backends: Vec<u64>,
     cpu: CpuTimes,
-    napi: u64,
+    /// CPU time of the lb's NAPI thread, ns.
+    napi_ns: u64,
 }
 
 /// One measurement window.
@@ -129,7 +134,7 @@ struct Sample {
     lb_rx: u64,
     delivered: Vec<u64>,
     cpu: CpuTimes,
-    napi_ticks: u64,
+    napi_ns: u64,
 }
 
 impl Sample {
@@ -146,12 +151,24 @@ impl Sample {
                 .map(|(y, x)| y - x)
                 .collect(),
             cpu: b.cpu.since(&a.cpu),
-            napi_ticks: b.napi - a.napi,
+            napi_ns: b.napi_ns - a.napi_ns,
         }
     }
 
     fn delivered_pps(&self) -> f64 {
         self.delivered.iter().sum::<u64>() as f64 / self.secs
+    }
+
+    /// The share of a CPU the lb's NAPI thread got (1.0: all of it).
+    fn napi_share(&self) -> f64 {
+        self.napi_ns as f64 / 1e9 / self.secs
+    }
+
+    /// Delivered packets per second of the NAPI thread's CPU time: what one CPU given wholly
+    /// to the lb forwards. On a shared machine the thread does not always get all of CPU 0
+    /// (see `napi_share`); this rate does not depend on how much it got.
+    fn per_cpu_pps(&self) -> f64 {
+        self.delivered.iter().sum::<u64>() as f64 / (self.napi_ns as f64 / 1e9)
     }
 
     fn print(&self) {
@@ -162,18 +179,29 @@ impl Sample {
             .map(|d| format!("{:.3}", mpps(*d)))
             .collect();
         println!(
-            "  {:<20} delivered {:.3} Mpps [{}]  lb received {:.3} Mpps  offered {:.3} Mpps  \
-             CPU{LB_CPU}: busy {:.0}% (softirq {:.0}%, steal {:.0}%), NAPI thread {:.0}%",
+            "  {:<20} delivered {:.3} Mpps [{}]  per lb CPU-second {:.3} Mpps  lb received {:.3} \
+             Mpps  offered {:.3} Mpps  NAPI thread {:.0}% of CPU{LB_CPU} (CPU{LB_CPU} busy {:.0}%, \
+             softirq {:.0}%, steal {:.0}%)",
             self.mode.name(),
             self.delivered_pps() / 1e6,
             per_backend.join(" + "),
+            self.per_cpu_pps() / 1e6,
             mpps(self.lb_rx),
             mpps(self.offered),
+            100.0 * self.napi_share(),
             self.cpu.percent(self.cpu.busy),
             self.cpu.percent(self.cpu.softirq),
             self.cpu.percent(self.cpu.steal),
-            100.0 * self.napi_ticks as f64 / TICKS_PER_SEC / self.secs,
         );
+    }
+}
+
+/// Sets the flag when dropped: the generator threads stop at their next call.
+struct StopOnDrop(Arc<AtomicBool>);
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
     }
 }
 
@@ -240,14 +268,14 @@ impl Bench {
             .map(|b| Ok(b.read()?.rx_packets))
             .collect::<Result<Vec<_>>>()?;
         let cpu = cpu_times(LB_CPU)?;
-        let napi = task_ticks(self.napi).context("the lb's NAPI thread is gone")?;
+        let napi_ns = task_runtime_ns(self.napi).context("the lb's NAPI thread is gone")?;
         Ok(Snapshot {
             at: start + (Instant::now() - start) / 2,
             offered: client.tx_packets + client.tx_dropped,
             lb_rx,
             backends,
             cpu,
-            napi,
+            napi_ns,
         })
     }
 
@@ -260,11 +288,12 @@ impl Bench {
             mode.destination(),
             PORT,
         );
-        let stop = Arc::new(AtomicBool::new(false));
+        // Stops the generators however this function returns.
+        let stop = StopOnDrop(Arc::new(AtomicBool::new(false)));
         let mut generators = Vec::new();
         for _ in 0..GENERATORS {
             let flood = Flood::new(frame)?;
-            let stop = stop.clone();
+            let stop = stop.0.clone();
             generators.push(self.topo.client().spawn(move || -> Result<()> {
                 host::renice(0, NICE)?;
                 let out = ifindex(CLIENT_IF)?;
@@ -281,7 +310,7 @@ impl Bench {
             let b = self.snapshot()?;
             Ok(Sample::between(mode, &a, &b))
         })();
-        stop.store(true, Ordering::Relaxed);
+        drop(stop);
         for g in generators {
             match g.join() {
                 Ok(r) => r?,
@@ -344,7 +373,7 @@ fn main() -> Result<()> {
     }
     router_tests::agent::binary()?;
     let secs: f64 = bench::arg("secs").unwrap_or(5.0);
-    let rounds: usize = bench::arg("rounds").unwrap_or(2);
+    let rounds: usize = bench::arg("rounds").unwrap_or(3);
     // `--only MODE` runs one mode (e.g. to profile it with `perf record -C 0`).
     let modes: Vec<Mode> = match bench::arg::<String>("only") {
         Some(name) => vec![Mode::parse(&name).context("--only routing|nftables|switchyard")?],
@@ -358,6 +387,7 @@ fn main() -> Result<()> {
     let gen_cpu = cpus - 1;
     // This thread's CPU and priority are inherited by the generator threads and by every
     // process it starts (the agent, `ip`, `nft`): they must not wait behind the generators.
+    host::own_session(NICE)?;
     host::pin(0, gen_cpu)?;
     host::renice(0, NICE)?;
     println!("machine: {}", machine());
@@ -377,45 +407,55 @@ fn main() -> Result<()> {
             samples.push((round, s));
         }
     }
-    println!("\nsummary, delivered Mpps (median of {rounds} rounds, range):");
-    let median = |mode: Mode| {
+    println!("\nsummary, median of {rounds} rounds (range), Mpps:");
+    println!(
+        "  {:<20} {:<24} {:<24}",
+        "", "delivered", "per lb CPU-second"
+    );
+    let summary = |mode: Mode, f: fn(&Sample) -> f64| {
         let v: Vec<f64> = samples
             .iter()
             .filter(|(_, s)| s.mode == mode)
-            .map(|(_, s)| s.delivered_pps() / 1e6)
+            .map(|(_, s)| f(s) / 1e6)
             .collect();
         Summary::of(&v)
     };
+    let show = |s: Summary| format!("{:.3} ({:.3}–{:.3})", s.median, s.min, s.max);
     for &mode in &modes {
-        let m = median(mode);
         println!(
-            "  {:<20} {:.3} ({:.3}–{:.3})",
+            "  {:<20} {:<24} {:<24}",
             mode.name(),
-            m.median,
-            m.min,
-            m.max
+            show(summary(mode, Sample::delivered_pps)),
+            show(summary(mode, Sample::per_cpu_pps))
         );
     }
-    // Switchyard over nftables, each round's pair measured minutes apart at most.
-    let pps = |round: usize, mode: Mode| {
-        samples
-            .iter()
-            .find(|(r, s)| *r == round && s.mode == mode)
-            .map(|(_, s)| s.delivered_pps())
-    };
-    let ratios: Vec<f64> = (1..=rounds)
-        .filter_map(|r| Some(pps(r, Mode::Switchyard)? / pps(r, Mode::Nftables)?))
-        .collect();
-    if !ratios.is_empty() {
-        println!(
-            "  switchyard / nftables: {:.2}× (per round: {})",
-            Summary::of(&ratios).median,
-            ratios
+    // Switchyard over nftables, each round's pair measured a minute apart at most.
+    let ratios = |f: fn(&Sample) -> f64| -> Vec<f64> {
+        let rate = |round: usize, mode: Mode| {
+            samples
                 .iter()
-                .map(|x| format!("{x:.2}×"))
-                .collect::<Vec<_>>()
-                .join(", ")
-        );
+                .find(|(r, s)| *r == round && s.mode == mode)
+                .map(|(_, s)| f(s))
+        };
+        (1..=rounds)
+            .filter_map(|r| Some(rate(r, Mode::Switchyard)? / rate(r, Mode::Nftables)?))
+            .collect()
+    };
+    for (what, f) in [
+        ("delivered", Sample::delivered_pps as fn(&Sample) -> f64),
+        ("per lb CPU-second", Sample::per_cpu_pps),
+    ] {
+        let r = ratios(f);
+        if !r.is_empty() {
+            println!(
+                "  switchyard / nftables, {what}: {:.2}× (per round: {})",
+                Summary::of(&r).median,
+                r.iter()
+                    .map(|x| format!("{x:.2}×"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+        }
     }
     println!("load average at end: {}", load_average());
     Ok(())

@@ -158,6 +158,7 @@ fn measure_round(
 ) -> Result<()> {
     let ingress = lab.ifindex(LB_CLIENT_IF)?;
     // Steady state: the tracked flow, repeated.
+    let hits_before = lab.reason(Reason::ConntrackHit);
     {
         let sy = lab.program()?;
         let base = baseline.program()?;
@@ -171,6 +172,12 @@ fn measure_round(
         rows.hit.push(hit);
         rows.base.push(b);
     }
+    let hits = lab.reason(Reason::ConntrackHit) - hits_before;
+    ensure!(
+        hits >= u64::from(repeat),
+        "{}: {hits} conntrack hits counted for {repeat} repeated runs",
+        f.name
+    );
     // New flows, once each, from an empty conntrack table (then the hit flow again, re-tracked).
     lab.flush_conntrack();
     let new_before = lab.reason(Reason::NewFlow);

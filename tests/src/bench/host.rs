@@ -51,6 +51,28 @@ pub fn renice(tid: i32, nice: i32) -> Result<()> {
     Ok(())
 }
 
+/// Moves this process into a session of its own and gives that session's scheduler group
+/// the nice value `nice`.
+///
+/// With autogroup scheduling (`/proc/sys/kernel/sched_autogroup_enabled`, on by default) CPU
+/// time is first shared between sessions, and a thread's nice value only counts within its
+/// session: a nice -20 thread still gets half a CPU against a compiler started from another
+/// shell. A new session has a new group, whose weight `/proc/self/autogroup` sets; it ends
+/// with the process. The process no longer receives the terminal's Ctrl-C: when an
+/// interrupted cargo exits, the process's next line of output fails (closed pipe), it panics
+/// and its guards clean up.
+pub fn own_session(nice: i32) -> Result<()> {
+    // SAFETY: setsid has no preconditions; it fails only for a process-group leader.
+    if unsafe { libc::setsid() } < 0 {
+        return Err(std::io::Error::last_os_error()).context("setsid");
+    }
+    let autogroup = std::path::Path::new("/proc/self/autogroup");
+    if autogroup.exists() {
+        fs::write(autogroup, nice.to_string()).context("writing /proc/self/autogroup")?;
+    }
+    Ok(())
+}
+
 /// Time a CPU spent, in clock ticks (`USER_HZ`), from `/proc/stat`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct CpuTimes {
@@ -110,16 +132,16 @@ pub fn cpu_times(cpu: usize) -> Result<CpuTimes> {
     })
 }
 
-/// User plus system time of task `tid`, in clock ticks (`/proc/TID/stat` fields 14 and 15).
-pub fn task_ticks(tid: i32) -> Result<u64> {
-    let stat = fs::read_to_string(format!("/proc/{tid}/stat"))?;
-    // The command name (field 2) is in parentheses and may hold spaces: count after it.
-    let rest = stat.rsplit_once(')').context("malformed stat")?.1;
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    // `rest` starts at field 3, so field N is f[N - 3].
-    let utime: u64 = f.get(11).context("no utime")?.parse()?;
-    let stime: u64 = f.get(12).context("no stime")?.parse()?;
-    Ok(utime + stime)
+/// Time task `tid` has spent on a CPU, in nanoseconds (`/proc/TID/schedstat`, the
+/// scheduler's own clock, not sampled by ticks). Without `CONFIG_IRQ_TIME_ACCOUNTING`, as
+/// here, it includes the softirqs that ran inside the task (at `local_bh_enable`).
+pub fn task_runtime_ns(tid: i32) -> Result<u64> {
+    let stat = fs::read_to_string(format!("/proc/{tid}/schedstat"))?;
+    Ok(stat
+        .split_whitespace()
+        .next()
+        .context("empty schedstat")?
+        .parse()?)
 }
 
 /// The command name of task `tid`.
