@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! cargo build --release -p router-userspace && \
-//!     cargo bench -p router-tests --bench forward [-- --secs 5 --rounds 3 --only MODE]
+//!     cargo bench -p router-tests --bench forward [-- --secs 5 --rounds 4 --only MODE]
 //! ```
 //!
 //! (The first command builds the `switchyard` binary the agent runs; `cargo bench` of this
@@ -373,7 +373,7 @@ fn main() -> Result<()> {
     }
     router_tests::agent::binary()?;
     let secs: f64 = bench::arg("secs").unwrap_or(5.0);
-    let rounds: usize = bench::arg("rounds").unwrap_or(3);
+    let rounds: usize = bench::arg("rounds").unwrap_or(4);
     // `--only MODE` runs one mode (e.g. to profile it with `perf record -C 0`).
     let modes: Vec<Mode> = match bench::arg::<String>("only") {
         Some(name) => vec![Mode::parse(&name).context("--only routing|nftables|switchyard")?],
@@ -401,7 +401,8 @@ fn main() -> Result<()> {
     let mut samples = Vec::new();
     for round in 1..=rounds {
         println!("round {round}:");
-        for &mode in &modes {
+        // Each round starts with the next mode, so no mode always runs first or last.
+        for &mode in modes.iter().cycle().skip(round - 1).take(modes.len()) {
             let s = bench.run(mode).with_context(|| mode.name())?;
             s.print();
             samples.push((round, s));
@@ -429,7 +430,7 @@ fn main() -> Result<()> {
             show(summary(mode, Sample::per_cpu_pps))
         );
     }
-    // Switchyard over nftables, each round's pair measured a minute apart at most.
+    // Switchyard over nftables, each round's pair measured within a minute.
     let ratios = |f: fn(&Sample) -> f64| -> Vec<f64> {
         let rate = |round: usize, mode: Mode| {
             samples
