@@ -1,5 +1,44 @@
-//! The rule language and the decision engine (state-driven failover).
+//! Switchyard's rule language — one small, safe expression language for decision rules, derived
+//! state variables and `require` — and the decision engine. Pure: no aya, no async runtime, no kernel.
 //!
-//! Not built yet: decision groups, state variables and `to: { decide: GROUP }` arrive with the
-//! failover issue. Until then the agent rejects those configuration keys with a clear
-//! "not supported yet" error.
+//! ```
+//! use rules::{Schema, State, Type, compile};
+//!
+//! let mut schema = Schema::new();
+//! let api = schema.define("dc1_api_healthy", Type::Bool)?;
+//! let ratio = schema.define("pool.dc1.healthy_ratio", Type::Number)?;
+//! let rule = compile("dc1_api_healthy AND pool.dc1.healthy_ratio >= 0.5", &schema)?;
+//! assert_eq!(rule.reads(), &[api, ratio]);
+//!
+//! let mut state = State::for_schema(&schema);
+//! assert!(!rule.eval(&state)); // unset values make comparisons false
+//! state.set(api, true);
+//! state.set(ratio, 0.75);
+//! assert!(rule.eval(&state));
+//! assert_eq!(
+//!     rule.explain(&state).to_string(),
+//!     "true: dc1_api_healthy = true, pool.dc1.healthy_ratio = 0.75"
+//! );
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! The stages, one module each: [`syntax`] (text → tree with spans), [`check`] (types and
+//! names against a [`Schema`]), [`compile`](mod@compile) (tree → a flat program over slots) and [`eval`]
+//! (running it over a [`State`] without allocating). Errors carry line, column and a caret
+//! line ([`Error`]). The language is described in `docs/rules.md`.
+//!
+//! The decision engine ([`engine`]) runs decision groups over rule truth values: switching
+//! policy, overrides, safety rules, audit and explain. The agent does not drive it yet: state
+//! variables, decision groups and `to: { decide: … }` are rejected as "not supported yet".
+
+pub mod check;
+pub mod compile;
+pub mod engine;
+pub mod error;
+pub mod eval;
+pub mod syntax;
+
+pub use check::{Schema, SchemaError, Slot, Type};
+pub use compile::{Compiled, compile};
+pub use error::{Error, ErrorKind, Span};
+pub use eval::{Explanation, Reading, State, Value};
