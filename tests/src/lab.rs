@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use anyhow::{Context as _, Result};
 use aya::{
     Ebpf,
-    programs::{TestRun as _, TestRunOptions},
+    programs::{TestRun as _, TestRunOptions, Xdp},
 };
 use router_common::{Reason, Traffic};
 use switchyard::{
@@ -100,6 +100,20 @@ impl Lab {
                 out,
             })
         })?
+    }
+
+    /// The loaded program, for callers that run it themselves inside the lb namespace (the
+    /// benchmarks time it with `BPF_PROG_TEST_RUN`'s `repeat`).
+    pub fn program(&self) -> Result<&Xdp> {
+        Ok(load::program(&self.ebpf)?)
+    }
+
+    /// The ifindex of the lb's interface `iface` (in the lb namespace).
+    pub fn ifindex(&self, iface: &str) -> Result<u32> {
+        self.ifindex
+            .get(iface)
+            .copied()
+            .context("unknown interface")
     }
 
     /// Runs the program on `frame` arriving from the client.

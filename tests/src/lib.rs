@@ -1,6 +1,7 @@
 //! Test harness: network-namespace topologies, real servers and clients, the nftables
 //! baseline, and the privilege guard.
 //!
+//! - [`bench`] — helpers for the benchmarks in `tests/benches` (docs/performance.md)
 //! - [`agent`] — the real `switchyard attach` in the lb namespace, with a config directory
 //! - [`config_text`] — config fragments for the namespace suites
 //! - [`addrs`] — the standard topology's names, addresses and ports (with its diagram)
@@ -16,6 +17,7 @@
 
 pub mod addrs;
 pub mod agent;
+pub mod bench;
 pub mod client;
 pub mod config_text;
 pub mod lab;

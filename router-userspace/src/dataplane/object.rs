@@ -1,4 +1,5 @@
-//! The XDP object, built by `build.rs` from `router-ebpf` and embedded in the binary.
+//! The XDP objects, built by `build.rs` from `router-ebpf` and embedded in the binary: the data
+//! plane, and a minimal baseline program for benchmarks.
 
 use aya::include_bytes_aligned;
 
@@ -7,7 +8,11 @@ use super::DataplaneError;
 /// Name of the XDP program inside the object.
 pub const PROGRAM: &str = "switchyard";
 
+/// Name of the program inside the [`baseline`] object.
+pub const BASELINE_PROGRAM: &str = "baseline";
+
 static OBJECT: &[u8] = include_bytes_aligned!(concat!(env!("OUT_DIR"), "/router"));
+static BASELINE: &[u8] = include_bytes_aligned!(concat!(env!("OUT_DIR"), "/baseline"));
 
 /// The ELF bytes of the XDP object. Errors with [`DataplaneError::StubObject`] when the binary
 /// was built with `AYA_BUILD_SKIP=1` (a zero-byte stub).
@@ -16,5 +21,17 @@ pub fn bytes() -> Result<&'static [u8], DataplaneError> {
         Err(DataplaneError::StubObject)
     } else {
         Ok(OBJECT)
+    }
+}
+
+/// The ELF bytes of the baseline XDP object, for benchmarks: a program ([`BASELINE_PROGRAM`])
+/// that parses Ethernet and the IPv4/IPv6 header, swaps the MAC addresses and returns
+/// `XDP_TX` (`router-ebpf/src/bin/baseline.rs`). Switchyard's cost is reported relative to it
+/// (docs/performance.md); the agent never loads it. Errors like [`bytes`] for a stub build.
+pub fn baseline() -> Result<&'static [u8], DataplaneError> {
+    if BASELINE.is_empty() {
+        Err(DataplaneError::StubObject)
+    } else {
+        Ok(BASELINE)
     }
 }

@@ -1,0 +1,79 @@
+//! The benchmark baseline: the least an XDP load balancer must do for a frame. It parses
+//! Ethernet and the IPv4 or IPv6 header (bounds and version checked), swaps the MAC addresses
+//! and returns `XDP_TX`; anything else gets `XDP_PASS`. No maps, no helpers, no lookups.
+//!
+//! It is measured next to Switchyard's program under `BPF_PROG_TEST_RUN`
+//! (`cargo bench -p router-tests --bench xdp`, docs/performance.md): the ratio of the two says
+//! what classification, connection tracking, Maglev selection, the FIB lookup and counting
+//! cost on top of touching the packet at all. Not part of the data plane; the agent never loads
+//! it.
+#![no_std]
+#![no_main]
+// The `#[xdp]` macro generates the exported entry symbol without a doc comment.
+#![allow(missing_docs)]
+
+use core::mem::size_of;
+
+use aya_ebpf::{bindings::xdp_action, macros::xdp, programs::XdpContext};
+use network_types::{
+    eth::EthHdr,
+    ip::{Ipv4Hdr, Ipv6Hdr},
+};
+
+const ETH_P_IP: u16 = 0x0800;
+const ETH_P_IPV6: u16 = 0x86dd;
+
+/// A pointer to a `T` at byte `off` of the frame, or `None` if it would cross `data_end`.
+#[inline(always)]
+fn ptr_at<T>(ctx: &XdpContext, off: usize) -> Option<*mut T> {
+    let p = ctx.data() + off;
+    if p + size_of::<T>() > ctx.data_end() {
+        return None;
+    }
+    Some(p as *mut T)
+}
+
+/// Reflects an IP frame back out of its interface with the MAC addresses swapped.
+#[xdp]
+pub fn baseline(ctx: XdpContext) -> u32 {
+    reflect(&ctx).unwrap_or(xdp_action::XDP_PASS)
+}
+
+#[inline(always)]
+fn reflect(ctx: &XdpContext) -> Option<u32> {
+    let eth: *mut EthHdr = ptr_at(ctx, 0)?;
+    let is_ip = match u16::from_be(unsafe { (*eth).ether_type }) {
+        ETH_P_IP => {
+            let ip: *const Ipv4Hdr = ptr_at(ctx, EthHdr::LEN)?;
+            let vihl = unsafe { (*ip).vihl };
+            vihl >> 4 == 4
+        }
+        ETH_P_IPV6 => {
+            let ip: *const Ipv6Hdr = ptr_at(ctx, EthHdr::LEN)?;
+            let vcf = unsafe { (*ip).vcf[0] };
+            vcf >> 4 == 6
+        }
+        _ => false,
+    };
+    if !is_ip {
+        return None;
+    }
+    // Bounds checked above; nothing else touches the frame while the program runs.
+    unsafe {
+        let e = &mut *eth;
+        core::mem::swap(&mut e.dst_addr, &mut e.src_addr);
+    }
+    Some(xdp_action::XDP_TX)
+}
+
+#[cfg(not(test))]
+#[panic_handler]
+fn panic(_info: &core::panic::PanicInfo) -> ! {
+    // Unreachable: nothing here can panic (no indexing, unwrap or division).
+    loop {}
+}
+
+// The same licence as the data plane (no GPL-only helper is called here).
+#[unsafe(link_section = "license")]
+#[unsafe(no_mangle)]
+static LICENSE: [u8; 4] = *b"GPL\0";

@@ -1,0 +1,340 @@
+//! Nanoseconds per packet of Switchyard's XDP program under `BPF_PROG_TEST_RUN`, beside the
+//! baseline program (parse Ethernet and IPv4/IPv6, swap MACs, `XDP_TX`) measured in the same
+//! run, on the same frames, on the same pinned CPU.
+//!
+//! ```text
+//! cargo bench -p router-tests --bench xdp [-- --repeat 1000000 --flows 20000 --rounds 5]
+//! ```
+//!
+//! The program runs with private maps filled by the real publisher, inside the lb namespace of
+//! a standard topology (so `bpf_fib_lookup` sees real routes and neighbours), on TCP frames to
+//! a `dsr-l2` service with two backends:
+//!
+//! - **conntrack hit**: one flow's frame, tracked by a first run, then run `--repeat` times in
+//!   one call; the kernel reports the mean per run. The baseline runs the same frame the same
+//!   way.
+//! - **conntrack miss**: `--flows` frames of distinct new flows (distinct source ports, empty
+//!   conntrack), each run once (`repeat = 1`), and the kernel-reported durations averaged. A
+//!   single run's time also holds clock reads, the test loop's entry and exit, and the cold
+//!   caches and branch predictors a system call leaves, so the baseline and the tracked flow
+//!   are run once per frame the same way, as many times. The miss is reported raw (beside the
+//!   baseline timed alike) and as a steady-state estimate: the tracked flow's repeated time
+//!   plus the difference between a new flow and the tracked flow, both run once — the
+//!   single-run overheads are in both and cancel.
+//! - **not a service** (for reference): a UDP frame to an unserved port, passed to the kernel.
+//!
+//! Each of `--rounds` rounds measures every row once; the table gives the median and the range.
+//! Nothing asserts on speed; a wrong verdict (the program not forwarding) is an error, because
+//! the numbers would then describe another path.
+
+use anyhow::{Context as _, Result, ensure};
+use router_common::Reason;
+use router_tests::{
+    addrs::{CLIENT_V4, CLIENT_V6, LB_CLIENT_IF, VIP_V4, VIP_V6, backend_v4, backend_v6},
+    bench::{
+        self, Summary,
+        host::{self, load_average, machine},
+        testrun::{Baseline, time},
+    },
+    lab::Lab,
+    packets, privileged,
+};
+use switchyard::config::{
+    Agent, Backend, Config, Forward, HashMode, Pool, Protocol, Service, Target, WhenAllDown,
+};
+
+const XDP_PASS: u32 = 2;
+const XDP_TX: u32 = 3;
+const XDP_REDIRECT: u32 = 4;
+
+const BACKENDS: usize = 2;
+const PORT: u16 = 80;
+/// Source port of the tracked flow; miss flows use ports from `MISS_PORT_BASE` up.
+const HIT_PORT: u16 = 50_000;
+const MISS_PORT_BASE: u16 = 1_024;
+
+fn pool(name: &str, addrs: Vec<std::net::IpAddr>) -> Pool {
+    Pool {
+        name: name.into(),
+        backends: addrs
+            .into_iter()
+            .map(|address| Backend {
+                address,
+                weight: 100,
+            })
+            .collect(),
+        health_check: None,
+        when_all_down: WhenAllDown::Drop,
+    }
+}
+
+fn service(name: &str, vip: std::net::IpAddr, pool: &str) -> Service {
+    Service {
+        name: name.into(),
+        vip,
+        port: PORT,
+        protocol: Protocol::Tcp,
+        forward: Forward::DsrL2,
+        hash: HashMode::FiveTuple,
+        to: Target::Pool(pool.into()),
+    }
+}
+
+fn config() -> Result<Config> {
+    Ok(Config {
+        agent: Agent {
+            api: "127.0.0.1:9900".parse()?,
+            pin_path: "/sys/fs/bpf/unused".into(),
+        },
+        services: vec![
+            service("web", VIP_V4.into(), "web"),
+            service("web6", VIP_V6.into(), "web6"),
+        ],
+        pools: vec![
+            pool(
+                "web",
+                (1..=BACKENDS).map(|i| backend_v4(i).into()).collect(),
+            ),
+            pool(
+                "web6",
+                (1..=BACKENDS).map(|i| backend_v6(i).into()).collect(),
+            ),
+        ],
+    })
+}
+
+/// The kernel's mean per run of `prog` on `frame` over `repeat` runs; checks the verdict.
+fn repeated(
+    prog: &aya::programs::Xdp,
+    frame: &[u8],
+    ingress: u32,
+    repeat: u32,
+    want: u32,
+) -> Result<f64> {
+    let t = time(prog, frame, ingress, repeat)?;
+    ensure!(t.action == want, "verdict {} instead of {want}", t.action);
+    Ok(t.ns)
+}
+
+/// The mean of the kernel-reported times of `prog` run once on each frame; checks verdicts.
+fn once_each<'a>(
+    prog: &aya::programs::Xdp,
+    frames: impl Iterator<Item = &'a [u8]>,
+    ingress: u32,
+    want: u32,
+) -> Result<f64> {
+    let mut ns = Vec::new();
+    for f in frames {
+        let t = time(prog, f, ingress, 1)?;
+        ensure!(t.action == want, "verdict {} instead of {want}", t.action);
+        ns.push(t.ns);
+    }
+    Ok(bench::mean(&ns))
+}
+
+/// One family's frames.
+struct Frames {
+    name: &'static str,
+    hit: Vec<u8>,
+    misses: Vec<Vec<u8>>,
+}
+
+/// Per-round measurements of one family, in nanoseconds.
+#[derive(Default)]
+struct Rows {
+    hit: Vec<f64>,
+    base: Vec<f64>,
+    miss_once: Vec<f64>,
+    base_once: Vec<f64>,
+    hit_once: Vec<f64>,
+}
+
+fn measure_round(
+    lab: &mut Lab,
+    baseline: &Baseline,
+    f: &Frames,
+    repeat: u32,
+    rows: &mut Rows,
+) -> Result<()> {
+    let ingress = lab.ifindex(LB_CLIENT_IF)?;
+    // Steady state: the tracked flow, repeated.
+    let hits_before = lab.reason(Reason::ConntrackHit);
+    {
+        let sy = lab.program()?;
+        let base = baseline.program()?;
+        let (hit, b) = lab.topo.lb().run(|| -> Result<(f64, f64)> {
+            // The first run tracks the flow (if an earlier round has not).
+            time(sy, &f.hit, ingress, 1)?;
+            let hit = repeated(sy, &f.hit, ingress, repeat, XDP_REDIRECT)?;
+            let b = repeated(base, &f.hit, ingress, repeat, XDP_TX)?;
+            Ok((hit, b))
+        })??;
+        rows.hit.push(hit);
+        rows.base.push(b);
+    }
+    let hits = lab.reason(Reason::ConntrackHit) - hits_before;
+    ensure!(
+        hits >= u64::from(repeat),
+        "{}: {hits} conntrack hits counted for {repeat} repeated runs",
+        f.name
+    );
+    // New flows, once each, from an empty conntrack table (then the hit flow again, re-tracked).
+    lab.flush_conntrack();
+    let new_before = lab.reason(Reason::NewFlow);
+    {
+        let sy = lab.program()?;
+        let base = baseline.program()?;
+        let n = f.misses.len();
+        let (miss, b, hit) = lab.topo.lb().run(|| -> Result<(f64, f64, f64)> {
+            let miss = once_each(
+                sy,
+                f.misses.iter().map(Vec::as_slice),
+                ingress,
+                XDP_REDIRECT,
+            )?;
+            let b = once_each(base, f.misses.iter().map(Vec::as_slice), ingress, XDP_TX)?;
+            time(sy, &f.hit, ingress, 1)?;
+            let hit = once_each(
+                sy,
+                std::iter::repeat_n(f.hit.as_slice(), n),
+                ingress,
+                XDP_REDIRECT,
+            )?;
+            Ok((miss, b, hit))
+        })??;
+        rows.miss_once.push(miss);
+        rows.base_once.push(b);
+        rows.hit_once.push(hit);
+    }
+    let new_flows = lab.reason(Reason::NewFlow) - new_before;
+    ensure!(
+        new_flows == f.misses.len() as u64 + 1,
+        "{}: {new_flows} new flows counted for {} distinct flows plus the re-tracked one",
+        f.name,
+        f.misses.len()
+    );
+    Ok(())
+}
+
+fn report(f: &Frames, rows: &Rows, repeat: u32) {
+    let hit = Summary::of(&rows.hit);
+    let base = Summary::of(&rows.base);
+    let miss = Summary::of(&rows.miss_once);
+    let base_once = Summary::of(&rows.base_once);
+    let hit_once = Summary::of(&rows.hit_once);
+    // A new flow's steady-state cost: the tracked flow's repeated time plus what a new flow
+    // costs over a tracked one when both are run once (the clock reads and the cold start of
+    // a single run are in both and cancel).
+    let est: Vec<f64> = (0..rows.hit.len())
+        .map(|i| rows.hit[i] + rows.miss_once[i] - rows.hit_once[i])
+        .collect();
+    let est = Summary::of(&est);
+    let show = |s: Summary| format!("{:7.1} ({:.1}–{:.1})", s.median, s.min, s.max);
+    println!(
+        "\n{} — ns per packet, median of {} rounds (range)",
+        f.name,
+        rows.hit.len()
+    );
+    println!(
+        "  conntrack hit, repeat {repeat:<9}       switchyard {}  baseline {}  ratio {:.2}×",
+        show(hit),
+        show(base),
+        hit.median / base.median
+    );
+    println!("  repeat 1, mean over {} frames:", f.misses.len());
+    println!(
+        "    new flows (conntrack miss)          switchyard {}  baseline {}  ratio {:.2}×",
+        show(miss),
+        show(base_once),
+        miss.median / base_once.median
+    );
+    println!(
+        "    the tracked flow (conntrack hit)    switchyard {}",
+        show(hit_once)
+    );
+    println!(
+        "  conntrack miss, steady state (est.)   switchyard {}  baseline {}  ratio {:.2}×",
+        show(est),
+        show(base),
+        est.median / base.median
+    );
+    println!("    (= hit at repeat {repeat} + new flow at repeat 1 − tracked flow at repeat 1)");
+    println!("  per round: hit, baseline | repeat 1: miss, baseline, hit");
+    for i in 0..rows.hit.len() {
+        println!(
+            "    {:7.1} {:7.1} | {:7.1} {:7.1} {:7.1}",
+            rows.hit[i], rows.base[i], rows.miss_once[i], rows.base_once[i], rows.hit_once[i]
+        );
+    }
+}
+
+fn main() -> Result<()> {
+    if !bench::invoked_by_cargo_bench() {
+        println!("xdp: a benchmark; run it with `cargo bench -p router-tests --bench xdp`");
+        return Ok(());
+    }
+    if privileged::require_root_and_bpf("bench xdp").is_err() {
+        return Ok(());
+    }
+    let repeat: u32 = bench::arg("repeat").unwrap_or(1_000_000);
+    let flows: u16 = bench::arg("flows").unwrap_or(20_000);
+    let rounds: usize = bench::arg("rounds").unwrap_or(5);
+    ensure!(
+        flows <= HIT_PORT - MISS_PORT_BASE,
+        "--flows must be at most {}",
+        HIT_PORT - MISS_PORT_BASE
+    );
+    // One CPU for everything this process does (test runs execute on the caller's CPU).
+    let cpu = host::cpu_count() - 1;
+    host::pin(0, cpu)?;
+    println!("machine: {}", machine());
+    println!("load average at start: {}", load_average());
+    println!(
+        "pinned to CPU {cpu}; repeat {repeat}, {flows} new flows per miss round, {rounds} rounds"
+    );
+
+    let mut lab = Lab::new("bench-xdp", BACKENDS, &config()?).context("building the lab")?;
+    println!("topology {}", lab.topo.tag());
+    let baseline = Baseline::load()?;
+    let families = [
+        Frames {
+            name: "IPv4 TCP, dsr-l2",
+            hit: packets::tcp(CLIENT_V4.into(), HIT_PORT, VIP_V4.into(), PORT),
+            misses: (0..flows)
+                .map(|k| packets::tcp(CLIENT_V4.into(), MISS_PORT_BASE + k, VIP_V4.into(), PORT))
+                .collect(),
+        },
+        Frames {
+            name: "IPv6 TCP, dsr-l2",
+            hit: packets::tcp(CLIENT_V6.into(), HIT_PORT, VIP_V6.into(), PORT),
+            misses: (0..flows)
+                .map(|k| packets::tcp(CLIENT_V6.into(), MISS_PORT_BASE + k, VIP_V6.into(), PORT))
+                .collect(),
+        },
+    ];
+    let mut rows: Vec<Rows> = families.iter().map(|_| Rows::default()).collect();
+    let mut pass = Vec::new();
+    let not_served = packets::udp(CLIENT_V4.into(), HIT_PORT, VIP_V4.into(), 9);
+    for _ in 0..rounds {
+        for (f, r) in families.iter().zip(rows.iter_mut()) {
+            measure_round(&mut lab, &baseline, f, repeat, r).with_context(|| f.name.to_string())?;
+        }
+        let ingress = lab.ifindex(LB_CLIENT_IF)?;
+        let sy = lab.program()?;
+        pass.push(
+            lab.topo
+                .lb()
+                .run(|| repeated(sy, &not_served, ingress, repeat, XDP_PASS))??,
+        );
+    }
+    for (f, r) in families.iter().zip(&rows) {
+        report(f, r, repeat);
+    }
+    let p = Summary::of(&pass);
+    println!(
+        "\nnot a service (UDP to an unserved port, XDP_PASS), repeat {repeat}: {:.1} ns (range {:.1}–{:.1})",
+        p.median, p.min, p.max
+    );
+    println!("load average at end: {}", load_average());
+    Ok(())
+}

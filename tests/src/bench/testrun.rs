@@ -1,0 +1,79 @@
+//! Timing an XDP program with `BPF_PROG_TEST_RUN`, and the baseline program it is compared to.
+//!
+//! With `repeat = N` the kernel runs the program N times on one frame and reports the mean
+//! duration per run, in whole nanoseconds (`bpf_test_run`: the clock is read when the loop
+//! starts and when it ends, and time spent rescheduling is left out). Every run sees the same
+//! frame and the maps as the previous run left them, so a repeated frame measures the
+//! steady state of one flow (a conntrack hit). A first packet of a flow can only be measured
+//! with `repeat = 1`, where the reported time also holds one clock read and the loop's entry
+//! and exit: [`time`] the same frames with the baseline at `repeat = 1` to know that overhead.
+
+use anyhow::{Context as _, Result};
+use aya::{
+    Ebpf,
+    programs::{TestRun as _, TestRunOptions, Xdp},
+};
+use switchyard::dataplane::object::{self, BASELINE_PROGRAM};
+
+/// One timed test run.
+#[derive(Debug, Clone, Copy)]
+pub struct Timed {
+    /// The XDP action of the last run.
+    pub action: u32,
+    /// The kernel-reported mean duration of one run, in nanoseconds.
+    pub ns: f64,
+}
+
+/// `struct xdp_md` for a frame of `len` bytes arriving on `ingress`: data, data_end,
+/// data_meta, ingress_ifindex, rx_queue_index, egress_ifindex.
+pub fn xdp_md(ingress: u32, len: usize) -> Vec<u8> {
+    [0u32, len as u32, 0, ingress, 0, 0]
+        .iter()
+        .flat_map(|w| w.to_ne_bytes())
+        .collect()
+}
+
+/// Runs `prog` `repeat` times on `frame` as if it arrived on `ingress` (an ifindex of the
+/// calling thread's namespace) and returns the kernel's timing.
+pub fn time(prog: &Xdp, frame: &[u8], ingress: u32, repeat: u32) -> Result<Timed> {
+    let md = xdp_md(ingress, frame.len());
+    let opts = TestRunOptions {
+        data_in: Some(frame),
+        ctx_in: Some(&md),
+        repeat,
+        ..TestRunOptions::default()
+    };
+    let r = prog.test_run(opts).context("BPF_PROG_TEST_RUN")?;
+    Ok(Timed {
+        action: r.return_value,
+        ns: r.duration.as_nanos() as f64,
+    })
+}
+
+/// The baseline program (`router-ebpf/src/bin/baseline.rs`: parse Ethernet and IPv4/IPv6,
+/// swap the MACs, `XDP_TX`), loaded and verified; it has no maps.
+pub struct Baseline {
+    ebpf: Ebpf,
+}
+
+impl Baseline {
+    /// Loads the embedded baseline object ([`object::baseline`]).
+    pub fn load() -> Result<Self> {
+        let mut ebpf = Ebpf::load(object::baseline()?).context("loading the baseline object")?;
+        let prog: &mut Xdp = ebpf
+            .program_mut(BASELINE_PROGRAM)
+            .context("the baseline object has no program")?
+            .try_into()?;
+        prog.load().context("verifying the baseline program")?;
+        Ok(Self { ebpf })
+    }
+
+    /// The loaded program.
+    pub fn program(&self) -> Result<&Xdp> {
+        Ok(self
+            .ebpf
+            .program(BASELINE_PROGRAM)
+            .context("the baseline object has no program")?
+            .try_into()?)
+    }
+}
