@@ -100,6 +100,8 @@ fn config() -> Result<Config> {
                 (1..=BACKENDS).map(|i| backend_v6(i).into()).collect(),
             ),
         ],
+        state: vec![],
+        decisions: vec![],
     })
 }
 
