@@ -14,6 +14,7 @@
 //! The keys are documented for operators in `docs/configuration.md`.
 
 pub mod model;
+pub mod schema;
 
 mod load;
 mod report;

@@ -1,0 +1,123 @@
+//! The names an expression may read, and their types: every `state:` variable and the agent's
+//! built-ins. One function builds it, for validation (names resolve, types check) and for the
+//! agent (slots of the live state), so both agree on every name.
+//!
+//! Built-ins (ARCHITECTURE.md, "State"):
+//!
+//! | name | type |
+//! |---|---|
+//! | `pool.<pool>.healthy` | bool: at least one healthy backend |
+//! | `pool.<pool>.healthy_count`, `pool.<pool>.healthy_ratio` | number |
+//! | `backend.<address>.healthy` | bool (any pool that has it healthy) |
+//! | `backend.<address>.rtt_p99_ms` | number: p99 of its probe latency, ms |
+//! | `service.<service>.packets_per_second`, `service.<service>.bytes_per_second` | number |
+//! | `target.healthy_count`, `target.healthy_ratio` | number: of the target an expression in `require` vets |
+//!
+//! An IPv6 address writes each `:` as `-` (`backend.2001-db8-11--11.healthy`; docs/rules.md).
+
+use std::net::IpAddr;
+
+use rules::{Schema, Type, check::SchemaError};
+
+use super::model::{Config, PushValue, StateSource};
+
+/// How an address appears in a built-in name.
+pub fn address_segment(a: IpAddr) -> String {
+    a.to_string().replace(':', "-")
+}
+
+/// `pool.<pool>.<what>`.
+pub fn pool_name(pool: &str, what: &str) -> String {
+    format!("pool.{pool}.{what}")
+}
+
+/// `backend.<address>.<what>`.
+pub fn backend_name(address: IpAddr, what: &str) -> String {
+    format!("backend.{}.{what}", address_segment(address))
+}
+
+/// `service.<service>.<what>`.
+pub fn service_name(service: &str, what: &str) -> String {
+    format!("service.{service}.{what}")
+}
+
+/// `target.healthy_count`: healthy backends of the target `require` is asked about.
+pub const TARGET_HEALTHY_COUNT: &str = "target.healthy_count";
+/// `target.healthy_ratio`: their share of the target's backends.
+pub const TARGET_HEALTHY_RATIO: &str = "target.healthy_ratio";
+
+/// The type of a state variable.
+pub fn state_type(source: &StateSource) -> Type {
+    match source {
+        StateSource::Push(PushValue::Number(_)) => Type::Number,
+        StateSource::Push(PushValue::String(_)) => Type::String,
+        _ => Type::Bool,
+    }
+}
+
+/// Every name of `cfg`'s expressions: state variables first (in declaration order), then the
+/// built-ins. A name defined twice (a state variable named like a built-in) is an error.
+pub fn build(cfg: &Config) -> Result<Schema, SchemaError> {
+    let mut s = Schema::new();
+    for v in &cfg.state {
+        s.define(&v.name, state_type(&v.source))?;
+    }
+    for p in &cfg.pools {
+        s.define(&pool_name(&p.name, "healthy"), Type::Bool)?;
+        s.define(&pool_name(&p.name, "healthy_count"), Type::Number)?;
+        s.define(&pool_name(&p.name, "healthy_ratio"), Type::Number)?;
+    }
+    let mut addresses: Vec<IpAddr> = cfg
+        .pools
+        .iter()
+        .flat_map(|p| p.backends.iter().map(|b| b.address))
+        .collect();
+    addresses.sort();
+    addresses.dedup();
+    for a in addresses {
+        s.define(&backend_name(a, "healthy"), Type::Bool)?;
+        s.define(&backend_name(a, "rtt_p99_ms"), Type::Number)?;
+    }
+    for svc in &cfg.services {
+        s.define(&service_name(&svc.name, "packets_per_second"), Type::Number)?;
+        s.define(&service_name(&svc.name, "bytes_per_second"), Type::Number)?;
+    }
+    s.define(TARGET_HEALTHY_COUNT, Type::Number)?;
+    s.define(TARGET_HEALTHY_RATIO, Type::Number)?;
+    Ok(s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::load_files;
+
+    #[test]
+    fn the_reference_names_resolve_with_their_types() {
+        let cfg = load_files(&[(
+            "a.yaml".into(),
+            "services: [ { name: web, vip: 198.18.0.10, port: 80, protocol: tcp, forward: dsr-l2, to: { pool: dc1 } } ]\n\
+             pools: [ { name: dc1, backends: [ { address: 198.18.1.11 } ] },\n\
+                      { name: dc6, backends: [ { address: \"2001:db8:11::11\" } ] } ]\n"
+                .into(),
+        )])
+        .expect("valid");
+        let s = build(&cfg).expect("schema");
+        assert_eq!(
+            s.get("pool.dc1.healthy_ratio").map(|(_, t)| t),
+            Some(Type::Number)
+        );
+        assert_eq!(s.get("pool.dc1.healthy").map(|(_, t)| t), Some(Type::Bool));
+        assert!(s.get("backend.198.18.1.11.healthy").is_some());
+        assert!(s.get("backend.2001-db8-11--11.rtt_p99_ms").is_some());
+        assert!(s.get("service.web.packets_per_second").is_some());
+        assert!(s.get(TARGET_HEALTHY_COUNT).is_some());
+        assert!(
+            rules::compile(
+                "pool.dc1.healthy_count >= 1 AND backend.198.18.1.11.healthy",
+                &s
+            )
+            .is_ok()
+        );
+    }
+}
