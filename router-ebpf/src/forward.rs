@@ -77,11 +77,19 @@ fn fib_lookup(
     next_hop: &[u32; 4],
     ingress: u32,
 ) -> Result<(u32, [u16; 6]), Reason> {
-    // Zeroed as eight 64-bit words: `mem::zeroed::<FibParams>()` (4-byte aligned) costs twice
-    // the stores.
-    let mut raw = [0u64; size_of::<FibParams>() / 8];
-    // SAFETY: `raw` is as large as `FibParams` and more strictly aligned; all-zero is a valid
-    // `FibParams`.
+    // Zeroed as eight 64-bit stores. `mem::zeroed()` (or `[0u64; 8]`) becomes a call to the
+    // BPF target's byte-at-a-time `memset`, 64 rounds of its loop; volatile stores are not
+    // merged back into one.
+    let mut raw = core::mem::MaybeUninit::<[u64; size_of::<FibParams>() / 8]>::uninit();
+    let words64 = raw.as_mut_ptr() as *mut u64;
+    let mut i = 0;
+    while i < size_of::<FibParams>() / 8 {
+        // SAFETY: `i` stays inside `raw`.
+        unsafe { core::ptr::write_volatile(words64.add(i), 0) };
+        i += 1;
+    }
+    // SAFETY: `raw` is as large as `FibParams`, more strictly aligned, and all zero, which is a
+    // valid `FibParams`.
     let p = unsafe { &mut *(raw.as_mut_ptr() as *mut FibParams) };
     p.l4_protocol = pkt.flow.proto;
     p.ifindex = ingress;
