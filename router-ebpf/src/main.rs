@@ -128,7 +128,7 @@ fn process(ctx: &XdpContext) -> Outcome {
         return Outcome::unforwarded(r, svc.id);
     }
     finish(
-        forward::send(ctx, pkt, &choice.backend.addr),
+        forward::send(ctx, pkt, &choice.backend.addr, choice.id),
         reason,
         svc.id,
         choice.id,
@@ -183,7 +183,7 @@ fn later_fragment(ctx: &XdpContext, pkt: &Packet) -> Outcome {
         return Outcome::unforwarded(r, entry.service);
     }
     finish(
-        forward::send(ctx, pkt, &backend.addr),
+        forward::send(ctx, pkt, &backend.addr, entry.backend),
         Reason::Fragment,
         entry.service,
         entry.backend,
@@ -231,7 +231,7 @@ fn nat_reply(ctx: &XdpContext, pkt: &Packet) -> Outcome {
         return Outcome::unforwarded(r, entry.service);
     }
     finish(
-        forward::send(ctx, pkt, &pkt.flow.dst),
+        forward::send(ctx, pkt, &pkt.flow.dst, NO_BACKEND),
         Reason::NatReply,
         entry.service,
         NONE,

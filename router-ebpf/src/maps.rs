@@ -80,3 +80,12 @@ pub static CONFIG: Array<Config, 1> = Array::new();
 /// ABI: the agent neither reads nor pins it.
 #[btf_map]
 pub static SCRATCH: PerCpuArray<crate::parse::Packet, 1> = PerCpuArray::new();
+
+/// Per-CPU cache of each backend slot's next hop (`forward::NextHop`), so a forwarded packet
+/// does not call `bpf_fib_lookup` every time. Not part of the ABI: private to the loaded
+/// program (neither pinned nor written by the agent), so a new program starts with it empty.
+/// Entries check themselves (backend address, family, ingress interface, expiry), so the agent
+/// never needs to invalidate them.
+#[btf_map]
+pub static NEXTHOP: PerCpuArray<crate::forward::NextHop, { MAX_BACKENDS as usize }> =
+    PerCpuArray::new();

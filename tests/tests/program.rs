@@ -656,3 +656,85 @@ fn a_split_sends_flows_to_both_pools() -> Result<()> {
     );
     Ok(())
 }
+
+/// Regression for the next-hop cache (`NEXTHOP`, router-ebpf/src/forward.rs): a backend whose
+/// neighbour entry changes gets the new MAC once the cached entry has expired (1 s), and a
+/// backend slot that is given another address is looked up afresh at once.
+///
+/// Not timing-sensitive: the cache is per CPU, so the test thread (and the namespace threads it
+/// spawns, which run the program) is pinned to one CPU; the entry expires 1 s after the lookup
+/// that filled it, which ran before `filled` was taken, so "still cached" is only asserted when
+/// the second run finished well inside that second, and "followed" after sleeping past it.
+#[test]
+fn a_changed_next_hop_is_followed_after_the_cache_refresh() -> Result<()> {
+    use std::time::{Duration, Instant};
+
+    use router_tests::bench::host;
+    use switchyard::dataplane::Dataplane as _;
+
+    /// The program's `NEXTHOP_TTL_NS`.
+    const REFRESH: Duration = Duration::from_secs(1);
+    const NEW_MAC: [u8; 6] = [0x02, 0x5e, 0x00, 0x00, 0x00, 0x42];
+
+    let Some(mut lab) = lab("fx-nexthop") else {
+        return Ok(());
+    };
+    host::pin(0, 0)?;
+    let frame = packets::tcp(c4(), 47000, v4(), 80);
+    let filled = Instant::now();
+    let b = forwarded(&lab, &frame)?;
+    lab.topo.lb().ip(&[
+        "neigh",
+        "replace",
+        &backend_v4(b).to_string(),
+        "lladdr",
+        &addrs::mac_string(NEW_MAC),
+        "dev",
+        &addrs::lb_backend_if(b),
+        "nud",
+        "permanent",
+    ])?;
+    let run = lab.run(&frame)?;
+    let changed = Instant::now();
+    let seen = inspect(&run.out)?;
+    if changed - filled < REFRESH * 9 / 10 {
+        ensure!(
+            seen.dst_mac == backend_mac(b),
+            "the next hop was looked up again within the refresh interval: {:02x?}",
+            seen.dst_mac
+        );
+    } else {
+        println!("slow machine: not checking that the cached next hop was used");
+    }
+    std::thread::sleep(REFRESH + Duration::from_millis(100));
+    let seen = inspect(&lab.run(&frame)?.out)?;
+    ensure!(
+        seen.dst_mac == NEW_MAC,
+        "the neighbour change was not followed after the refresh interval: {:02x?}",
+        seen.dst_mac
+    );
+
+    // The flow's backend slot now names another backend: its cached next hop (fresh: it was
+    // just looked up) must not be used for the new address.
+    let other = b % BACKENDS + 1;
+    let slot = lab
+        .maps
+        .conntrack
+        .iter()
+        .filter_map(Result::ok)
+        .map(|(_, entry)| entry.backend)
+        .next()
+        .context("the flow is not tracked")?;
+    let mut backend = lab.maps.backend(slot)?;
+    backend.addr = [0; 16];
+    backend.addr[..4].copy_from_slice(&backend_v4(other).octets());
+    lab.maps.set_backend(slot, backend)?;
+    let seen = inspect(&lab.run(&frame)?.out)?;
+    ensure!(
+        seen.dst_mac == backend_mac(other),
+        "a slot's new address got the old address's next hop: {:02x?} (backend {other} is {:02x?})",
+        seen.dst_mac,
+        backend_mac(other)
+    );
+    Ok(())
+}
