@@ -54,6 +54,9 @@ pub enum AgentError {
     // so `switchyard attach` (which prints the whole chain, `{:#}`) printed every problem twice.
     #[error(transparent)]
     Config(#[from] config::ConfigError),
+    /// The configuration is valid but uses something this agent does not run yet.
+    #[error("{0}")]
+    Unsupported(String),
     /// Loading, pinning or attaching failed.
     #[error(transparent)]
     Dataplane(#[from] DataplaneError),
@@ -139,6 +142,7 @@ fn targets(cfg: &Config, publisher: &Publisher) -> Vec<ProbeTarget> {
 /// Runs the agent until SIGINT/SIGTERM.
 pub async fn run(opts: Options) -> Result<(), AgentError> {
     let cfg = config::load_dir(&opts.config_dir)?;
+    refuse_decision_groups(&cfg)?;
     let listener = tokio::net::TcpListener::bind(cfg.agent.api)
         .await
         .map_err(|source| AgentError::Api {
@@ -239,6 +243,33 @@ pub async fn run(opts: Options) -> Result<(), AgentError> {
     Ok(())
 }
 
+/// Refuses a configuration with `state`, `decisions` or a `decide` target: it validates, but
+/// this agent does not run decision groups yet, and nothing may be silently ignored.
+/// (Deleted when the agent drives the decision engine.)
+fn refuse_decision_groups(cfg: &Config) -> Result<(), AgentError> {
+    let mut used = Vec::new();
+    if !cfg.state.is_empty() {
+        used.push("state");
+    }
+    if !cfg.decisions.is_empty() {
+        used.push("decisions");
+    }
+    if cfg
+        .services
+        .iter()
+        .any(|s| matches!(s.to, config::Target::Decide(_)))
+    {
+        used.push("`to: { decide: ... }`");
+    }
+    if used.is_empty() {
+        return Ok(());
+    }
+    Err(AgentError::Unsupported(format!(
+        "the configuration uses {}: validated, but this agent does not run decision groups yet",
+        used.join(", ")
+    )))
+}
+
 /// Removes from the `SERVICES` map every service `publisher` did not publish.
 fn remove_unknown_services(
     publisher: &Publisher,
@@ -302,7 +333,12 @@ fn reload(shared: &Arc<Mutex<Shared>>, tx: &mpsc::Sender<HealthEvent>) -> Option
         return None;
     };
     let dir = s.config_dir.clone();
-    let cfg = match config::load_dir(&dir) {
+    let cfg = match config::load_dir(&dir)
+        .map_err(AgentError::from)
+        .and_then(|cfg| {
+            refuse_decision_groups(&cfg)?;
+            Ok(cfg)
+        }) {
         Ok(cfg) => cfg,
         Err(e) => {
             warn!(
