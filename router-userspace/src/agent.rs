@@ -529,6 +529,30 @@ mod tests {
     use crate::config::{ConfigError, Problem};
 
     #[test]
+    fn decision_groups_are_refused_until_the_agent_runs_them() {
+        let text = "services: [ { name: web, vip: 198.18.0.10, port: 80, protocol: tcp, \
+                    forward: dsr-l2, to: { decide: g } } ]\n\
+                    pools: [ { name: p, backends: [ { address: 198.18.1.11 } ] } ]\n\
+                    state: { up: { push: { default: true } } }\n\
+                    decisions: [ { name: g, rules: [ { id: r, when: up, then: { pool: p } } ] } ]\n";
+        let cfg = config::load_files(&[("x.yaml".into(), text.into())]).expect("valid");
+        let e = refuse_decision_groups(&cfg).err().map(|e| e.to_string());
+        assert_eq!(
+            e.as_deref(),
+            Some(
+                "the configuration uses state, decisions, `to: { decide: ... }`: validated, but \
+                 this agent does not run decision groups yet"
+            )
+        );
+        let plain = config::load_files(&[(
+            "x.yaml".into(),
+            "pools: [ { name: p, backends: [ { address: 198.18.1.11 } ] } ]\n".into(),
+        )])
+        .expect("valid");
+        assert!(refuse_decision_groups(&plain).is_ok());
+    }
+
+    #[test]
     fn a_config_error_prints_each_problem_once_through_the_error_chain() {
         let problem = Problem {
             file: "20-broken.yaml".into(),

@@ -175,6 +175,8 @@ fn parse_file(file: usize, text: &str, parsed: &mut Parsed, report: &mut Report)
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     let options = LoaderOptions::default()
         .error_on_duplicate_keys(true)
+        // Quoted scalars stay strings: a push default `"false"` is text, `false` a bool.
+        .prevent_coercion(true)
         .toplevel_mapping();
     let mut root = match marked_yaml::parse_yaml_with_options(file, text, options) {
         Ok(root) => root,

@@ -11,13 +11,11 @@ use std::{
     path::PathBuf,
 };
 
-use router_common::{MAX_BACKENDS, MAX_POOLS, MAX_SERVICES};
-
 use super::{
     load::Parsed,
     model::*,
     report::{Item, Report, index_path, key_path},
-    spec::{AgentSpec, PoolSpec, ServiceSpec, TargetSpec},
+    spec::{AgentSpec, ServiceSpec, TargetSpec},
     values::{self, Bad, Later, did_you_mean},
 };
 
@@ -123,7 +121,7 @@ pub(crate) fn validate(parsed: Parsed, report: &mut Report) -> Option<Config> {
     let users = references(&parsed, &pools, &services, report);
     families(&parsed, &pools, &services, &users, report);
     backends_are_not_vips(&parsed, &pools, &services, report);
-    limits(&parsed, report);
+    pool::limits(&parsed, report);
     let state: Vec<state::Draft> = parsed
         .state
         .iter()
@@ -563,47 +561,6 @@ fn backends_are_not_vips(
             let hint = Some("a backend must be a real server's own address".to_owned());
             let rel = key_path(&index_path("backends", *b), "address");
             it.err(report, &rel, message, hint);
-        }
-    }
-}
-
-/// Checks the data plane's limits: service, pool and backend slots.
-fn limits(parsed: &Parsed, report: &mut Report) {
-    let services = parsed.services.len();
-    if let Some(it) = parsed.services.get(MAX_SERVICES as usize) {
-        let message = format!(
-            "too many services: {services}, the data plane has {MAX_SERVICES} service slots"
-        );
-        it.err(
-            report,
-            "",
-            message,
-            Some("MAX_SERVICES in router-common".to_owned()),
-        );
-    }
-    let pools = parsed.pools.len();
-    if let Some(it) = parsed.pools.get(MAX_POOLS as usize) {
-        let message = format!("too many pools: {pools}, the data plane has {MAX_POOLS} pool slots");
-        it.err(
-            report,
-            "",
-            message,
-            Some("MAX_POOLS in router-common".to_owned()),
-        );
-    }
-    let count = |it: &Item<PoolSpec>| it.spec.backends.as_ref().map_or(0, Vec::len);
-    let total: usize = parsed.pools.iter().map(count).sum();
-    let mut sum = 0;
-    for it in &parsed.pools {
-        let before = sum;
-        sum += count(it);
-        if before <= MAX_BACKENDS as usize && sum > MAX_BACKENDS as usize {
-            let message = format!(
-                "too many backends: {total} in all pools, the data plane has {MAX_BACKENDS} \
-                 backend slots"
-            );
-            let hint = Some("MAX_BACKENDS in router-common".to_owned());
-            it.err(report, "backends", message, hint);
         }
     }
 }

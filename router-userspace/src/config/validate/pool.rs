@@ -2,7 +2,10 @@
 
 use std::{collections::HashMap, net::IpAddr, time::Duration};
 
+use router_common::{MAX_BACKENDS, MAX_POOLS, MAX_SERVICES};
+
 use super::{Field, leaf, missing, required};
+use crate::config::load::Parsed;
 use crate::config::{
     model::*,
     report::{Item, Report, index_path, key_path},
@@ -377,4 +380,45 @@ fn backoff<S>(
         factor: factor?,
         max: max?,
     })
+}
+
+/// Checks the data plane's limits: service, pool and backend slots.
+pub(super) fn limits(parsed: &Parsed, report: &mut Report) {
+    let services = parsed.services.len();
+    if let Some(it) = parsed.services.get(MAX_SERVICES as usize) {
+        let message = format!(
+            "too many services: {services}, the data plane has {MAX_SERVICES} service slots"
+        );
+        it.err(
+            report,
+            "",
+            message,
+            Some("MAX_SERVICES in router-common".to_owned()),
+        );
+    }
+    let pools = parsed.pools.len();
+    if let Some(it) = parsed.pools.get(MAX_POOLS as usize) {
+        let message = format!("too many pools: {pools}, the data plane has {MAX_POOLS} pool slots");
+        it.err(
+            report,
+            "",
+            message,
+            Some("MAX_POOLS in router-common".to_owned()),
+        );
+    }
+    let count = |it: &Item<PoolSpec>| it.spec.backends.as_ref().map_or(0, Vec::len);
+    let total: usize = parsed.pools.iter().map(count).sum();
+    let mut sum = 0;
+    for it in &parsed.pools {
+        let before = sum;
+        sum += count(it);
+        if before <= MAX_BACKENDS as usize && sum > MAX_BACKENDS as usize {
+            let message = format!(
+                "too many backends: {total} in all pools, the data plane has {MAX_BACKENDS} \
+                 backend slots"
+            );
+            let hint = Some("MAX_BACKENDS in router-common".to_owned());
+            it.err(report, "backends", message, hint);
+        }
+    }
 }
