@@ -54,6 +54,9 @@ pub enum AgentError {
     // so `switchyard attach` (which prints the whole chain, `{:#}`) printed every problem twice.
     #[error(transparent)]
     Config(#[from] config::ConfigError),
+    /// The configuration is valid but uses something this agent does not run yet.
+    #[error("{0}")]
+    Unsupported(String),
     /// Loading, pinning or attaching failed.
     #[error(transparent)]
     Dataplane(#[from] DataplaneError),
@@ -139,6 +142,7 @@ fn targets(cfg: &Config, publisher: &Publisher) -> Vec<ProbeTarget> {
 /// Runs the agent until SIGINT/SIGTERM.
 pub async fn run(opts: Options) -> Result<(), AgentError> {
     let cfg = config::load_dir(&opts.config_dir)?;
+    refuse_decision_groups(&cfg)?;
     let listener = tokio::net::TcpListener::bind(cfg.agent.api)
         .await
         .map_err(|source| AgentError::Api {
@@ -239,6 +243,33 @@ pub async fn run(opts: Options) -> Result<(), AgentError> {
     Ok(())
 }
 
+/// Refuses a configuration with `state`, `decisions` or a `decide` target: it validates, but
+/// this agent does not run decision groups yet, and nothing may be silently ignored.
+/// (Deleted when the agent drives the decision engine.)
+fn refuse_decision_groups(cfg: &Config) -> Result<(), AgentError> {
+    let mut used = Vec::new();
+    if !cfg.state.is_empty() {
+        used.push("state");
+    }
+    if !cfg.decisions.is_empty() {
+        used.push("decisions");
+    }
+    if cfg
+        .services
+        .iter()
+        .any(|s| matches!(s.to, config::Target::Decide(_)))
+    {
+        used.push("`to: { decide: ... }`");
+    }
+    if used.is_empty() {
+        return Ok(());
+    }
+    Err(AgentError::Unsupported(format!(
+        "the configuration uses {}: validated, but this agent does not run decision groups yet",
+        used.join(", ")
+    )))
+}
+
 /// Removes from the `SERVICES` map every service `publisher` did not publish.
 fn remove_unknown_services(
     publisher: &Publisher,
@@ -302,7 +333,12 @@ fn reload(shared: &Arc<Mutex<Shared>>, tx: &mpsc::Sender<HealthEvent>) -> Option
         return None;
     };
     let dir = s.config_dir.clone();
-    let cfg = match config::load_dir(&dir) {
+    let cfg = match config::load_dir(&dir)
+        .map_err(AgentError::from)
+        .and_then(|cfg| {
+            refuse_decision_groups(&cfg)?;
+            Ok(cfg)
+        }) {
         Ok(cfg) => cfg,
         Err(e) => {
             warn!(
@@ -491,6 +527,30 @@ fn protocol(p: config::Protocol) -> &'static str {
 mod tests {
     use super::*;
     use crate::config::{ConfigError, Problem};
+
+    #[test]
+    fn decision_groups_are_refused_until_the_agent_runs_them() {
+        let text = "services: [ { name: web, vip: 198.18.0.10, port: 80, protocol: tcp, \
+                    forward: dsr-l2, to: { decide: g } } ]\n\
+                    pools: [ { name: p, backends: [ { address: 198.18.1.11 } ] } ]\n\
+                    state: { up: { push: { default: true } } }\n\
+                    decisions: [ { name: g, rules: [ { id: r, when: up, then: { pool: p } } ] } ]\n";
+        let cfg = config::load_files(&[("x.yaml".into(), text.into())]).expect("valid");
+        let e = refuse_decision_groups(&cfg).err().map(|e| e.to_string());
+        assert_eq!(
+            e.as_deref(),
+            Some(
+                "the configuration uses state, decisions, `to: { decide: ... }`: validated, but \
+                 this agent does not run decision groups yet"
+            )
+        );
+        let plain = config::load_files(&[(
+            "x.yaml".into(),
+            "pools: [ { name: p, backends: [ { address: 198.18.1.11 } ] } ]\n".into(),
+        )])
+        .expect("valid");
+        assert!(refuse_decision_groups(&plain).is_ok());
+    }
 
     #[test]
     fn a_config_error_prints_each_problem_once_through_the_error_chain() {

@@ -28,17 +28,20 @@
 //! line ([`Error`]). The language is described in `docs/rules.md`.
 //!
 //! The decision engine ([`engine`]) runs decision groups over rule truth values: switching
-//! policy, overrides, safety rules, audit and explain. The agent does not drive it yet: state
-//! variables, decision groups and `to: { decide: … }` are rejected as "not supported yet".
+//! policy, overrides, safety rules, audit and explain; [`lint`](mod@lint) checks a group for rules that
+//! never fire, uncovered states and overlaps. The agent does not drive the engine yet: state
+//! variables, decision groups and `to: { decide: … }` validate, but `switchyard attach` refuses them.
 
 pub mod check;
 pub mod compile;
 pub mod engine;
 pub mod error;
 pub mod eval;
+pub mod lint;
 pub mod syntax;
 
 pub use check::{Schema, SchemaError, Slot, Type};
 pub use compile::{Compiled, compile};
 pub use error::{Error, ErrorKind, Span};
 pub use eval::{Explanation, Reading, State, Value};
+pub use lint::{Finding, Lint, LintRule, lint};
