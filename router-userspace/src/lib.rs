@@ -10,3 +10,4 @@ pub mod maglev;
 pub mod metrics;
 pub mod probe;
 pub mod publish;
+pub mod state;
