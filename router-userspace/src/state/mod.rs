@@ -460,4 +460,4 @@ fn p99(window: &VecDeque<f64>) -> f64 {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
