@@ -6,6 +6,7 @@ pub mod api;
 pub mod cli;
 pub mod config;
 pub mod dataplane;
+pub mod engine;
 pub mod maglev;
 pub mod metrics;
 pub mod probe;
