@@ -48,7 +48,8 @@ enum Cmd {
         #[arg(long, default_value = DEFAULT_DIR)]
         config_dir: PathBuf,
     },
-    /// Check a config directory: every error with file, line and key path. Exit 1 on errors.
+    /// Check a config directory: every error with file, line and key path, then lint warnings
+    /// about decision groups. Exit 1 on errors (warnings alone exit 0).
     Validate {
         /// Directory of `*.yaml` fragments.
         #[arg(default_value = DEFAULT_DIR)]
@@ -133,11 +134,16 @@ fn run(args: Args) -> Result<ExitCode> {
         }
         Cmd::Validate { dir } => match config::load_dir(&dir) {
             Ok(cfg) => {
+                for warning in config::lint(&cfg) {
+                    println!("warning: {warning}");
+                }
                 println!(
-                    "{}: valid ({} services, {} pools)",
+                    "{}: valid ({} services, {} pools, {} state variables, {} decision groups)",
                     dir.display(),
                     cfg.services.len(),
-                    cfg.pools.len()
+                    cfg.pools.len(),
+                    cfg.state.len(),
+                    cfg.decisions.len()
                 );
             }
             Err(e) => {

@@ -614,6 +614,7 @@ mod tests {
             agent: Agent {
                 api: "127.0.0.1:9900".parse().unwrap(),
                 pin_path: "/sys/fs/bpf/switchyard".into(),
+                state_dir: "/var/lib/switchyard".into(),
             },
             services,
             pools,

@@ -36,9 +36,11 @@ pub mod compile;
 pub mod engine;
 pub mod error;
 pub mod eval;
+pub mod lint;
 pub mod syntax;
 
 pub use check::{Schema, SchemaError, Slot, Type};
 pub use compile::{Compiled, compile};
 pub use error::{Error, ErrorKind, Span};
 pub use eval::{Explanation, Reading, State, Value};
+pub use lint::{Finding, Lint, LintRule, lint};

@@ -85,6 +85,7 @@ fn config() -> Result<Config> {
         agent: Agent {
             api: "127.0.0.1:9900".parse()?,
             pin_path: "/sys/fs/bpf/unused".into(),
+            state_dir: "/var/lib/switchyard".into(),
         },
         services: vec![
             service("web", VIP_V4.into(), "web"),

@@ -98,6 +98,7 @@ fn config() -> Config {
         agent: Agent {
             api: "127.0.0.1:9900".parse().unwrap(),
             pin_path: "/sys/fs/bpf/x".into(),
+            state_dir: "/var/lib/switchyard".into(),
         },
         services: vec![
             svc("web", vip4, 80, Protocol::Tcp, false, "web"),

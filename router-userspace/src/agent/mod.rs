@@ -32,7 +32,7 @@ use crate::{
         load,
         maps::KernelMaps,
     },
-    engine::{AuditFile, DEFAULT_STATE_DIR, Driver},
+    engine::{AuditFile, Driver},
     metrics::Metrics,
     probe::{self, HealthEvent, ProbeSet, ProbeTarget},
     publish::{PublishError, Publisher},
@@ -205,8 +205,7 @@ pub async fn run(opts: Options) -> Result<(), AgentError> {
     let started = Instant::now();
     let epoch = started;
     let store = Store::new(&cfg).map_err(|e| AgentError::Decisions(e.to_string()))?;
-    // model::Agent has no state_dir yet: the audit trail lives in /var/lib/switchyard.
-    let audit = AuditFile::open(std::path::Path::new(DEFAULT_STATE_DIR));
+    let audit = AuditFile::open(&cfg.agent.state_dir);
     let mut driver =
         Driver::new(&cfg, &store, Some(audit)).map_err(|e| AgentError::Decisions(e.to_string()))?;
     let first = driver.initial_actions(&store, &publisher, epoch.elapsed());
@@ -373,7 +372,7 @@ fn reload(shared: &Arc<Mutex<Shared>>, tx: &mpsc::Sender<HealthEvent>) -> Option
         return None;
     };
     let dir = s.config_dir.clone();
-    let cfg = match config::load_dir(&dir) {
+    let cfg = match config::load_dir(&dir).map_err(AgentError::from) {
         Ok(cfg) => cfg,
         Err(e) => {
             warn!(
@@ -390,7 +389,7 @@ fn reload(shared: &Arc<Mutex<Shared>>, tx: &mpsc::Sender<HealthEvent>) -> Option
     }
     let started = Instant::now();
     let (store, mut driver) = match Store::new(&cfg).map_err(|e| e.to_string()).and_then(|st| {
-        let audit = AuditFile::open(std::path::Path::new(DEFAULT_STATE_DIR));
+        let audit = AuditFile::open(&cfg.agent.state_dir);
         Driver::new(&cfg, &st, Some(audit))
             .map(|d| (st, d))
             .map_err(|e| e.to_string())

@@ -16,10 +16,10 @@ use serde::de::DeserializeOwned;
 
 use super::{
     Config, ConfigError, Problem,
-    report::{Item, Pos, Report, index, index_path, key_path},
-    spec::{AgentSpec, PoolSpec, ServiceSpec, TOP_LEVEL_KEYS},
+    report::{Item, Pos, Report, index, index_path, key_path, quoted},
+    spec::{AgentSpec, DecisionGroupSpec, PoolSpec, ServiceSpec, StateVarSpec, TOP_LEVEL_KEYS},
     validate::validate,
-    values::{Later, closest, not_yet, suggest},
+    values::{closest, suggest},
 };
 
 /// Loads the configuration of `dir`: every `*.yaml` file in it, in name order, merged.
@@ -162,6 +162,10 @@ pub(crate) struct Parsed {
     pub services: Vec<Item<ServiceSpec>>,
     /// Each `pools[]` item.
     pub pools: Vec<Item<PoolSpec>>,
+    /// Each `state.<name>` entry, with its name (the key).
+    pub state: Vec<(String, Item<StateVarSpec>)>,
+    /// Each `decisions[]` item.
+    pub decisions: Vec<Item<DecisionGroupSpec>>,
     /// Files that could not be read or parsed: names they define are unknown.
     pub unparsed: Vec<usize>,
 }
@@ -171,6 +175,8 @@ fn parse_file(file: usize, text: &str, parsed: &mut Parsed, report: &mut Report)
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     let options = LoaderOptions::default()
         .error_on_duplicate_keys(true)
+        // Quoted scalars stay strings: a push default `"false"` is text, `false` a bool.
+        .prevent_coercion(true)
         .toplevel_mapping();
     let mut root = match marked_yaml::parse_yaml_with_options(file, text, options) {
         Ok(root) => root,
@@ -214,12 +220,26 @@ fn parse_file(file: usize, text: &str, parsed: &mut Parsed, report: &mut Report)
                 }
             }
             "state" => {
-                let (message, hint) = not_yet(Later::State);
-                report.add(file, at, name.to_owned(), message, hint);
+                let Node::Mapping(vars) = value else {
+                    let message = format!("expected a mapping of names, found {}", describe(value));
+                    report.add(file, at, name.to_owned(), message, None);
+                    continue;
+                };
+                for (key, node) in vars.iter() {
+                    let base = key_path(name, key.as_str());
+                    if let Some(mut item) = item::<StateVarSpec>(file, &base, node, report) {
+                        if let Some(at) = key.span().start().map(Pos::of) {
+                            item.pos.insert(String::new(), at);
+                        }
+                        parsed.state.push((key.as_str().to_owned(), item));
+                    }
+                }
             }
             "decisions" => {
-                let (message, hint) = not_yet(Later::Decisions);
-                report.add(file, at, name.to_owned(), message, hint);
+                for (i, node) in list(file, name, at, value, report).iter().enumerate() {
+                    let base = index_path(name, i);
+                    parsed.decisions.extend(item(file, &base, node, report));
+                }
             }
             _ => {
                 let message = format!("unknown key {name:?}");
@@ -276,6 +296,7 @@ fn item<T: DeserializeOwned + Default>(
         spec: T::default(),
         pos: index(node),
         broken: Vec::new(),
+        quoted: quoted(node),
     };
     let mut node = node.clone();
     for _ in 0..MAX_ROUNDS {

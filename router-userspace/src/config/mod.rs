@@ -6,7 +6,9 @@
 //!   each item (the agent, a service, a pool) into the serde shapes of `spec`, which reject
 //!   unknown keys; a broken item does not stop the others;
 //! - `validate` checks the whole merged configuration (names, references, address families,
-//!   limits of the data plane) and converts it into the runtime types of [`model`].
+//!   limits of the data plane, every rule expression against [`schema`]) and converts it into
+//!   the runtime types of [`model`];
+//! - [`lint`] then warns about decision groups that are valid but suspicious.
 //!
 //! Every problem found is reported, each with its file, line, key path and, where one helps, a
 //! hint: see [`ConfigError`]. A [`Config`] is produced only when there is none.
@@ -16,6 +18,7 @@
 pub mod model;
 pub mod schema;
 
+mod lint;
 mod load;
 mod report;
 mod spec;
@@ -24,6 +27,7 @@ mod values;
 
 use std::fmt;
 
+pub use lint::lint;
 pub use load::{load_dir, load_files};
 pub use model::{
     Agent, Backend, Backoff, CheckKind, Config, Forward, HashMode, HealthCheck, Pool, Protocol,

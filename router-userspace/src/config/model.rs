@@ -12,6 +12,9 @@ use std::{
 pub const DEFAULT_API: SocketAddr = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 9900);
 /// Default `agent.pin_path`.
 pub const DEFAULT_PIN_PATH: &str = "/sys/fs/bpf/switchyard";
+/// Default `agent.state_dir`: where the agent keeps what must survive a restart (the audit log
+/// of decisions).
+pub const DEFAULT_STATE_DIR: &str = "/var/lib/switchyard";
 /// Default backend weight.
 pub const DEFAULT_WEIGHT: u32 = 100;
 /// Largest backend weight.
@@ -55,6 +58,9 @@ pub struct Agent {
     /// bpffs directory the maps and the XDP link are pinned under, absolute (default
     /// `/sys/fs/bpf/switchyard`).
     pub pin_path: PathBuf,
+    /// Directory for what must survive an agent restart, such as the audit log of decisions,
+    /// absolute (default `/var/lib/switchyard`).
+    pub state_dir: PathBuf,
 }
 
 impl Default for Agent {
@@ -62,6 +68,7 @@ impl Default for Agent {
         Self {
             api: DEFAULT_API,
             pin_path: PathBuf::from(DEFAULT_PIN_PATH),
+            state_dir: PathBuf::from(DEFAULT_STATE_DIR),
         }
     }
 }

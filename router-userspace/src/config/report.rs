@@ -150,6 +150,29 @@ fn index_into(node: &Node, rel: String, at: Option<Pos>, out: &mut PosIndex) {
     }
 }
 
+/// The paths of every quoted scalar in `node`.
+pub(crate) fn quoted(node: &Node) -> Vec<String> {
+    fn walk(node: &Node, rel: String, out: &mut Vec<String>) {
+        match node {
+            Node::Mapping(map) => {
+                for (key, value) in map.iter() {
+                    walk(value, key_path(&rel, key.as_str()), out);
+                }
+            }
+            Node::Sequence(seq) => {
+                for (i, value) in seq.iter().enumerate() {
+                    walk(value, index_path(&rel, i), out);
+                }
+            }
+            Node::Scalar(s) if !s.may_coerce() => out.push(rel),
+            Node::Scalar(_) => {}
+        }
+    }
+    let mut out = Vec::new();
+    walk(node, String::new(), &mut out);
+    out
+}
+
 /// One item of a fragment (the agent, a service, a pool) deserialized into its spec, with what
 /// is needed to report problems at the right place.
 pub(crate) struct Item<T> {
@@ -164,6 +187,8 @@ pub(crate) struct Item<T> {
     /// Paths whose values had the wrong shape: already reported, and read as absent without
     /// another complaint.
     pub broken: Vec<String>,
+    /// Paths of scalars written in quotes (`"false"` is a string, `false` a bool).
+    pub quoted: Vec<String>,
 }
 
 impl<T> Item<T> {

@@ -62,30 +62,50 @@ pub fn build(cfg: &Config) -> Result<Schema, SchemaError> {
     for v in &cfg.state {
         s.define(&v.name, state_type(&v.source))?;
     }
-    for p in &cfg.pools {
-        s.define(&pool_name(&p.name, "healthy"), Type::Bool)?;
-        s.define(&pool_name(&p.name, "healthy_count"), Type::Number)?;
-        s.define(&pool_name(&p.name, "healthy_ratio"), Type::Number)?;
-    }
-    let mut addresses: Vec<IpAddr> = cfg
+    let pools: Vec<(&str, Vec<IpAddr>)> = cfg
         .pools
         .iter()
-        .flat_map(|p| p.backends.iter().map(|b| b.address))
+        .map(|p| {
+            (
+                p.name.as_str(),
+                p.backends.iter().map(|b| b.address).collect(),
+            )
+        })
         .collect();
+    let services: Vec<&str> = cfg.services.iter().map(|s| s.name.as_str()).collect();
+    for (name, ty) in builtins(&pools, &services) {
+        s.define(&name, ty)?;
+    }
+    Ok(s)
+}
+
+/// The built-in names of a configuration with these pools (name, backend addresses) and
+/// services, in schema order.
+pub fn builtins(pools: &[(&str, Vec<IpAddr>)], services: &[&str]) -> Vec<(String, Type)> {
+    let mut out = Vec::new();
+    for (p, _) in pools {
+        out.push((pool_name(p, "healthy"), Type::Bool));
+        out.push((pool_name(p, "healthy_count"), Type::Number));
+        out.push((pool_name(p, "healthy_ratio"), Type::Number));
+    }
+    let mut addresses: Vec<IpAddr> = pools.iter().flat_map(|(_, b)| b.iter().copied()).collect();
     addresses.sort();
     addresses.dedup();
     for a in addresses {
-        s.define(&backend_name(a, "healthy"), Type::Bool)?;
-        s.define(&backend_name(a, "rtt_p99_ms"), Type::Number)?;
+        out.push((backend_name(a, "healthy"), Type::Bool));
+        out.push((backend_name(a, "rtt_p99_ms"), Type::Number));
     }
-    for svc in &cfg.services {
-        s.define(&service_name(&svc.name, "packets_per_second"), Type::Number)?;
-        s.define(&service_name(&svc.name, "bytes_per_second"), Type::Number)?;
+    for svc in services {
+        out.push((service_name(svc, "packets_per_second"), Type::Number));
+        out.push((service_name(svc, "bytes_per_second"), Type::Number));
     }
-    s.define(TARGET_HEALTHY_COUNT, Type::Number)?;
-    s.define(TARGET_HEALTHY_RATIO, Type::Number)?;
-    Ok(s)
+    out.push((TARGET_HEALTHY_COUNT.to_owned(), Type::Number));
+    out.push((TARGET_HEALTHY_RATIO.to_owned(), Type::Number));
+    out
 }
+
+/// First segments reserved for built-ins: a state variable may not start with one.
+pub const RESERVED: &[&str] = &["pool", "backend", "service", "target"];
 
 #[cfg(test)]
 mod tests {

@@ -5,9 +5,8 @@
 //! where a mapping belongs); missing keys, numbers, addresses, durations and names are checked by
 //! `validate`, which reports all of them with their positions instead of stopping at the first.
 //!
-//! Keys that parse but are not implemented yet (`to.decide`, `weights`, `health_check.exec`) are
-//! captured as [`NotYet`] so `validate` can reject them at their position: a key is never
-//! silently ignored.
+//! Keys that parse but are not implemented yet (`weights`) are captured as [`NotYet`] so
+//! `validate` can reject them at their position: a key is never silently ignored.
 
 use serde::Deserialize;
 
@@ -20,6 +19,7 @@ pub(crate) type NotYet = serde::de::IgnoredAny;
 pub(crate) struct AgentSpec {
     pub api: Option<String>,
     pub pin_path: Option<String>,
+    pub state_dir: Option<String>,
 }
 
 /// `services[]`.
@@ -41,7 +41,7 @@ pub(crate) struct ServiceSpec {
 pub(crate) struct TargetSpec {
     pub pool: Option<String>,
     pub split: Option<Vec<SplitShareSpec>>,
-    pub decide: Option<NotYet>,
+    pub decide: Option<String>,
 }
 
 /// `services[].to.split[]`.
@@ -77,7 +77,7 @@ pub(crate) struct BackendSpec {
 pub(crate) struct HealthCheckSpec {
     pub tcp: Option<TcpCheckSpec>,
     pub http: Option<HttpCheckSpec>,
-    pub exec: Option<NotYet>,
+    pub exec: Option<ExecCheckSpec>,
     pub interval: Option<String>,
     pub timeout: Option<String>,
     pub unhealthy_threshold: Option<String>,
@@ -101,12 +101,104 @@ pub(crate) struct HttpCheckSpec {
     pub expect: Option<Vec<String>>,
 }
 
+/// `health_check.exec` (and `state.*.probe.exec`).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ExecCheckSpec {
+    pub command: Option<Vec<String>>,
+}
+
 /// `health_check.backoff`.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct BackoffSpec {
     pub factor: Option<String>,
     pub max: Option<String>,
+}
+
+/// `state.<name>`: exactly one source.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct StateVarSpec {
+    pub probe: Option<StateProbeSpec>,
+    pub push: Option<PushSpec>,
+    pub expr: Option<String>,
+    pub metric: Option<MetricSpecSpec>,
+}
+
+/// `state.<name>.probe`: one of `tcp`, `http`, `exec`, plus timing as for pools.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct StateProbeSpec {
+    /// `"host:port"`.
+    pub tcp: Option<String>,
+    /// `"http://host[:port]/path"`.
+    pub http: Option<String>,
+    /// Accepted HTTP status codes (with `http` only).
+    pub expect: Option<Vec<String>>,
+    pub exec: Option<ExecCheckSpec>,
+    pub interval: Option<String>,
+    pub timeout: Option<String>,
+    pub unhealthy_threshold: Option<String>,
+    pub healthy_threshold: Option<String>,
+    pub backoff: Option<BackoffSpec>,
+}
+
+/// `state.<name>.push`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct PushSpec {
+    pub default: Option<String>,
+}
+
+/// `state.<name>.metric`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct MetricSpecSpec {
+    pub of: Option<String>,
+    pub above: Option<String>,
+    pub below: Option<String>,
+    #[serde(rename = "for")]
+    pub hold: Option<String>,
+}
+
+/// `decisions[]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct DecisionGroupSpec {
+    pub name: Option<String>,
+    pub rules: Option<Vec<RuleSpec>>,
+    pub default: Option<ActionSpec>,
+    pub switch: Option<SwitchSpec>,
+    pub require: Option<String>,
+    pub automatic: Option<String>,
+}
+
+/// `decisions[].rules[]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RuleSpec {
+    pub id: Option<String>,
+    pub priority: Option<String>,
+    pub when: Option<String>,
+    pub then: Option<ActionSpec>,
+}
+
+/// `then:` and `default:`: one pool or a split.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ActionSpec {
+    pub pool: Option<String>,
+    pub split: Option<Vec<SplitShareSpec>>,
+}
+
+/// `decisions[].switch`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct SwitchSpec {
+    pub stable_for: Option<String>,
+    pub cooldown: Option<String>,
+    pub failback_after: Option<String>,
 }
 
 /// The top-level keys a fragment may have, in the order the docs list them.

@@ -11,17 +11,17 @@ use std::{
     path::PathBuf,
 };
 
-use router_common::{MAX_BACKENDS, MAX_POOLS, MAX_SERVICES};
-
 use super::{
     load::Parsed,
     model::*,
     report::{Item, Report, index_path, key_path},
-    spec::{AgentSpec, PoolSpec, ServiceSpec, TargetSpec},
-    values::{self, Bad, Later, did_you_mean, not_yet},
+    spec::{AgentSpec, ServiceSpec, TargetSpec},
+    values::{self, Bad, Later, did_you_mean},
 };
 
+mod decisions;
 mod pool;
+mod state;
 
 /// A value read from one key.
 pub(super) enum Field<V> {
@@ -121,7 +121,25 @@ pub(crate) fn validate(parsed: Parsed, report: &mut Report) -> Option<Config> {
     let users = references(&parsed, &pools, &services, report);
     families(&parsed, &pools, &services, &users, report);
     backends_are_not_vips(&parsed, &pools, &services, report);
-    limits(&parsed, report);
+    pool::limits(&parsed, report);
+    let state: Vec<state::Draft> = parsed
+        .state
+        .iter()
+        .map(|(name, it)| state::var(name, it, report))
+        .collect();
+    let groups: Vec<decisions::Draft> = parsed
+        .decisions
+        .iter()
+        .map(|g| decisions::group(g, report))
+        .collect();
+    let whole = decisions::Whole {
+        parsed: &parsed,
+        state: &state,
+        groups: &groups,
+        pools: &pools,
+        services: &services,
+    };
+    decisions::check(&whole, report);
 
     if !report.is_empty() {
         return None;
@@ -133,9 +151,8 @@ pub(crate) fn validate(parsed: Parsed, report: &mut Report) -> Option<Config> {
             .map(|s| s.value)
             .collect::<Option<_>>()?,
         pools: pools.into_iter().map(|p| p.value).collect::<Option<_>>()?,
-        // `state:` and `decisions:` are still rejected as not supported yet.
-        state: Vec::new(),
-        decisions: Vec::new(),
+        state: state.into_iter().map(|v| v.value).collect::<Option<_>>()?,
+        decisions: groups.into_iter().map(|g| g.value).collect::<Option<_>>()?,
     };
     Some(config)
 }
@@ -164,10 +181,18 @@ fn agents(items: &[Item<AgentSpec>], report: &mut Report) -> Option<Agent> {
 fn agent(it: &Item<AgentSpec>, report: &mut Report) -> Option<Agent> {
     let defaults = Agent::default();
     let api = leaf(it, report, &it.spec.api, "api", api).or(defaults.api);
-    let pin_path = leaf(it, report, &it.spec.pin_path, "pin_path", pin_path).or(defaults.pin_path);
+    let pin_path = leaf(it, report, &it.spec.pin_path, "pin_path", |v| {
+        absolute(v, "pin_path", DEFAULT_PIN_PATH)
+    })
+    .or(defaults.pin_path);
+    let state_dir = leaf(it, report, &it.spec.state_dir, "state_dir", |v| {
+        absolute(v, "state_dir", DEFAULT_STATE_DIR)
+    })
+    .or(defaults.state_dir);
     Some(Agent {
         api: api?,
         pin_path: pin_path?,
+        state_dir: state_dir?,
     })
 }
 
@@ -196,17 +221,18 @@ fn api(s: &str) -> Result<SocketAddr, Bad> {
     Ok(addr)
 }
 
-fn pin_path(s: &str) -> Result<PathBuf, Bad> {
+/// An absolute path without NUL bytes; `what` names the key, `example` is its default.
+fn absolute(s: &str, what: &str, example: &str) -> Result<PathBuf, Bad> {
     let path = PathBuf::from(s);
     if s.contains('\0') {
         // A path the kernel cannot take (and that aya's pin lookups would panic on).
-        Err((format!("pin_path must not contain a NUL byte: {s:?}"), None))
+        Err((format!("{what} must not contain a NUL byte: {s:?}"), None))
     } else if path.is_absolute() {
         Ok(path)
     } else {
         Err((
-            format!("pin_path must be an absolute path, not {s:?}"),
-            Some(format!("such as {DEFAULT_PIN_PATH}")),
+            format!("{what} must be an absolute path, not {s:?}"),
+            Some(format!("such as {example}")),
         ))
     }
 }
@@ -283,15 +309,11 @@ fn target(
     let given: Vec<&str> = [
         ("pool", to.pool.is_some() || it.is_broken("to.pool")),
         ("split", to.split.is_some() || it.is_broken("to.split")),
-        ("decide", to.decide.is_some()),
+        ("decide", to.decide.is_some() || it.is_broken("to.decide")),
     ]
     .into_iter()
     .filter_map(|(key, set)| set.then_some(key))
     .collect();
-    if to.decide.is_some() {
-        let (message, hint) = not_yet(Later::Decide);
-        it.err(report, "to.decide", message, hint);
-    }
     match given.as_slice() {
         [] => {
             let message = "`to` needs one of pool, split, decide".to_owned();
@@ -321,20 +343,22 @@ fn target(
         target = Some(Target::Pool(pool));
     }
     if let Some(split) = to.split.as_ref().filter(|_| !it.is_broken("to.split")) {
-        target = self::split(it, report, split, &mut refs).map(Target::Split);
+        target = self::split(it, report, "to.split", split, &mut refs).map(Target::Split);
     }
-    let target = if given.len() == 1 && to.decide.is_none() {
-        target
-    } else {
-        None
-    };
+    let decide = leaf(it, report, &to.decide, "to.decide", values::name);
+    if let Field::Ok(group) = decide {
+        target = Some(Target::Decide(group));
+    }
+    let target = if given.len() == 1 { target } else { None };
     (target, refs)
 }
 
-/// `to.split`: exactly two shares of two different pools.
-fn split(
-    it: &Item<ServiceSpec>,
+/// A split at `base` (`to.split`, `rules[0].then.split`): exactly two shares of two different
+/// pools, each weight ≥ 1. The pools it names are added to `refs` as `(path, pool)`.
+pub(super) fn split<S>(
+    it: &Item<S>,
     report: &mut Report,
+    base: &str,
     split: &[super::spec::SplitShareSpec],
     refs: &mut Vec<(String, String)>,
 ) -> Option<Vec<SplitShare>> {
@@ -342,12 +366,12 @@ fn split(
     if split.len() != 2 {
         let message = format!("a split needs exactly 2 pools, found {}", split.len());
         let hint = Some("the data plane's decision word carries two pools".to_owned());
-        it.err(report, "to.split", message, hint);
+        it.err(report, base, message, hint);
         ok = false;
     }
     let mut shares = Vec::new();
     for (i, share) in split.iter().enumerate() {
-        let rel = index_path("to.split", i);
+        let rel = index_path(base, i);
         let pool = required(it, report, &share.pool, &rel, "pool", |v| Ok(v.to_owned()));
         let weight = required(it, report, &share.weight, &rel, "weight", |v| {
             values::number(v, "split weight", 1, u32::MAX)
@@ -537,47 +561,6 @@ fn backends_are_not_vips(
             let hint = Some("a backend must be a real server's own address".to_owned());
             let rel = key_path(&index_path("backends", *b), "address");
             it.err(report, &rel, message, hint);
-        }
-    }
-}
-
-/// Checks the data plane's limits: service, pool and backend slots.
-fn limits(parsed: &Parsed, report: &mut Report) {
-    let services = parsed.services.len();
-    if let Some(it) = parsed.services.get(MAX_SERVICES as usize) {
-        let message = format!(
-            "too many services: {services}, the data plane has {MAX_SERVICES} service slots"
-        );
-        it.err(
-            report,
-            "",
-            message,
-            Some("MAX_SERVICES in router-common".to_owned()),
-        );
-    }
-    let pools = parsed.pools.len();
-    if let Some(it) = parsed.pools.get(MAX_POOLS as usize) {
-        let message = format!("too many pools: {pools}, the data plane has {MAX_POOLS} pool slots");
-        it.err(
-            report,
-            "",
-            message,
-            Some("MAX_POOLS in router-common".to_owned()),
-        );
-    }
-    let count = |it: &Item<PoolSpec>| it.spec.backends.as_ref().map_or(0, Vec::len);
-    let total: usize = parsed.pools.iter().map(count).sum();
-    let mut sum = 0;
-    for it in &parsed.pools {
-        let before = sum;
-        sum += count(it);
-        if before <= MAX_BACKENDS as usize && sum > MAX_BACKENDS as usize {
-            let message = format!(
-                "too many backends: {total} in all pools, the data plane has {MAX_BACKENDS} \
-                 backend slots"
-            );
-            let hint = Some("MAX_BACKENDS in router-common".to_owned());
-            it.err(report, "backends", message, hint);
         }
     }
 }

@@ -56,16 +56,8 @@ pub(crate) fn did_you_mean<S: AsRef<str>>(input: &str, candidates: &[S]) -> Opti
 /// A feature of the failover design that is recognised but not implemented yet.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Later {
-    /// Top-level `state:`.
-    State,
-    /// Top-level `decisions:`.
-    Decisions,
-    /// `services[].to.decide`.
-    Decide,
     /// `pools[].weights` (adaptive weights).
     Weights,
-    /// `health_check.exec`.
-    Exec,
     /// `forward: ipip`.
     Ipip,
 }
@@ -73,25 +65,9 @@ pub(crate) enum Later {
 /// The problem for a feature that is not supported yet: says so, and says when it arrives.
 pub(crate) fn not_yet(feature: Later) -> Bad {
     let (what, hint) = match feature {
-        Later::State => (
-            "state variables are",
-            "they arrive with state-driven failover",
-        ),
-        Later::Decisions => (
-            "decision groups are",
-            "they arrive with state-driven failover",
-        ),
-        Later::Decide => (
-            "decision groups (`to: { decide: ... }`) are",
-            "they arrive with state-driven failover; use { pool: NAME } or { split: [...] } for now",
-        ),
         Later::Weights => (
             "adaptive weights are",
             "they arrive with the weights engine; use static backend weights for now",
-        ),
-        Later::Exec => (
-            "exec health checks are",
-            "command probes arrive later; use tcp or http for now",
         ),
         Later::Ipip => (
             "forward mode \"ipip\" is",

@@ -9,9 +9,6 @@ use std::{
 
 use rules::engine::AuditRecord;
 
-/// Where the agent keeps its state when the config names no other place.
-pub const DEFAULT_STATE_DIR: &str = "/var/lib/switchyard";
-
 /// `<state_dir>/audit.jsonl`.
 #[derive(Debug)]
 pub struct AuditFile {

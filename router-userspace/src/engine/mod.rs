@@ -25,7 +25,7 @@ use rules::{
 };
 use serde::Serialize;
 
-pub use audit::{AuditFile, DEFAULT_STATE_DIR};
+pub use audit::AuditFile;
 
 use crate::{
     config::{Config, schema},

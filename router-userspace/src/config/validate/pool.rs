@@ -2,11 +2,14 @@
 
 use std::{collections::HashMap, net::IpAddr, time::Duration};
 
+use router_common::{MAX_BACKENDS, MAX_POOLS, MAX_SERVICES};
+
 use super::{Field, leaf, missing, required};
+use crate::config::load::Parsed;
 use crate::config::{
     model::*,
     report::{Item, Report, index_path, key_path},
-    spec::{BackoffSpec, HealthCheckSpec, HttpCheckSpec, PoolSpec},
+    spec::{BackoffSpec, ExecCheckSpec, HealthCheckSpec, HttpCheckSpec, PoolSpec},
     values::{self, Bad, Later, not_yet, show},
 };
 
@@ -118,43 +121,113 @@ fn health_check(
     hc: &HealthCheckSpec,
 ) -> Option<HealthCheck> {
     let rel = |key: &str| key_path(HC, key);
-    if hc.exec.is_some() {
-        let (message, hint) = not_yet(Later::Exec);
-        it.err(report, &rel("exec"), message, hint);
-    }
-    let tcp = hc.tcp.is_some() || it.is_broken(&rel("tcp"));
-    let http = hc.http.is_some() || it.is_broken(&rel("http"));
-    let kind = match (&hc.tcp, &hc.http) {
-        _ if tcp && http => {
-            let message = "health_check has both tcp and http: give exactly one".to_owned();
-            it.err(report, HC, message, None);
+    let given: Vec<&str> = [
+        ("tcp", hc.tcp.is_some() || it.is_broken(&rel("tcp"))),
+        ("http", hc.http.is_some() || it.is_broken(&rel("http"))),
+        ("exec", hc.exec.is_some() || it.is_broken(&rel("exec"))),
+    ]
+    .into_iter()
+    .filter_map(|(k, set)| set.then_some(k))
+    .collect();
+    let kind = match (given.as_slice(), &hc.tcp, &hc.http, &hc.exec) {
+        ([], ..) => {
+            let message = "health_check needs one of tcp, http, exec".to_owned();
+            let hint = Some("for example `tcp: { port: 80 }`".to_owned());
+            it.err(report, HC, message, hint);
             None
         }
-        (Some(tcp), None) => {
+        ([_], Some(tcp), ..) => {
             let port = required(it, report, &tcp.port, &rel("tcp"), "port", values::port);
             port.map(|port| CheckKind::Tcp { port })
         }
-        (None, Some(http)) => http_check(it, report, http),
-        _ => {
-            if !tcp && !http && hc.exec.is_none() {
-                let message = "health_check needs one of tcp, http".to_owned();
-                let hint = Some("for example `tcp: { port: 80 }`".to_owned());
-                it.err(report, HC, message, hint);
-            }
+        ([_], _, Some(http), _) => http_check(it, report, http),
+        ([_], _, _, Some(exec)) => exec_check(it, report, &rel("exec"), exec, true),
+        ([_], ..) => None,
+        (many, ..) => {
+            let message = format!(
+                "health_check has {}: give exactly one of tcp, http, exec",
+                many.join(" and ")
+            );
+            it.err(report, HC, message, None);
             None
         }
     };
-    let interval = leaf(it, report, &hc.interval, &rel("interval"), |v| {
+    let timing = Timing {
+        interval: &hc.interval,
+        timeout: &hc.timeout,
+        unhealthy_threshold: &hc.unhealthy_threshold,
+        healthy_threshold: &hc.healthy_threshold,
+        backoff: &hc.backoff,
+    };
+    timed(it, report, HC, &timing, kind, true)
+}
+
+/// `exec: { command: [...] }`: a program and its arguments, run without a shell. `{address}` is
+/// replaced by the backend's address; it is allowed only where there is one (`pool`).
+pub(in crate::config) fn exec_check<S>(
+    it: &Item<S>,
+    report: &mut Report,
+    rel: &str,
+    exec: &ExecCheckSpec,
+    pool: bool,
+) -> Option<CheckKind> {
+    let command_rel = key_path(rel, "command");
+    let command = match &exec.command {
+        _ if it.is_broken(&command_rel) => return None,
+        None => {
+            missing(it, report, rel, "command");
+            return None;
+        }
+        Some(command) => command,
+    };
+    if command.first().is_none_or(|c| c.trim().is_empty()) {
+        let message = "command needs a program to run".to_owned();
+        let hint = Some("such as [\"/usr/local/bin/check-dns\", \"{address}\"]".to_owned());
+        it.err(report, &command_rel, message, hint);
+        return None;
+    }
+    if !pool && command.iter().any(|a| a.contains("{address}")) {
+        let message = "{address} is replaced only in pool health checks".to_owned();
+        let hint = Some("write the address the command should check".to_owned());
+        it.err(report, &command_rel, message, hint);
+        return None;
+    }
+    Some(CheckKind::Exec {
+        command: command.clone(),
+    })
+}
+
+/// The timing keys of a health check or a state probe.
+pub(in crate::config) struct Timing<'a> {
+    pub interval: &'a Option<String>,
+    pub timeout: &'a Option<String>,
+    pub unhealthy_threshold: &'a Option<String>,
+    pub healthy_threshold: &'a Option<String>,
+    pub backoff: &'a Option<BackoffSpec>,
+}
+
+/// A health check of `kind` with the timing at `base`: defaults applied, thresholds ≥ 1,
+/// backoff max ≥ interval, and timeout ≤ interval when `timeout_within_interval`.
+pub(in crate::config) fn timed<S>(
+    it: &Item<S>,
+    report: &mut Report,
+    base: &str,
+    t: &Timing<'_>,
+    kind: Option<CheckKind>,
+    timeout_within_interval: bool,
+) -> Option<HealthCheck> {
+    let rel = |key: &str| key_path(base, key);
+    let interval = leaf(it, report, t.interval, &rel("interval"), |v| {
         values::duration(v, "interval")
     })
     .or(DEFAULT_INTERVAL);
-    let timeout = match leaf(it, report, &hc.timeout, &rel("timeout"), |v| {
+    let timeout = match leaf(it, report, t.timeout, &rel("timeout"), |v| {
         values::duration(v, "timeout")
     }) {
         Field::Absent => interval.map(|i| i.min(DEFAULT_TIMEOUT)),
         Field::Bad => None,
         Field::Ok(timeout) => {
-            if let Some(interval) = interval.filter(|&i| timeout > i) {
+            if let Some(interval) = interval.filter(|&i| timeout > i && timeout_within_interval) {
                 let message = format!(
                     "timeout ({}) must not exceed interval ({})",
                     show(timeout),
@@ -174,24 +247,24 @@ fn health_check(
         .or(default)
     };
     let unhealthy = threshold(
-        &hc.unhealthy_threshold,
+        t.unhealthy_threshold,
         "unhealthy_threshold",
         DEFAULT_UNHEALTHY_THRESHOLD,
         report,
     );
     let healthy = threshold(
-        &hc.healthy_threshold,
+        t.healthy_threshold,
         "healthy_threshold",
         DEFAULT_HEALTHY_THRESHOLD,
         report,
     );
-    let backoff = match &hc.backoff {
+    let backoff = match t.backoff {
         _ if it.is_broken(&rel("backoff")) => None,
         None => interval.map(|max| Backoff {
             factor: DEFAULT_BACKOFF_FACTOR,
             max,
         }),
-        Some(backoff) => self::backoff(it, report, backoff, interval),
+        Some(backoff) => self::backoff(it, report, &rel("backoff"), backoff, interval),
     };
     Some(HealthCheck {
         kind: kind?,
@@ -210,14 +283,29 @@ fn http_check(it: &Item<PoolSpec>, report: &mut Report, http: &HttpCheckSpec) ->
     let path = leaf(it, report, &http.path, &key_path(&rel, "path"), http_path)
         .or(DEFAULT_HTTP_PATH.to_owned());
     let expect_rel = key_path(&rel, "expect");
-    let expect = match &http.expect {
-        _ if it.is_broken(&expect_rel) => None,
+    let expect = expect_codes(it, report, &expect_rel, &http.expect);
+    Some(CheckKind::Http {
+        port: port?,
+        path: path?,
+        expect: expect?,
+    })
+}
+
+/// `expect`: status codes 100–599, at least one (default `[200]`).
+pub(in crate::config) fn expect_codes<S>(
+    it: &Item<S>,
+    report: &mut Report,
+    expect_rel: &str,
+    expect: &Option<Vec<String>>,
+) -> Option<Vec<u16>> {
+    match expect {
+        _ if it.is_broken(expect_rel) => None,
         None => Some(DEFAULT_HTTP_EXPECT.to_vec()),
         Some(codes) if codes.is_empty() => {
             let message = "expect needs at least one status code".to_owned();
             it.err(
                 report,
-                &expect_rel,
+                expect_rel,
                 message,
                 Some("such as [200]".to_owned()),
             );
@@ -227,7 +315,7 @@ fn http_check(it: &Item<PoolSpec>, report: &mut Report, http: &HttpCheckSpec) ->
             let mut out = Some(Vec::new());
             for (i, code) in codes.iter().enumerate() {
                 let value = &Some(code.clone());
-                let code = leaf(it, report, value, &index_path(&expect_rel, i), |v| {
+                let code = leaf(it, report, value, &index_path(expect_rel, i), |v| {
                     values::number(v, "status code", 100, 599)
                 });
                 match (code, out.as_mut()) {
@@ -237,15 +325,10 @@ fn http_check(it: &Item<PoolSpec>, report: &mut Report, http: &HttpCheckSpec) ->
             }
             out
         }
-    };
-    Some(CheckKind::Http {
-        port: port?,
-        path: path?,
-        expect: expect?,
-    })
+    }
 }
 
-fn http_path(s: &str) -> Result<String, Bad> {
+pub(in crate::config) fn http_path(s: &str) -> Result<String, Bad> {
     if s.starts_with('/') && !s.chars().any(|c| c.is_whitespace() || c.is_control()) {
         Ok(s.to_owned())
     } else {
@@ -256,14 +339,15 @@ fn http_path(s: &str) -> Result<String, Bad> {
     }
 }
 
-/// `health_check.backoff`: factor ≥ 1, max ≥ interval.
-fn backoff(
-    it: &Item<PoolSpec>,
+/// `backoff` at `base`: factor ≥ 1, max ≥ interval.
+fn backoff<S>(
+    it: &Item<S>,
     report: &mut Report,
+    base: &str,
     backoff: &BackoffSpec,
     interval: Option<Duration>,
 ) -> Option<Backoff> {
-    let rel = |key: &str| key_path(&key_path(HC, "backoff"), key);
+    let rel = |key: &str| key_path(base, key);
     let factor = leaf(it, report, &backoff.factor, &rel("factor"), |v| {
         match v.parse::<f64>() {
             Ok(f) if f.is_finite() && f >= 1.0 => Ok(f),
@@ -296,4 +380,45 @@ fn backoff(
         factor: factor?,
         max: max?,
     })
+}
+
+/// Checks the data plane's limits: service, pool and backend slots.
+pub(super) fn limits(parsed: &Parsed, report: &mut Report) {
+    let services = parsed.services.len();
+    if let Some(it) = parsed.services.get(MAX_SERVICES as usize) {
+        let message = format!(
+            "too many services: {services}, the data plane has {MAX_SERVICES} service slots"
+        );
+        it.err(
+            report,
+            "",
+            message,
+            Some("MAX_SERVICES in router-common".to_owned()),
+        );
+    }
+    let pools = parsed.pools.len();
+    if let Some(it) = parsed.pools.get(MAX_POOLS as usize) {
+        let message = format!("too many pools: {pools}, the data plane has {MAX_POOLS} pool slots");
+        it.err(
+            report,
+            "",
+            message,
+            Some("MAX_POOLS in router-common".to_owned()),
+        );
+    }
+    let count = |it: &Item<PoolSpec>| it.spec.backends.as_ref().map_or(0, Vec::len);
+    let total: usize = parsed.pools.iter().map(count).sum();
+    let mut sum = 0;
+    for it in &parsed.pools {
+        let before = sum;
+        sum += count(it);
+        if before <= MAX_BACKENDS as usize && sum > MAX_BACKENDS as usize {
+            let message = format!(
+                "too many backends: {total} in all pools, the data plane has {MAX_BACKENDS} \
+                 backend slots"
+            );
+            let hint = Some("MAX_BACKENDS in router-common".to_owned());
+            it.err(report, "backends", message, hint);
+        }
+    }
 }

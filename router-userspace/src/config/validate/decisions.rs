@@ -1,0 +1,477 @@
+//! Checking decision groups on their own, then state variables and groups together with the
+//! whole configuration: every expression compiled against the schema of
+//! [`crate::config::schema`], references to pools, groups and variables, derived-variable
+//! cycles, and the address families of the services that share a group.
+
+use std::{
+    collections::{HashMap, HashSet},
+    net::IpAddr,
+};
+
+use rules::{Schema, Type, engine::Action};
+
+use super::{Field, ServiceDraft, leaf, missing, pool, required, state, unique_names};
+use crate::config::{
+    load::Parsed,
+    model::*,
+    report::{Item, Report, index_path, key_path},
+    schema,
+    spec::{ActionSpec, DecisionGroupSpec},
+    values::{self, did_you_mean},
+};
+
+/// What could be read of one decision group.
+pub(super) struct Draft {
+    /// Its name.
+    pub name: Option<String>,
+    /// Pools its actions name: (path, pool).
+    pub refs: Vec<(String, String)>,
+    /// The group, when every key of it is right.
+    pub value: Option<DecisionGroup>,
+}
+
+/// Checks one `decisions[]` item on its own.
+pub(super) fn group(it: &Item<DecisionGroupSpec>, report: &mut Report) -> Draft {
+    let g = &it.spec;
+    let name = required(it, report, &g.name, "", "name", values::name);
+    let mut refs = Vec::new();
+    let rules = match &g.rules {
+        _ if it.is_broken("rules") => None,
+        None => {
+            missing(it, report, "", "rules");
+            None
+        }
+        Some(list) if list.is_empty() => {
+            let message = "a decision group needs at least one rule".to_owned();
+            it.err(report, "rules", message, None);
+            None
+        }
+        Some(list) => {
+            let mut out = Some(Vec::new());
+            let mut ids: HashMap<String, usize> = HashMap::new();
+            for (i, r) in list.iter().enumerate() {
+                let rel = index_path("rules", i);
+                let id = required(it, report, &r.id, &rel, "id", values::name);
+                if let Some(id) = &id {
+                    if let Some(&first) = ids.get(id) {
+                        let first = key_path(&index_path("rules", first), "id");
+                        let hint = format!("first used at {}", it.location(report, &first));
+                        let message = format!("duplicate rule id {id:?} in this group");
+                        it.err(report, &key_path(&rel, "id"), message, Some(hint));
+                        out = None;
+                    } else {
+                        ids.insert(id.clone(), i);
+                    }
+                }
+                let priority = leaf(it, report, &r.priority, &key_path(&rel, "priority"), |v| {
+                    v.parse::<i64>()
+                        .map_err(|_| (format!("priority must be a whole number, not {v:?}"), None))
+                })
+                .or(0);
+                let when = required(it, report, &r.when, &rel, "when", |v| Ok(v.to_owned()));
+                let then = match &r.then {
+                    _ if it.is_broken(&key_path(&rel, "then")) => None,
+                    None => {
+                        missing(it, report, &rel, "then");
+                        None
+                    }
+                    Some(a) => action(it, report, &key_path(&rel, "then"), a, &mut refs),
+                };
+                match (id, priority, when, then, out.as_mut()) {
+                    (Some(id), Some(priority), Some(when), Some(then), Some(out)) => {
+                        out.push(DecisionRule {
+                            id,
+                            priority,
+                            when,
+                            then,
+                        });
+                    }
+                    _ => out = None,
+                }
+            }
+            out
+        }
+    };
+    let default = match &g.default {
+        _ if it.is_broken("default") => Field::Bad,
+        None => Field::Absent,
+        Some(a) => match action(it, report, "default", a, &mut refs) {
+            Some(a) => Field::Ok(Some(a)),
+            None => Field::Bad,
+        },
+    };
+    let switch = match &g.switch {
+        _ if it.is_broken("switch") => None,
+        None => Some(SwitchPolicy::default()),
+        Some(s) => {
+            let d = |v: &Option<String>, key: &str, report: &mut Report| {
+                leaf(it, report, v, &key_path("switch", key), |v| {
+                    state::zero_or_duration(v, key)
+                })
+                .or(std::time::Duration::ZERO)
+            };
+            let stable_for = d(&s.stable_for, "stable_for", report);
+            let cooldown = d(&s.cooldown, "cooldown", report);
+            let failback_after = d(&s.failback_after, "failback_after", report);
+            (|| {
+                Some(SwitchPolicy {
+                    stable_for: stable_for?,
+                    cooldown: cooldown?,
+                    failback_after: failback_after?,
+                })
+            })()
+        }
+    };
+    let value = (|| {
+        Some(DecisionGroup {
+            name: name.clone()?,
+            rules: rules?,
+            default: default.or(None)?,
+            switch: switch?,
+            require: g.require.clone(),
+            automatic: g.automatic.clone(),
+        })
+    })();
+    Draft { name, refs, value }
+}
+
+/// `then:` or `default:` at `rel`: exactly one of pool, split.
+fn action<S>(
+    it: &Item<S>,
+    report: &mut Report,
+    rel: &str,
+    a: &ActionSpec,
+    refs: &mut Vec<(String, String)>,
+) -> Option<Action> {
+    let pool_rel = key_path(rel, "pool");
+    let split_rel = key_path(rel, "split");
+    match (&a.pool, &a.split) {
+        (Some(_), Some(_)) => {
+            let message = "give exactly one of pool, split".to_owned();
+            it.err(report, rel, message, None);
+            None
+        }
+        (Some(p), None) if p.is_empty() => {
+            let message = "pool name must not be empty".to_owned();
+            it.err(report, &pool_rel, message, None);
+            None
+        }
+        (Some(p), None) => {
+            refs.push((pool_rel, p.clone()));
+            Some(Action::Pool(p.clone()))
+        }
+        (None, Some(_)) if it.is_broken(&split_rel) => None,
+        (None, Some(split)) => super::split(it, report, &split_rel, split, refs)
+            .map(|v| Action::Split(v.into_iter().map(|s| (s.pool, s.weight)).collect())),
+        (None, None) if it.is_broken(&pool_rel) || it.is_broken(&split_rel) => None,
+        (None, None) => {
+            let message = "an action needs one of pool, split".to_owned();
+            let hint = Some("for example `{ pool: dc1 }`".to_owned());
+            it.err(report, rel, message, hint);
+            None
+        }
+    }
+}
+
+/// Everything drafted so far.
+pub(super) struct Whole<'a> {
+    pub parsed: &'a Parsed,
+    pub state: &'a [state::Draft],
+    pub groups: &'a [Draft],
+    pub pools: &'a [pool::Draft],
+    pub services: &'a [ServiceDraft],
+}
+
+/// The checks that need the whole configuration.
+pub(super) fn check(w: &Whole<'_>, report: &mut Report) {
+    unique_state_names(w, report);
+    unique_names(
+        "decision group",
+        &w.parsed.decisions,
+        w.groups.iter().map(|g| g.name.as_deref()),
+        report,
+    );
+    let schema = schema_of(w);
+    let derived = expressions(w, &schema, report);
+    cycles(w, &derived, report);
+    metrics(w, report);
+    pool_refs(w, report);
+    group_refs(w, report);
+}
+
+fn unique_state_names(w: &Whole<'_>, report: &mut Report) {
+    let mut seen: HashMap<&str, usize> = HashMap::new();
+    for (i, (name, it)) in w.parsed.state.iter().enumerate() {
+        match seen.get(name.as_str()).and_then(|&j| w.parsed.state.get(j)) {
+            Some((_, first)) => {
+                let hint = format!("first defined at {}", first.location(report, ""));
+                let message = format!("duplicate state variable {name:?}");
+                it.err(report, "", message, Some(hint));
+            }
+            None => {
+                seen.insert(name, i);
+            }
+        }
+    }
+}
+
+/// The schema of what could be read: what `config::schema::build` gives for the finished
+/// configuration (names that could not be read are left out; duplicates are reported
+/// elsewhere).
+fn schema_of(w: &Whole<'_>) -> Schema {
+    let mut s = Schema::new();
+    for v in w.state.iter().filter(|v| v.name_ok) {
+        if let Some(ty) = v.ty {
+            let _ = s.define(&v.name, ty);
+        }
+    }
+    let pools: Vec<(&str, Vec<IpAddr>)> = w
+        .pools
+        .iter()
+        .filter_map(|p| Some((p.name.as_deref()?, p.backends.iter().map(|b| b.1).collect())))
+        .collect();
+    let services: Vec<&str> = w
+        .services
+        .iter()
+        .filter_map(|s| s.name.as_deref())
+        .collect();
+    for (name, ty) in schema::builtins(&pools, &services) {
+        let _ = s.define(&name, ty);
+    }
+    s
+}
+
+/// Compiles one expression at `rel` of `it`; returns the names it reads.
+fn compile<S>(
+    it: &Item<S>,
+    report: &mut Report,
+    rel: &str,
+    source: &str,
+    schema: &Schema,
+    target_ok: bool,
+) -> Option<Vec<String>> {
+    match rules::compile(source, schema) {
+        Err(e) => {
+            it.err(report, rel, format!("invalid expression: {e}"), None);
+            None
+        }
+        Ok(c) => {
+            let reads: Vec<String> = c.read_names().map(|(n, _)| n.to_owned()).collect();
+            if let Some(t) = reads
+                .iter()
+                .find(|n| n.starts_with("target."))
+                .filter(|_| !target_ok)
+            {
+                let message = format!("{t} can be read only in `require`");
+                let hint = Some("`target` is the pool a switch would go to".to_owned());
+                it.err(report, rel, message, hint);
+                return None;
+            }
+            Some(reads)
+        }
+    }
+}
+
+/// Compiles every expression; returns, per derived variable, the names it reads.
+fn expressions(
+    w: &Whole<'_>,
+    schema: &Schema,
+    report: &mut Report,
+) -> HashMap<String, Vec<String>> {
+    let mut derived = HashMap::new();
+    for ((name, it), draft) in w.parsed.state.iter().zip(w.state) {
+        if let Some(e) = &draft.expr
+            && let Some(reads) = compile(it, report, "expr", e, schema, false)
+        {
+            derived.entry(name.clone()).or_insert(reads);
+        }
+    }
+    for it in &w.parsed.decisions {
+        let g = &it.spec;
+        for (i, r) in g.rules.iter().flatten().enumerate() {
+            if let Some(when) = &r.when {
+                let rel = key_path(&index_path("rules", i), "when");
+                compile(it, report, &rel, when, schema, false);
+            }
+        }
+        if let Some(require) = &g.require {
+            compile(it, report, "require", require, schema, true);
+        }
+        if let Some(gate) = &g.automatic {
+            match schema.get(gate) {
+                Some((_, Type::Bool)) if !gate.starts_with("target.") => {}
+                Some((_, ty)) => {
+                    let message = format!("automatic must name a bool variable; {gate:?} is {ty}");
+                    it.err(report, "automatic", message, None);
+                }
+                None => {
+                    let message = format!("unknown variable {gate:?}");
+                    let hint = schema.closest(gate).map(|c| format!("did you mean {c:?}?"));
+                    it.err(report, "automatic", message, hint);
+                }
+            }
+        }
+    }
+    derived
+}
+
+/// Rejects derived variables that read themselves, directly or through others.
+fn cycles(w: &Whole<'_>, derived: &HashMap<String, Vec<String>>, report: &mut Report) {
+    let mut reported: HashSet<String> = HashSet::new();
+    for (name, it) in &w.parsed.state {
+        if reported.contains(name) || !derived.contains_key(name) {
+            continue;
+        }
+        if let Some(path) = cycle_from(name, derived) {
+            reported.extend(path.iter().cloned());
+            let message = format!("derived variables form a cycle: {}", path.join(" → "));
+            let hint = Some("an expr may not read itself, directly or through others".to_owned());
+            it.err(report, "expr", message, hint);
+        }
+    }
+}
+
+/// A path `start → … → start` through `derived`, if there is one.
+fn cycle_from(start: &str, derived: &HashMap<String, Vec<String>>) -> Option<Vec<String>> {
+    // Depth-first with an explicit stack of (name, next read to follow).
+    let mut stack: Vec<(&str, usize)> = vec![(start, 0)];
+    let mut seen: HashSet<&str> = HashSet::new();
+    while let Some((name, next)) = stack.last_mut() {
+        let reads = derived.get(*name).map(Vec::as_slice).unwrap_or(&[]);
+        let Some(read) = reads.get(*next) else {
+            stack.pop();
+            continue;
+        };
+        *next += 1;
+        if read == start {
+            let mut path: Vec<String> = stack.iter().map(|(n, _)| (*n).to_owned()).collect();
+            path.push(start.to_owned());
+            return Some(path);
+        }
+        if derived.contains_key(read) && seen.insert(read.as_str()) {
+            stack.push((read.as_str(), 0));
+        }
+    }
+    None
+}
+
+/// `metric.of` names a configured service or backend rate.
+fn metrics(w: &Whole<'_>, report: &mut Report) {
+    let services: Vec<&str> = w
+        .services
+        .iter()
+        .filter_map(|s| s.name.as_deref())
+        .collect();
+    let backends: Vec<IpAddr> = w
+        .pools
+        .iter()
+        .flat_map(|p| p.backends.iter().map(|b| b.1))
+        .collect();
+    for (_, it) in &w.parsed.state {
+        let Some(of) = it.spec.metric.as_ref().and_then(|m| m.of.as_ref()) else {
+            continue;
+        };
+        if let Err((message, hint)) = state::metric_of_ok(of, &services, &backends) {
+            it.err(report, "metric.of", message, hint);
+        }
+    }
+}
+
+/// Every pool a group's action names exists.
+fn pool_refs(w: &Whole<'_>, report: &mut Report) {
+    let names: Vec<&str> = w.pools.iter().filter_map(|p| p.name.as_deref()).collect();
+    for (it, g) in w.parsed.decisions.iter().zip(w.groups) {
+        for (rel, pool) in &g.refs {
+            if !names.contains(&pool.as_str()) {
+                it.err(
+                    report,
+                    rel,
+                    format!("unknown pool {pool:?}"),
+                    did_you_mean(pool, &names),
+                );
+            }
+        }
+    }
+}
+
+/// Every `decide` names a group; the services of one group share an address family, and the
+/// group's pools have it.
+fn group_refs(w: &Whole<'_>, report: &mut Report) {
+    let names: Vec<&str> = w.groups.iter().filter_map(|g| g.name.as_deref()).collect();
+    let family = |ip: IpAddr| if ip.is_ipv4() { "IPv4" } else { "IPv6" };
+    // Per group: the services using it, (index, name, vip).
+    let mut users: HashMap<&str, Vec<(usize, &str, IpAddr)>> = HashMap::new();
+    for (i, (it, s)) in w.parsed.services.iter().zip(w.services).enumerate() {
+        let Some(group) = it.spec.to.as_ref().and_then(|t| t.decide.as_deref()) else {
+            continue;
+        };
+        if !names.contains(&group) {
+            let message = format!("unknown decision group {group:?}");
+            it.err(report, "to.decide", message, did_you_mean(group, &names));
+            continue;
+        }
+        if let (Some(name), Some(vip)) = (s.name.as_deref(), s.vip) {
+            users.entry(group).or_default().push((i, name, vip));
+        }
+    }
+    for (it, g) in w.parsed.decisions.iter().zip(w.groups) {
+        let Some(users) = g.name.as_deref().and_then(|n| users.get(n)) else {
+            continue;
+        };
+        let Some(&(_, first, first_vip)) = users.first() else {
+            continue;
+        };
+        let location = |i: usize| {
+            w.parsed
+                .services
+                .get(i)
+                .map(|s| s.location(report, "to.decide"))
+                .unwrap_or_default()
+        };
+        if let Some(&(i, other, vip)) = users.iter().find(|u| u.2.is_ipv4() != first_vip.is_ipv4())
+        {
+            let message = format!(
+                "used by services of different address families: {first:?} ({} {first_vip}) and \
+                 {other:?} ({} {vip}, at {})",
+                family(first_vip),
+                family(vip),
+                location(i)
+            );
+            let hint = Some(
+                "every pool of a group must serve each service using it; use one group per \
+                 address family"
+                    .to_owned(),
+            );
+            it.err(report, "name", message, hint);
+            continue;
+        }
+        let mut wrong: Vec<&str> = Vec::new();
+        for (_, pool) in &g.refs {
+            let bad = w
+                .pools
+                .iter()
+                .find(|p| p.name.as_deref() == Some(pool))
+                .is_some_and(|p| {
+                    p.backends
+                        .iter()
+                        .any(|b| b.1.is_ipv4() != first_vip.is_ipv4())
+                });
+            if bad && !wrong.contains(&pool.as_str()) {
+                wrong.push(pool);
+            }
+        }
+        if !wrong.is_empty() {
+            let message = format!(
+                "pools {} have backends that are not {} like service {first:?} ({first_vip}) \
+                 that uses this group",
+                wrong.join(", "),
+                family(first_vip)
+            );
+            let hint = Some(format!(
+                "service {first:?} is at {}",
+                location(users.first().map_or(0, |u| u.0))
+            ));
+            it.err(report, "name", message, hint);
+        }
+    }
+}
