@@ -67,6 +67,18 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
+    /// Operator commands over the local API: state, overrides, decisions, explain, what-if.
+    Ctl {
+        /// Directory of `*.yaml` fragments (for `agent.api`).
+        #[arg(long, default_value = DEFAULT_DIR)]
+        config_dir: PathBuf,
+        /// The agent's API, e.g. http://127.0.0.1:9900 (overrides the config).
+        #[arg(long)]
+        api: Option<String>,
+        /// The command.
+        #[command(subcommand)]
+        cmd: cli::ctl::Ctl,
+    },
     /// List the pinned maps, what each holds, and the bpftool command that dumps it.
     Maps {
         /// Directory of `*.yaml` fragments (for `agent.pin_path`).
@@ -148,6 +160,14 @@ fn run(args: Args) -> Result<ExitCode> {
             rt.block_on(cli::status(&config_dir, api.as_deref(), json))?;
         }
         Cmd::Maps { config_dir } => cli::maps(&config_dir),
+        Cmd::Ctl {
+            config_dir,
+            api,
+            cmd,
+        } => {
+            let rt = tokio::runtime::Runtime::new().context("starting the runtime")?;
+            rt.block_on(cli::ctl::run(&config_dir, api.as_deref(), cmd))?;
+        }
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -42,6 +42,10 @@ pub struct Metrics {
     pub generation: Gauge,
     /// Configuration changes rejected (parse, validation or apply errors).
     pub rejected: Counter,
+    /// Decision-group evaluation time by group, seconds.
+    pub evaluation: Family<Labels, Histogram>,
+    /// From the triggering event to the completed decision-word write, seconds.
+    pub decision_latency: Histogram,
 }
 
 impl Default for Metrics {
@@ -53,6 +57,10 @@ impl Default for Metrics {
             map_write: Histogram::new(exponential_buckets(0.000_001, 2.0, 20)),
             generation: Gauge::default(),
             rejected: Counter::default(),
+            evaluation: Family::new_with_constructor(|| {
+                Histogram::new(exponential_buckets(0.000_000_5, 2.0, 20))
+            }),
+            decision_latency: Histogram::new(exponential_buckets(0.000_001, 2.0, 24)),
         }
     }
 }
@@ -80,6 +88,17 @@ pub fn registry(metrics: &Metrics, shared: Arc<Mutex<Shared>>) -> Registry {
         "Configuration changes rejected",
         metrics.rejected.clone(),
     );
+    r.register(
+        "decision_evaluation_seconds",
+        "Time to evaluate one decision group",
+        metrics.evaluation.clone(),
+    );
+    r.register(
+        "decision_write_latency_seconds",
+        "From the triggering event to the completed decision-word write",
+        metrics.decision_latency.clone(),
+    );
+    r.register_collector(Box::new(crate::api::ctl::StateCollector(shared.clone())));
     r.register_collector(Box::new(DataplaneCollector(shared)));
     r
 }

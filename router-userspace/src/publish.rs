@@ -167,6 +167,7 @@ pub struct Publisher {
     service_slots: Slots,
     pool_slots: Slots,
     backend_slots: Slots,
+    groups: BTreeMap<String, decide::GroupState>,
 }
 
 impl Default for Publisher {
@@ -214,6 +215,7 @@ impl Publisher {
             service_slots: Slots::new(MAX_SERVICES),
             pool_slots: Slots::new(MAX_POOLS),
             backend_slots: Slots::new(MAX_BACKENDS),
+            groups: BTreeMap::new(),
         }
     }
 
@@ -235,6 +237,18 @@ impl Publisher {
     /// Makes the maps hold `cfg`, keeping the health of backends that stay. Returns the new
     /// generation.
     pub fn apply(&mut self, dp: &mut dyn Dataplane, cfg: &Config) -> Result<u64, PublishError> {
+        self.apply_decided(dp, cfg, &BTreeMap::new())
+    }
+
+    /// [`apply`](Self::apply), with the actions the engine decided for decision groups (a
+    /// group missing here keeps its published action; a new one without an action publishes a
+    /// word with no pool until [`publish_decision`](Self::publish_decision)).
+    pub fn apply_decided(
+        &mut self,
+        dp: &mut dyn Dataplane,
+        cfg: &Config,
+        decided: &BTreeMap<String, rules::engine::Action>,
+    ) -> Result<u64, PublishError> {
         // 0. Every slot the new config needs must be free now (old and new stand side by side
         //    until the removals): refuse before the first write rather than stop half way.
         self.reserve(cfg)?;
@@ -307,7 +321,9 @@ impl Publisher {
         }
         // Pools no longer configured: their backends go down; slots are freed after services.
         let removed_pools = std::mem::replace(&mut self.pools, pools);
-        // 3 + 4. Decisions, then services.
+        // 3 + 4. Decisions (groups' words first), then services.
+        let group_names: Vec<String> = cfg.decisions.iter().map(|g| g.name.clone()).collect();
+        let removed_groups = self.apply_groups(dp, &group_names, decided)?;
         let mut services = BTreeMap::new();
         let mut stale = Vec::new();
         for s in &cfg.services {
@@ -325,7 +341,11 @@ impl Publisher {
                 Some(o) => o.value.id,
                 None => self.service_slots.take("service")?,
             };
-            let word = self.decision_word(&s.to);
+            let group = match &s.to {
+                Target::Decide(g) => self.groups.get(g).map(|g| (g.slot, g.word)),
+                _ => None,
+            };
+            let word = group.map_or_else(|| self.decision_word(&s.to), |(_, w)| w);
             let mut flags = 0;
             if s.forward == Forward::Nat {
                 flags |= SVC_F_NAT;
@@ -333,14 +353,18 @@ impl Publisher {
             if s.hash == HashMode::SourceIp {
                 flags |= SVC_F_HASH_SOURCE;
             }
-            // A service's decision slot is its own slot until decision groups arrive.
+            // A service's decision slot is its own slot, or its group's.
             let value = Service {
                 id: slot,
-                decision: slot,
+                decision: group.map_or(slot, |(g, _)| g),
                 flags,
                 _pad: 0,
             };
-            if old.as_ref().is_none_or(|o| o.word != word) {
+            if group.is_none()
+                && old
+                    .as_ref()
+                    .is_none_or(|o| o.word != word || o.value.decision != slot)
+            {
                 dp.set_decision(slot, word)?;
             }
             if old.as_ref().is_none_or(|o| o.value != value) {
@@ -355,6 +379,9 @@ impl Publisher {
                 dp.remove_service(&gone.key)?;
             }
             self.service_slots.free(gone.value.id);
+        }
+        for gone in removed_groups {
+            self.service_slots.free(gone.slot);
         }
         for gone in removed_pools.into_values() {
             for b in &gone.backends {
@@ -408,7 +435,12 @@ impl Publisher {
                     .get(&s.name)
                     .is_none_or(|o| o.key != service_key(s))
             })
-            .count();
+            .count()
+            + cfg
+                .decisions
+                .iter()
+                .filter(|g| !self.groups.contains_key(&g.name))
+                .count();
         for (need, slots, what) in [
             (new_pools, &self.pool_slots, "pool"),
             (new_backends, &self.backend_slots, "backend"),
@@ -457,8 +489,7 @@ impl Publisher {
     fn decision_word(&self, to: &Target) -> u64 {
         let slot = |name: &str| self.pools.get(name).map_or(NO_POOL, |p| p.slot as u16);
         match to {
-            // Decision groups are published by the engine driver; config validation rejects
-            // `decide` until that lands, so no service reaches this with one.
+            // Published through the group's slot (`decide`), never here.
             Target::Decide(_) => Decision::pool(NO_POOL).encode(),
             Target::Pool(p) => Decision::pool(slot(p)).encode(),
             Target::Split(shares) => {
@@ -531,6 +562,11 @@ fn publish_pool(
     Ok(())
 }
 
+mod decide;
+pub use decide::GroupState;
+
+#[cfg(test)]
+mod decide_tests;
 #[cfg(test)]
 mod order_tests;
 

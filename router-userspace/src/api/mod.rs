@@ -1,5 +1,7 @@
-//! The local HTTP API on `agent.api` (loopback): `GET /status` (JSON) and `GET /metrics`
-//! (Prometheus text format).
+//! The local HTTP API on `agent.api` (loopback): `GET /status` (JSON), `GET /metrics`
+//! (Prometheus text format), and the operator endpoints of [`ctl`].
+
+pub mod ctl;
 
 use std::sync::{Arc, Mutex};
 
@@ -8,7 +10,7 @@ use axum::{
     extract::State,
     http::{StatusCode, header},
     response::IntoResponse,
-    routing::get,
+    routing::{delete, get, post},
 };
 
 use crate::agent::Shared;
@@ -23,6 +25,12 @@ pub async fn serve(listener: tokio::net::TcpListener, shared: SharedState) {
     };
     let app = Router::new()
         .route("/status", get(status))
+        .route("/state", get(ctl::get_state).post(ctl::set_state))
+        .route("/override", post(ctl::set_override))
+        .route("/override/{group}", delete(ctl::clear_override))
+        .route("/decisions", get(ctl::decisions_log))
+        .route("/explain/{group}", get(ctl::explain))
+        .route("/what-if", post(ctl::what_if))
         .route(
             "/metrics",
             get(move || {

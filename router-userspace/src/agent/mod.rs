@@ -22,6 +22,8 @@ use log::{error, info, warn};
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 
+pub mod decisions;
+
 use crate::{
     config::{self, Config},
     dataplane::{
@@ -30,9 +32,11 @@ use crate::{
         load,
         maps::KernelMaps,
     },
+    engine::{AuditFile, Driver},
     metrics::Metrics,
     probe::{self, HealthEvent, ProbeSet, ProbeTarget},
     publish::{PublishError, Publisher},
+    state::Store,
 };
 
 /// What `switchyard attach` was asked to do.
@@ -54,15 +58,15 @@ pub enum AgentError {
     // so `switchyard attach` (which prints the whole chain, `{:#}`) printed every problem twice.
     #[error(transparent)]
     Config(#[from] config::ConfigError),
-    /// The configuration is valid but uses something this agent does not run yet.
-    #[error("{0}")]
-    Unsupported(String),
     /// Loading, pinning or attaching failed.
     #[error(transparent)]
     Dataplane(#[from] DataplaneError),
     /// Publishing the config failed.
     #[error(transparent)]
     Publish(#[from] PublishError),
+    /// The state variables or decision groups could not be set up.
+    #[error("state and decisions: {0}")]
+    Decisions(String),
     /// A signal handler could not be installed.
     #[error("installing a signal handler: {0}")]
     Signal(#[source] std::io::Error),
@@ -113,6 +117,14 @@ pub struct Shared {
     pub metrics: Metrics,
     /// XDP mode.
     pub mode: Mode,
+    /// The live state.
+    pub store: Store,
+    /// The decision groups.
+    pub driver: Driver,
+    /// Engine time is the time since this instant.
+    pub started: Instant,
+    /// Wakes the event loop when a deadline may have moved (an API change).
+    pub wake: Arc<tokio::sync::Notify>,
 }
 
 /// The probes of `cfg`, each starting from the health `publisher` has for its backend (up for
@@ -142,7 +154,6 @@ fn targets(cfg: &Config, publisher: &Publisher) -> Vec<ProbeTarget> {
 /// Runs the agent until SIGINT/SIGTERM.
 pub async fn run(opts: Options) -> Result<(), AgentError> {
     let cfg = config::load_dir(&opts.config_dir)?;
-    refuse_decision_groups(&cfg)?;
     let listener = tokio::net::TcpListener::bind(cfg.agent.api)
         .await
         .map_err(|source| AgentError::Api {
@@ -192,7 +203,24 @@ pub async fn run(opts: Options) -> Result<(), AgentError> {
     let mut publisher = Publisher::new();
     let metrics = Metrics::default();
     let started = Instant::now();
-    let generation = publisher.apply(&mut maps, &cfg)?;
+    let epoch = started;
+    let store = Store::new(&cfg).map_err(|e| AgentError::Decisions(e.to_string()))?;
+    let audit = AuditFile::open(&cfg.agent.state_dir);
+    let mut driver =
+        Driver::new(&cfg, &store, Some(audit)).map_err(|e| AgentError::Decisions(e.to_string()))?;
+    let first = driver.initial_actions(&store, &publisher, epoch.elapsed());
+    let generation = publisher.apply_decided(&mut maps, &cfg, &first)?;
+    let adopted = driver.on_change(
+        &[],
+        true,
+        &store,
+        &mut publisher,
+        &mut maps,
+        epoch.elapsed(),
+        "start",
+        started,
+    );
+    drop(adopted);
     // Adopted maps may hold services an earlier agent published and this config no longer
     // has (removed while no agent ran): the publisher does not know them, so nothing else
     // would ever remove them.
@@ -205,7 +233,10 @@ pub async fn run(opts: Options) -> Result<(), AgentError> {
     );
 
     let (tx, mut rx) = mpsc::channel::<HealthEvent>(1024);
-    let mut probes: ProbeSet = probe::spawn(targets(&cfg, &publisher), tx.clone());
+    let mut all = targets(&cfg, &publisher);
+    all.extend(decisions::state_probe_targets(&cfg));
+    let mut probes: ProbeSet = probe::spawn(all, tx.clone());
+    let wake = Arc::new(tokio::sync::Notify::new());
     let shared = Arc::new(Mutex::new(Shared {
         publisher,
         maps,
@@ -217,15 +248,39 @@ pub async fn run(opts: Options) -> Result<(), AgentError> {
         rejected: None,
         metrics,
         mode: opts.mode,
+        store,
+        driver,
+        started: epoch,
+        wake: wake.clone(),
     }));
+    let mut sampler = decisions::RateSampler::default();
+    let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
     let api = tokio::spawn(crate::api::serve(listener, shared.clone()));
 
     use tokio::signal::unix::{SignalKind, signal};
     let mut hup = signal(SignalKind::hangup()).map_err(AgentError::Signal)?;
     let mut term = signal(SignalKind::terminate()).map_err(AgentError::Signal)?;
     loop {
+        let deadline = shared
+            .lock()
+            .ok()
+            .and_then(|s| s.driver.next_deadline())
+            .map(|d| tokio::time::Instant::from_std(epoch + d));
+        let timer = async {
+            match deadline {
+                Some(d) => tokio::time::sleep_until(d).await,
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
             Some(ev) = rx.recv() => on_health(&shared, ev),
+            () = timer => {
+                if let Ok(mut s) = shared.lock() {
+                    decisions::changed(&mut s, &[], false, "timer", Instant::now());
+                }
+            }
+            () = wake.notified() => {}
+            _ = tick.tick() => sampler.sample(&shared),
             _ = hup.recv() => {
                 if let Some(set) = reload(&shared, &tx) {
                     probes = set;
@@ -243,33 +298,6 @@ pub async fn run(opts: Options) -> Result<(), AgentError> {
     Ok(())
 }
 
-/// Refuses a configuration with `state`, `decisions` or a `decide` target: it validates, but
-/// this agent does not run decision groups yet, and nothing may be silently ignored.
-/// (Deleted when the agent drives the decision engine.)
-fn refuse_decision_groups(cfg: &Config) -> Result<(), AgentError> {
-    let mut used = Vec::new();
-    if !cfg.state.is_empty() {
-        used.push("state");
-    }
-    if !cfg.decisions.is_empty() {
-        used.push("decisions");
-    }
-    if cfg
-        .services
-        .iter()
-        .any(|s| matches!(s.to, config::Target::Decide(_)))
-    {
-        used.push("`to: { decide: ... }`");
-    }
-    if used.is_empty() {
-        return Ok(());
-    }
-    Err(AgentError::Unsupported(format!(
-        "the configuration uses {}: validated, but this agent does not run decision groups yet",
-        used.join(", ")
-    )))
-}
-
 /// Removes from the `SERVICES` map every service `publisher` did not publish.
 fn remove_unknown_services(
     publisher: &Publisher,
@@ -285,7 +313,15 @@ fn remove_unknown_services(
 }
 
 fn on_health(shared: &Arc<Mutex<Shared>>, ev: HealthEvent) {
+    let event = Instant::now();
     let Ok(mut s) = shared.lock() else { return };
+    if let Some(var) = ev.pool.strip_prefix(decisions::STATE_PROBE_PREFIX) {
+        let slots = s.store.set_probe(var, ev.healthy);
+        decisions::changed(&mut s, &slots, false, var, event);
+        return;
+    }
+    let rtt = s.store.record_rtt(ev.address, ev.outcome.latency);
+    decisions::changed(&mut s, &rtt, false, "rtt", event);
     s.metrics
         .health_check
         .get_or_create(&vec![("pool", ev.pool.clone())])
@@ -325,6 +361,9 @@ fn on_health(shared: &Arc<Mutex<Shared>>, ev: HealthEvent) {
             ev.pool, ev.address
         ),
     }
+    let slots = s.store.set_backend_health(&ev.pool, ev.address, ev.healthy);
+    let cause = format!("pool {} backend {}", ev.pool, ev.address);
+    decisions::changed(&mut s, &slots, false, &cause, event);
 }
 
 /// Re-reads the config directory and applies it; returns the new probe set on success.
@@ -333,12 +372,7 @@ fn reload(shared: &Arc<Mutex<Shared>>, tx: &mpsc::Sender<HealthEvent>) -> Option
         return None;
     };
     let dir = s.config_dir.clone();
-    let cfg = match config::load_dir(&dir)
-        .map_err(AgentError::from)
-        .and_then(|cfg| {
-            refuse_decision_groups(&cfg)?;
-            Ok(cfg)
-        }) {
+    let cfg = match config::load_dir(&dir).map_err(AgentError::from) {
         Ok(cfg) => cfg,
         Err(e) => {
             warn!(
@@ -354,15 +388,36 @@ fn reload(shared: &Arc<Mutex<Shared>>, tx: &mpsc::Sender<HealthEvent>) -> Option
         warn!("agent settings (api, pin_path) change only on restart");
     }
     let started = Instant::now();
+    let (store, mut driver) = match Store::new(&cfg).map_err(|e| e.to_string()).and_then(|st| {
+        let audit = AuditFile::open(&cfg.agent.state_dir);
+        Driver::new(&cfg, &st, Some(audit))
+            .map(|d| (st, d))
+            .map_err(|e| e.to_string())
+    }) {
+        Ok(x) => x,
+        Err(e) => {
+            error!("state and decisions of the new config: {e}");
+            s.metrics.rejected.inc();
+            s.rejected = Some(e);
+            return None;
+        }
+    };
+    let now = s.started.elapsed();
+    let first = driver.initial_actions(&store, &s.publisher, now);
     let Shared {
         publisher, maps, ..
     } = &mut *s;
-    match publisher.apply(maps, &cfg) {
+    match publisher.apply_decided(maps, &cfg, &first) {
         Ok(generation) => {
+            driver.on_change(&[], true, &store, publisher, maps, now, "reload", started);
             s.metrics.map_write.observe(started.elapsed().as_secs_f64());
             s.metrics.generation.set(generation as i64);
             info!("config generation {generation} applied");
-            let set = probe::spawn(targets(&cfg, &s.publisher), tx.clone());
+            let mut all = targets(&cfg, &s.publisher);
+            all.extend(decisions::state_probe_targets(&cfg));
+            let set = probe::spawn(all, tx.clone());
+            s.store = store;
+            s.driver = driver;
             s.config = cfg;
             s.rejected = None;
             s.probes.clear();
@@ -524,52 +579,4 @@ fn protocol(p: config::Protocol) -> &'static str {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::config::{ConfigError, Problem};
-
-    #[test]
-    fn decision_groups_are_refused_until_the_agent_runs_them() {
-        let text = "services: [ { name: web, vip: 198.18.0.10, port: 80, protocol: tcp, \
-                    forward: dsr-l2, to: { decide: g } } ]\n\
-                    pools: [ { name: p, backends: [ { address: 198.18.1.11 } ] } ]\n\
-                    state: { up: { push: { default: true } } }\n\
-                    decisions: [ { name: g, rules: [ { id: r, when: up, then: { pool: p } } ] } ]\n";
-        let cfg = config::load_files(&[("x.yaml".into(), text.into())]).expect("valid");
-        let e = refuse_decision_groups(&cfg).err().map(|e| e.to_string());
-        assert_eq!(
-            e.as_deref(),
-            Some(
-                "the configuration uses state, decisions, `to: { decide: ... }`: validated, but \
-                 this agent does not run decision groups yet"
-            )
-        );
-        let plain = config::load_files(&[(
-            "x.yaml".into(),
-            "pools: [ { name: p, backends: [ { address: 198.18.1.11 } ] } ]\n".into(),
-        )])
-        .expect("valid");
-        assert!(refuse_decision_groups(&plain).is_ok());
-    }
-
-    #[test]
-    fn a_config_error_prints_each_problem_once_through_the_error_chain() {
-        let problem = Problem {
-            file: "20-broken.yaml".into(),
-            line: Some(7),
-            column: Some(17),
-            path: "services[0].to.pool".into(),
-            message: "unknown pool \"wbe\"".into(),
-            hint: None,
-        };
-        let e = AgentError::from(ConfigError {
-            problems: vec![problem],
-        });
-        // What `switchyard attach` prints (main.rs formats the anyhow chain with `{:#}`).
-        let shown = format!("{:#}", anyhow::Error::from(e));
-        assert_eq!(
-            shown,
-            "20-broken.yaml:7 services[0].to.pool: unknown pool \"wbe\""
-        );
-    }
-}
+mod tests;

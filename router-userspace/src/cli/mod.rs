@@ -1,5 +1,7 @@
 //! What the read-only CLI commands print: `status` (from the agent's API) and `maps`.
 
+pub mod ctl;
+
 use std::path::{Path, PathBuf};
 
 use router_common::maps;

@@ -1,0 +1,190 @@
+//! `switchyard ctl …`: the operator commands, over the local API (`agent.api` of the config
+//! directory, or `--api URL`).
+
+use std::path::Path;
+
+use anyhow::{Context as _, Result, bail};
+use clap::Subcommand;
+use serde_json::{Value, json};
+
+/// `switchyard ctl` commands.
+#[derive(Debug, Subcommand)]
+pub enum Ctl {
+    /// `state get` / `state set NAME=VALUE`.
+    State {
+        /// `get` or `set`.
+        #[command(subcommand)]
+        op: StateOp,
+    },
+    /// `override set GROUP --to pool=dc2 …` / `override clear GROUP`.
+    Override {
+        /// `set` or `clear`.
+        #[command(subcommand)]
+        op: OverrideOp,
+    },
+    /// The audit trail.
+    Decisions {
+        /// Only this group.
+        #[arg(long)]
+        group: Option<String>,
+    },
+    /// Each rule, the values it reads, which wins and why the active action is what it is.
+    Explain {
+        /// The decision group.
+        group: String,
+    },
+    /// The same evaluation on a hypothetical state (`var=value …`); changes nothing.
+    WhatIf {
+        /// The decision group.
+        group: String,
+        /// `var=value` settings.
+        sets: Vec<String>,
+    },
+}
+
+/// `ctl state …`.
+#[derive(Debug, Subcommand)]
+pub enum StateOp {
+    /// Every variable and built-in.
+    Get,
+    /// Sets a push variable: `NAME=VALUE`.
+    Set {
+        /// `NAME=VALUE`.
+        assignment: String,
+    },
+}
+
+/// `ctl override …`.
+#[derive(Debug, Subcommand)]
+pub enum OverrideOp {
+    /// Forces an action.
+    Set {
+        /// The decision group.
+        group: String,
+        /// `pool=NAME` or `split=A:W,B:W`.
+        #[arg(long)]
+        to: String,
+        /// Why (required).
+        #[arg(long)]
+        reason: String,
+        /// Expires after this long (`10m`).
+        #[arg(long)]
+        ttl: Option<String>,
+        /// Even if the target fails the group's `require`.
+        #[arg(long)]
+        force: bool,
+    },
+    /// Ends the override.
+    Clear {
+        /// The decision group.
+        group: String,
+    },
+}
+
+async fn call(req: reqwest::RequestBuilder) -> Result<Value> {
+    let resp = req.send().await.context("the agent did not answer")?;
+    let ok = resp.status().is_success();
+    let body: Value = resp.json().await.context("reading the agent's answer")?;
+    if !ok {
+        bail!(
+            "{}",
+            body.get("error")
+                .and_then(Value::as_str)
+                .unwrap_or("request refused")
+        );
+    }
+    Ok(body)
+}
+
+fn print_explain(v: &Value) {
+    match v.get("text").and_then(Value::as_str) {
+        Some(t) => print!("{t}"),
+        None => println!("{v:#}"),
+    }
+}
+
+/// Runs one `ctl` command.
+pub async fn run(dir: &Path, api: Option<&str>, cmd: Ctl) -> Result<()> {
+    let base = api.map_or_else(
+        || format!("http://{}", super::agent_settings(dir).api),
+        str::to_owned,
+    );
+    let base = base.trim_end_matches('/');
+    let c = reqwest::Client::new();
+    match cmd {
+        Ctl::State { op: StateOp::Get } => {
+            let v = call(c.get(format!("{base}/state"))).await?;
+            for e in v.as_array().into_iter().flatten() {
+                println!(
+                    "{:<48} {:<10} {}",
+                    e["name"].as_str().unwrap_or(""),
+                    e["source"].as_str().unwrap_or(""),
+                    e["value"].as_str().unwrap_or("")
+                );
+            }
+        }
+        Ctl::State {
+            op: StateOp::Set { assignment },
+        } => {
+            let Some((name, value)) = assignment.split_once('=') else {
+                bail!("{assignment:?}: expected NAME=VALUE");
+            };
+            let v = call(
+                c.post(format!("{base}/state"))
+                    .json(&json!({ "name": name.trim(), "value": value.trim() })),
+            )
+            .await?;
+            let changed = v["changed"].as_bool().unwrap_or(false);
+            println!(
+                "{}: {}",
+                name.trim(),
+                if changed { "set" } else { "unchanged" }
+            );
+        }
+        Ctl::Override {
+            op:
+                OverrideOp::Set {
+                    group,
+                    to,
+                    reason,
+                    ttl,
+                    force,
+                },
+        } => {
+            let v = call(c.post(format!("{base}/override")).json(&json!({
+                "group": group, "to": to, "reason": reason, "ttl": ttl, "force": force
+            })))
+            .await?;
+            println!("override set on {group}: {}", v["switched"]);
+        }
+        Ctl::Override {
+            op: OverrideOp::Clear { group },
+        } => {
+            call(c.delete(format!("{base}/override/{group}"))).await?;
+            println!("override cleared on {group}");
+        }
+        Ctl::Decisions { group } => {
+            // Group names are letters, digits, `-` and `_`: no escaping needed.
+            let url = match &group {
+                Some(g) => format!("{base}/decisions?group={g}"),
+                None => format!("{base}/decisions"),
+            };
+            let v = call(c.get(url)).await?;
+            for r in v.as_array().into_iter().flatten() {
+                println!("{r}");
+            }
+        }
+        Ctl::Explain { group } => {
+            print_explain(&call(c.get(format!("{base}/explain/{group}"))).await?);
+        }
+        Ctl::WhatIf { group, sets } => {
+            let v = call(
+                c.post(format!("{base}/what-if"))
+                    .json(&json!({ "group": group, "set": sets })),
+            )
+            .await?;
+            print_explain(&v);
+        }
+    }
+    Ok(())
+}
