@@ -29,8 +29,8 @@
 //!
 //! The decision engine ([`engine`]) runs decision groups over rule truth values: switching
 //! policy, overrides, safety rules, audit and explain; [`lint`](mod@lint) checks a group for rules that
-//! never fire, uncovered states and overlaps. The agent does not drive the engine yet: state
-//! variables, decision groups and `to: { decide: … }` validate, but `switchyard attach` refuses them.
+//! never fire, uncovered states and overlaps. The agent (`router-userspace`'s `engine` module)
+//! drives it from live state and publishes each group's action as one decision word.
 
 pub mod check;
 pub mod compile;
