@@ -1,0 +1,260 @@
+//! The publisher's unit tests: what one apply or health change writes, and in which order.
+
+use router_common::{NO_BACKEND, SPLIT_SCALE};
+
+use super::*;
+use crate::{
+    config::{Agent, Backend as CfgBackend, Pool as CfgPool, Service as CfgService, SplitShare},
+    dataplane::memory::{MemoryDataplane, Write},
+};
+
+fn pool(name: &str, addrs: &[(&str, u32)]) -> CfgPool {
+    CfgPool {
+        name: name.into(),
+        backends: addrs
+            .iter()
+            .map(|(a, w)| CfgBackend {
+                address: a.parse().unwrap(),
+                weight: *w,
+            })
+            .collect(),
+        health_check: None,
+        when_all_down: WhenAllDown::Drop,
+    }
+}
+
+fn service(name: &str, port: u16, to: Target) -> CfgService {
+    CfgService {
+        name: name.into(),
+        vip: "198.18.0.10".parse().unwrap(),
+        port,
+        protocol: Protocol::Tcp,
+        forward: Forward::DsrL2,
+        hash: HashMode::FiveTuple,
+        to,
+    }
+}
+
+fn config(services: Vec<CfgService>, pools: Vec<CfgPool>) -> Config {
+    Config {
+        agent: Agent {
+            api: "127.0.0.1:9900".parse().unwrap(),
+            pin_path: "/sys/fs/bpf/switchyard".into(),
+            state_dir: "/var/lib/switchyard".into(),
+        },
+        services,
+        pools,
+        state: vec![],
+        decisions: vec![],
+    }
+}
+
+fn owners(table: &[u32]) -> BTreeMap<u32, usize> {
+    let mut m = BTreeMap::new();
+    for id in table {
+        *m.entry(*id).or_default() += 1;
+    }
+    m
+}
+
+#[test]
+fn apply_publishes_backends_tables_decisions_services_in_order() {
+    let mut dp = MemoryDataplane::default();
+    let mut p = Publisher::new();
+    let cfg = config(
+        vec![service("web", 80, Target::Pool("dc1".into()))],
+        vec![pool("dc1", &[("198.18.1.11", 100), ("198.18.1.12", 100)])],
+    );
+    assert_eq!(p.apply(&mut dp, &cfg).unwrap(), 1);
+    let pos = |f: &dyn Fn(&Write) -> bool| dp.log.iter().position(f).unwrap();
+    let backend = pos(&|w| matches!(w, Write::Backend(..)));
+    let table = pos(&|w| matches!(w, Write::Table(..)));
+    let flip = pos(&|w| matches!(w, Write::Pool(..)));
+    let decision = pos(&|w| matches!(w, Write::Decision(..)));
+    let svc = pos(&|w| matches!(w, Write::Service(..)));
+    let generation = pos(&|w| matches!(w, Write::Config(..)));
+    assert!(
+        backend < table && table < flip && flip < decision && decision < svc && svc < generation
+    );
+
+    let slot = p.pools()["dc1"].slot;
+    let live = dp.live_table(slot).unwrap();
+    let counts = owners(live);
+    assert_eq!(counts.len(), 2, "both backends own entries: {counts:?}");
+    let s = &p.services()["web"];
+    assert_eq!(dp.services[&s.key], s.value);
+    assert_eq!(
+        Decision::decode(dp.decisions[&s.value.decision]).pool_a,
+        slot as u16
+    );
+    assert_eq!(dp.config.generation, 1);
+}
+
+#[test]
+fn reapplying_the_same_config_writes_only_the_generation() {
+    let mut dp = MemoryDataplane::default();
+    let mut p = Publisher::new();
+    let cfg = config(
+        vec![service("web", 80, Target::Pool("dc1".into()))],
+        vec![pool("dc1", &[("198.18.1.11", 100)])],
+    );
+    p.apply(&mut dp, &cfg).unwrap();
+    dp.log.clear();
+    p.apply(&mut dp, &cfg).unwrap();
+    assert!(
+        !dp.log.iter().any(|w| matches!(
+            w,
+            Write::Table(..) | Write::Service(..) | Write::Decision(..)
+        )),
+        "{:?}",
+        dp.log
+    );
+    assert_eq!(dp.config.generation, 2);
+}
+
+#[test]
+fn an_unhealthy_backend_leaves_the_table_before_it_is_marked_down() {
+    let mut dp = MemoryDataplane::default();
+    let mut p = Publisher::new();
+    let cfg = config(
+        vec![service("web", 80, Target::Pool("dc1".into()))],
+        vec![pool("dc1", &[("198.18.1.11", 100), ("198.18.1.12", 100)])],
+    );
+    p.apply(&mut dp, &cfg).unwrap();
+    let dead = p.pools()["dc1"].backends[0].slot;
+    dp.log.clear();
+    assert!(
+        p.set_health(&mut dp, "dc1", "198.18.1.11".parse().unwrap(), false)
+            .unwrap()
+    );
+    let flip = dp
+        .log
+        .iter()
+        .position(|w| matches!(w, Write::Pool(..)))
+        .unwrap();
+    let down = dp
+        .log
+        .iter()
+        .position(|w| matches!(w, Write::Backend(..)))
+        .unwrap();
+    assert!(
+        flip < down,
+        "table flipped before the backend went down: {:?}",
+        dp.log
+    );
+    assert_eq!(dp.backends[&dead].state, BACKEND_DOWN);
+    let slot = p.pools()["dc1"].slot;
+    assert!(!dp.live_table(slot).unwrap().contains(&dead));
+    // A repeated verdict changes nothing.
+    assert!(
+        !p.set_health(&mut dp, "dc1", "198.18.1.11".parse().unwrap(), false)
+            .unwrap()
+    );
+    // Recovery: back in the table.
+    assert!(
+        p.set_health(&mut dp, "dc1", "198.18.1.11".parse().unwrap(), true)
+            .unwrap()
+    );
+    assert!(dp.live_table(slot).unwrap().contains(&dead));
+    assert_eq!(dp.backends[&dead].state, BACKEND_UP);
+}
+
+#[test]
+fn all_backends_down_empties_the_table() {
+    let mut dp = MemoryDataplane::default();
+    let mut p = Publisher::new();
+    let cfg = config(vec![], vec![pool("dc1", &[("198.18.1.11", 100)])]);
+    p.apply(&mut dp, &cfg).unwrap();
+    p.set_health(&mut dp, "dc1", "198.18.1.11".parse().unwrap(), false)
+        .unwrap();
+    let slot = p.pools()["dc1"].slot;
+    assert!(
+        dp.live_table(slot)
+            .unwrap()
+            .iter()
+            .all(|e| *e == NO_BACKEND)
+    );
+}
+
+#[test]
+fn weight_zero_drains_health_survives_reapply() {
+    let mut dp = MemoryDataplane::default();
+    let mut p = Publisher::new();
+    let mut cfg = config(
+        vec![],
+        vec![pool("dc1", &[("198.18.1.11", 100), ("198.18.1.12", 100)])],
+    );
+    p.apply(&mut dp, &cfg).unwrap();
+    p.set_health(&mut dp, "dc1", "198.18.1.12".parse().unwrap(), false)
+        .unwrap();
+    cfg.pools[0].backends[0].weight = 0;
+    p.apply(&mut dp, &cfg).unwrap();
+    let b = &p.pools()["dc1"].backends;
+    assert_eq!(dp.backends[&b[0].slot].state, BACKEND_DRAINING);
+    assert_eq!(
+        dp.backends[&b[1].slot].state, BACKEND_DOWN,
+        "health kept across apply"
+    );
+}
+
+#[test]
+fn removing_a_pool_marks_its_backends_down_and_removing_a_service_deletes_it() {
+    let mut dp = MemoryDataplane::default();
+    let mut p = Publisher::new();
+    let cfg = config(
+        vec![service("web", 80, Target::Pool("dc1".into()))],
+        vec![
+            pool("dc1", &[("198.18.1.11", 100)]),
+            pool("dc2", &[("198.18.2.11", 100)]),
+        ],
+    );
+    p.apply(&mut dp, &cfg).unwrap();
+    let dc2_backend = p.pools()["dc2"].backends[0].slot;
+    let key = p.services()["web"].key;
+    p.apply(
+        &mut dp,
+        &config(vec![], vec![pool("dc1", &[("198.18.1.11", 100)])]),
+    )
+    .unwrap();
+    assert_eq!(dp.backends[&dc2_backend].state, BACKEND_DOWN);
+    assert!(!dp.services.contains_key(&key));
+}
+
+#[test]
+fn a_split_carries_both_pools_and_the_share_of_the_second() {
+    let mut dp = MemoryDataplane::default();
+    let mut p = Publisher::new();
+    let split = Target::Split(vec![
+        SplitShare {
+            pool: "dc1".into(),
+            weight: 95,
+        },
+        SplitShare {
+            pool: "canary".into(),
+            weight: 5,
+        },
+    ]);
+    let cfg = config(
+        vec![service("web", 80, split)],
+        vec![
+            pool("dc1", &[("198.18.1.11", 100)]),
+            pool("canary", &[("198.18.1.21", 100)]),
+        ],
+    );
+    p.apply(&mut dp, &cfg).unwrap();
+    let d = Decision::decode(p.services()["web"].word);
+    assert_eq!(d.pool_a, p.pools()["dc1"].slot as u16);
+    assert_eq!(d.pool_b, p.pools()["canary"].slot as u16);
+    assert_eq!(d.split_b, SPLIT_SCALE / 20);
+}
+
+#[test]
+fn slots_are_reused_as_late_as_possible() {
+    let mut s = Slots::new(3);
+    assert_eq!(s.take("x").unwrap(), 0);
+    assert_eq!(s.take("x").unwrap(), 1);
+    s.free(0);
+    assert_eq!(s.take("x").unwrap(), 2);
+    assert_eq!(s.take("x").unwrap(), 0);
+    assert!(matches!(s.take("x"), Err(PublishError::Full("x"))));
+}
