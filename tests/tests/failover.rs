@@ -330,10 +330,11 @@ fn first_on<'a>(conns: &'a [Conn], pool: &[String], from: Instant) -> Option<&'a
 }
 
 /// Connections in `[from, to)` served by one of `wrong` that reuse the source port (so the
-/// 5-tuple) of an earlier connection to the same backend: the XDP program's connection
-/// tracking still holds that tuple (it does not end a flow at FIN or start one at SYN), so the
-/// new connection follows the old entry, not the new decision. Returns their number, or
-/// fails if a connection to `wrong` is not such a reuse.
+/// 5-tuple) of an earlier connection to the same backend. The XDP program's connection
+/// tracking does not end a flow at FIN nor start one at SYN, so such a connection would follow
+/// the old entry, not the new decision; that is the only stray this suite accepts (the client
+/// closes first and so holds TIME_WAIT, which makes it rare). Returns their number, or fails,
+/// naming the connection, if a connection to `wrong` is not such a reuse.
 fn stale_tuples(conns: &[Conn], wrong: &[String], from: Instant, to: Instant) -> Result<usize> {
     let mut reused = 0;
     for (i, c) in conns.iter().enumerate() {
