@@ -54,6 +54,24 @@ pub fn changed(s: &mut Shared, changed: &[Slot], all: bool, cause: &str, event: 
     record(metrics, driver, &published);
 }
 
+/// Evaluates the groups whose deadline (stable_for, cooldown, failback, override TTL) has
+/// passed and writes their switches. (`changed` with no slot returns at once, so the timer
+/// must not go through it: a due deadline was then applied only by the next unrelated event,
+/// and the loop spun on the past deadline meanwhile.)
+pub fn timer(s: &mut Shared) {
+    let now = s.started.elapsed();
+    let Shared {
+        store,
+        driver,
+        publisher,
+        maps,
+        metrics,
+        ..
+    } = s;
+    let published = driver.on_timer(store, publisher, maps, now);
+    record(metrics, driver, &published);
+}
+
 /// Metrics of what the driver did.
 pub fn record(
     metrics: &crate::metrics::Metrics,

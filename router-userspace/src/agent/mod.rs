@@ -276,7 +276,7 @@ pub async fn run(opts: Options) -> Result<(), AgentError> {
             Some(ev) = rx.recv() => on_health(&shared, ev),
             () = timer => {
                 if let Ok(mut s) = shared.lock() {
-                    decisions::changed(&mut s, &[], false, "timer", Instant::now());
+                    decisions::timer(&mut s);
                 }
             }
             () = wake.notified() => {}
