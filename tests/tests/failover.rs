@@ -58,6 +58,18 @@ const CLOCK_SLACK: Duration = Duration::from_millis(100);
 
 /// The config fragment: pools dc1 (b1, b2) and dc2 (b3, b4), both health-checked, the
 /// service, the state and the group; audit under `state_dir`.
+/// The tests here measure timings of a few hundred milliseconds; run side by side they compete
+/// for the machine's two CPUs (one failover run in eight failed that way), so each holds this
+/// lock for its whole run.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Takes [`SERIAL`], whether or not an earlier test panicked while holding it.
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 fn config(state_dir: &std::path::Path) -> String {
     let b = |i| backend_v4(i).to_string();
     format!(
@@ -376,6 +388,7 @@ fn tally(conns: &[Conn], dc1: &[String], from: Instant, to: Instant) -> (usize, 
 #[test]
 fn web_failover_moves_new_connections_to_dc2_when_dc1_fails_and_back_after_failback() -> Result<()>
 {
+    let _serial = serial();
     if privileged::require_root_and_bpf("web_failover_moves_new_connections_to_dc2").is_err() {
         return Ok(());
     }
@@ -584,6 +597,7 @@ fn web_failover_moves_new_connections_to_dc2_when_dc1_fails_and_back_after_failb
 
 #[test]
 fn maintenance_mode_moves_new_connections_at_once() -> Result<()> {
+    let _serial = serial();
     if privileged::require_root_and_bpf("maintenance_mode_moves_new_connections_at_once").is_err() {
         return Ok(());
     }
@@ -661,6 +675,7 @@ fn maintenance_mode_moves_new_connections_at_once() -> Result<()> {
 
 #[test]
 fn bad_ctl_input_is_a_clear_error_and_changes_nothing() -> Result<()> {
+    let _serial = serial();
     if privileged::require_root_and_bpf("bad_ctl_input_is_a_clear_error").is_err() {
         return Ok(());
     }
@@ -743,6 +758,7 @@ fn bad_ctl_input_is_a_clear_error_and_changes_nothing() -> Result<()> {
 
 #[test]
 fn an_override_wins_and_expires() -> Result<()> {
+    let _serial = serial();
     if privileged::require_root_and_bpf("an_override_wins_and_expires").is_err() {
         return Ok(());
     }
