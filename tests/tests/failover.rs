@@ -155,10 +155,9 @@ impl Lab {
             let all: Vec<_> = s.pools.iter().flat_map(|p| &p.backends).collect();
             all.len() == 4 && all.iter().all(|b| b.healthy)
         })?;
-        // `dc1_api_healthy` is unset until its probe has answered `healthy_threshold` times,
-        // and `NOT unset` is true (docs/rules.md): the group adopts failover-dc2 at start and
-        // fails back to dc1 `failback_after` later. Wait for that switch in the audit trail
-        // (the explanation applies a passed deadline before the agent has written it).
+        // Probe variables start healthy, so the group adopts dc1-primary at start. Wait for
+        // that decision in the audit trail (the explanation applies a passed deadline before
+        // the agent has written it).
         let start = Instant::now();
         loop {
             let records = lab.decisions()?;

@@ -92,7 +92,8 @@ pub struct Store {
 
 impl Store {
     /// The state of `cfg`: push variables at their defaults, every backend healthy (as the
-    /// publisher starts them), probe and metric variables unset until their first result,
+    /// publisher starts them), probe variables true (healthy, like backends) and metric
+    /// variables false until their first result,
     /// derived variables computed.
     pub fn new(cfg: &Config) -> Result<Self, StateError> {
         let schema = schema::build(cfg).map_err(|e| StateError::Config(e.to_string()))?;
@@ -137,10 +138,24 @@ impl Store {
             rtt: HashMap::new(),
         };
         for v in &cfg.state {
-            if let (StateSource::Push(value), Some((slot, _))) =
-                (&v.source, store.schema.get(&v.name))
-            {
-                store.state.set(slot, push_value(value));
+            let Some((slot, _)) = store.schema.get(&v.name) else {
+                continue;
+            };
+            match &v.source {
+                StateSource::Push(value) => {
+                    store.state.set(slot, push_value(value));
+                }
+                // A probe starts healthy, as a pool's backends do (keepalived's default): its
+                // health state needs `unhealthy_threshold` failures to turn false. Left unset,
+                // `NOT probe_var` would read true and fail a group over at every start.
+                StateSource::Probe(_) => {
+                    store.state.set(slot, true);
+                }
+                // A rate not measured yet is below every threshold.
+                StateSource::Metric(_) => {
+                    store.state.set(slot, false);
+                }
+                StateSource::Expr(_) => {}
             }
         }
         let names: Vec<String> = store.pools.keys().cloned().collect();

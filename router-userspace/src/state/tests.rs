@@ -147,10 +147,11 @@ fn starts_with_defaults_builtins_and_derived_values() {
     assert_eq!(s.get("region"), Some(&Value::String("eu".into())));
     assert_eq!(s.get("pool.dc1.healthy_count"), Some(&Value::Number(2.0)));
     assert_eq!(s.get("dc2_ready"), Some(&Value::Bool(true)));
-    // Probe variables are unset until the first probe; derived ones read them as false.
-    assert_eq!(s.get("dc1_api_healthy"), Some(&Value::Unset));
-    assert_eq!(s.get("dc1_ok"), Some(&Value::Bool(false)));
-    assert_eq!(s.get("web_flood"), Some(&Value::Unset));
+    // Probe variables start healthy, as backends do (so `NOT probe` does not fail a group
+    // over at every start); metric variables start below their threshold.
+    assert_eq!(s.get("dc1_api_healthy"), Some(&Value::Bool(true)));
+    assert_eq!(s.get("dc1_ok"), Some(&Value::Bool(true)));
+    assert_eq!(s.get("web_flood"), Some(&Value::Bool(false)));
 }
 
 #[test]
@@ -236,9 +237,9 @@ fn rtt_p99_over_a_window_and_metric_hysteresis_over_rates() {
 fn hypothetical_changes_nothing_and_recomputes_derived_values() {
     let s = Store::new(&web_failover(SwitchPolicy::default())).expect("store");
     let h = s
-        .hypothetical(&[("dc1_api_healthy".into(), "true".into())])
+        .hypothetical(&[("dc1_api_healthy".into(), "false".into())])
         .expect("what-if");
-    assert_eq!(h.get(slot(&s, "dc1_ok")), &Value::Bool(true));
-    assert_eq!(s.get("dc1_ok"), Some(&Value::Bool(false)));
+    assert_eq!(h.get(slot(&s, "dc1_ok")), &Value::Bool(false));
+    assert_eq!(s.get("dc1_ok"), Some(&Value::Bool(true)));
     assert!(s.hypothetical(&[("nope".into(), "1".into())]).is_err());
 }
