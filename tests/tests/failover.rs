@@ -497,6 +497,27 @@ fn web_failover_moves_new_connections_to_dc2_when_dc1_fails_and_back_after_failb
     let first_dc2 =
         first_on(&conns, &dc2, failed_at).context("no connection reached dc2 after the failure")?;
     let to_dc2 = first_dc2.started - failed_at;
+    // One machine-readable line per run for `bench/failover.sh`, before any assertion on
+    // timing: detection to switch (b1's health endpoint fails → first new connection on dc2,
+    // ms), failed client connections over the whole stream, connections made, and the agent's
+    // event-to-map-write time of the failover switch from the audit trail (µs, `-` if absent).
+    let write_us = lab
+        .decisions()
+        .ok()
+        .and_then(|r| {
+            switches(&r)
+                .into_iter()
+                .skip(switches_before)
+                .find(|r| r["to"]["pool"] == "dc2")
+                .and_then(|r| r["latency_us"].as_u64())
+        })
+        .map_or_else(|| "-".to_owned(), |u| u.to_string());
+    println!(
+        "FAILOVER detection_ms={:.1} failed={} conns={} write_us={write_us}",
+        ms(to_dc2),
+        tally(&conns, &dc1, first, end).2,
+        conns.len()
+    );
     let bound = INTERVAL * 2 + TIMEOUT + STABLE_FOR;
     let switched = first_dc2.started + Duration::from_millis(20);
     let (d1, d2, df) = tally(&conns, &dc1, switched, recovered_at);
