@@ -35,7 +35,7 @@ const TCP_CHECK: usize = 16;
 const UDP_CHECK: usize = 6;
 
 #[inline(always)]
-fn words(a: &[u8; 16]) -> [u32; 4] {
+pub(crate) fn words(a: &[u8; 16]) -> [u32; 4] {
     [
         u32::from_ne_bytes([a[0], a[1], a[2], a[3]]),
         u32::from_ne_bytes([a[4], a[5], a[6], a[7]]),

@@ -190,12 +190,10 @@ pub fn parse(ctx: &XdpContext, pkt: &mut Packet) -> Result<(), Reason> {
 #[inline(always)]
 fn set_addr(field: &mut [u8; 16], words: [u32; 4]) {
     let w = field as *mut [u8; 16] as *mut u32;
-    let mut i = 0;
-    while i < 4 {
+    for (i, word) in words.into_iter().enumerate() {
         // SAFETY: the flow's addresses are 4-aligned (`FlowKey` sits 8-aligned in `Packet`, its
-        // addresses at offsets 0 and 16) and 16 bytes long.
-        unsafe { core::ptr::write_volatile(w.add(i), words[i]) };
-        i += 1;
+        // addresses at offsets 0 and 16) and 16 bytes long; `i` < 4.
+        unsafe { core::ptr::write_volatile(w.add(i), word) };
     }
 }
 
@@ -476,13 +474,7 @@ fn icmpv6_inner(
 /// which BPF has not).
 #[inline(always)]
 fn same_addr(a: &[u8; 16], b: &[u8; 16]) -> bool {
-    let mut diff = 0u32;
-    let mut i = 0;
-    while i < 16 {
-        let x = u32::from_ne_bytes([a[i], a[i + 1], a[i + 2], a[i + 3]]);
-        let y = u32::from_ne_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
-        diff |= x ^ y;
-        i += 4;
-    }
-    diff == 0
+    let [a0, a1, a2, a3] = crate::forward::words(a);
+    let [b0, b1, b2, b3] = crate::forward::words(b);
+    (a0 ^ b0) | (a1 ^ b1) | (a2 ^ b2) | (a3 ^ b3) == 0
 }

@@ -40,7 +40,7 @@ use router_tests::{
     packets, privileged,
 };
 use switchyard::config::{
-    Agent, Backend, Config, Forward, HashMode, Pool, Protocol, Service, Target, WhenAllDown,
+    Agent, Config, Forward, HashMode, Pool, Protocol, Service, Target, WhenAllDown,
 };
 
 const XDP_PASS: u32 = 2;
@@ -54,18 +54,7 @@ const HIT_PORT: u16 = 50_000;
 const MISS_PORT_BASE: u16 = 1_024;
 
 fn pool(name: &str, addrs: Vec<std::net::IpAddr>) -> Pool {
-    Pool {
-        name: name.into(),
-        backends: addrs
-            .into_iter()
-            .map(|address| Backend {
-                address,
-                weight: 100,
-            })
-            .collect(),
-        health_check: None,
-        when_all_down: WhenAllDown::Drop,
-    }
+    router_tests::lab::pool(name, addrs, WhenAllDown::Drop)
 }
 
 fn service(name: &str, vip: std::net::IpAddr, pool: &str) -> Service {

@@ -14,7 +14,7 @@ use aya::{
 };
 use router_common::{Reason, Traffic};
 use switchyard::{
-    config::Config,
+    config::{Backend, Config, Pool, WhenAllDown},
     dataplane::{attach::ifindex, counters, load, maps::KernelMaps},
     publish::Publisher,
 };
@@ -158,5 +158,21 @@ impl Lab {
         self.publisher
             .set_health(&mut self.maps, pool, address.parse()?, healthy)?;
         Ok(())
+    }
+}
+
+/// A pool of `addrs`, weight 100 each, no health check: the fixtures' pools.
+pub fn pool(name: &str, addrs: Vec<std::net::IpAddr>, when_all_down: WhenAllDown) -> Pool {
+    Pool {
+        name: name.into(),
+        backends: addrs
+            .into_iter()
+            .map(|address| Backend {
+                address,
+                weight: 100,
+            })
+            .collect(),
+        health_check: None,
+        when_all_down,
     }
 }

@@ -11,13 +11,12 @@ use anyhow::{Context as _, Result, bail, ensure};
 use router_common::Reason;
 use router_tests::{
     addrs::{self, CLIENT_V4, CLIENT_V6, VIP_V4, VIP_V6, backend_mac, backend_v4, backend_v6},
-    lab::{Lab, Run},
+    lab::{Lab, Run, pool},
     packets::{self, Seen, inspect},
     privileged,
 };
 use switchyard::config::{
-    Agent, Backend, Config, Forward, HashMode, Pool, Protocol, Service, SplitShare, Target,
-    WhenAllDown,
+    Agent, Config, Forward, HashMode, Protocol, Service, SplitShare, Target, WhenAllDown,
 };
 
 const XDP_DROP: u32 = 1;
@@ -44,21 +43,6 @@ fn svc(
         forward,
         hash: HashMode::FiveTuple,
         to: Target::Pool(to.into()),
-    }
-}
-
-fn pool(name: &str, addrs: Vec<IpAddr>, when_all_down: WhenAllDown) -> Pool {
-    Pool {
-        name: name.into(),
-        backends: addrs
-            .into_iter()
-            .map(|address| Backend {
-                address,
-                weight: 100,
-            })
-            .collect(),
-        health_check: None,
-        when_all_down,
     }
 }
 

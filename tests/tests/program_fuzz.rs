@@ -29,11 +29,11 @@ use router_tests::{
         self, CLIENT_MAC, CLIENT_V4, CLIENT_V6, LB_CLIENT_IF, LB_CLIENT_SIDE_MAC, VIP_V4, VIP_V6,
         backend_mac, backend_v4, backend_v6, lb_backend_if, lb_backend_side_mac,
     },
-    lab::Lab,
+    lab::{Lab, pool},
     packets, privileged,
 };
 use switchyard::config::{
-    Agent, Backend, Config, Forward, HashMode, Pool, Protocol, Service, Target, WhenAllDown,
+    Agent, Config, Forward, HashMode, Protocol, Service, Target, WhenAllDown,
 };
 
 const XDP_ABORTED: u32 = 0;
@@ -72,21 +72,6 @@ fn svc(name: &str, vip: IpAddr, port: u16, protocol: Protocol, nat: bool, to: &s
         forward: if nat { Forward::Nat } else { Forward::DsrL2 },
         hash: HashMode::FiveTuple,
         to: Target::Pool(to.into()),
-    }
-}
-
-fn pool(name: &str, addrs: Vec<IpAddr>, when_all_down: WhenAllDown) -> Pool {
-    Pool {
-        name: name.into(),
-        backends: addrs
-            .into_iter()
-            .map(|address| Backend {
-                address,
-                weight: 100,
-            })
-            .collect(),
-        health_check: None,
-        when_all_down,
     }
 }
 
