@@ -263,19 +263,29 @@ impl Publisher {
                 .unwrap_or_default();
             let mut backends = Vec::with_capacity(p.backends.len());
             for b in &p.backends {
-                let state = match old_backends.remove(&b.address) {
-                    Some(prev) => BackendState {
-                        weight: b.weight,
-                        ..prev
-                    },
-                    None => BackendState {
-                        address: b.address,
-                        slot: self.backend_slots.take("backend")?,
-                        weight: b.weight,
-                        healthy: true,
-                    },
+                let (state, written) = match old_backends.remove(&b.address) {
+                    Some(prev) => (
+                        BackendState {
+                            weight: b.weight,
+                            ..prev.clone()
+                        },
+                        Some(prev.entry()),
+                    ),
+                    None => (
+                        BackendState {
+                            address: b.address,
+                            slot: self.backend_slots.take("backend")?,
+                            weight: b.weight,
+                            healthy: true,
+                        },
+                        None,
+                    ),
                 };
-                dp.set_backend(state.slot, state.entry())?;
+                // Only what differs is written: a restarted agent that resumed the maps rewrites
+                // nothing for an unchanged backend.
+                if written != Some(state.entry()) {
+                    dp.set_backend(state.slot, state.entry())?;
+                }
                 backends.push(state);
             }
             // Backends that left this pool stay as they are until the pool's new table is live
@@ -286,6 +296,7 @@ impl Publisher {
                 WhenAllDown::Drop => 0,
                 WhenAllDown::Pass => POOL_F_ALL_DOWN_PASS,
             };
+            let flags_changed = old.as_ref().is_none_or(|o| o.flags != flags);
             let state = match old {
                 Some(o) => PoolState {
                     flags,
@@ -300,12 +311,14 @@ impl Publisher {
                     live: None,
                 },
             };
-            pools.insert(p.name.clone(), state);
+            pools.insert(p.name.clone(), (state, flags_changed));
         }
         // 2. Tables and pool words.
-        for (name, pool) in &mut pools {
-            publish_pool(dp, name, pool, true)?;
+        for (name, (pool, flags_changed)) in &mut pools {
+            publish_pool(dp, name, pool, *flags_changed)?;
         }
+        let pools: BTreeMap<String, PoolState> =
+            pools.into_iter().map(|(n, (p, _))| (n, p)).collect();
         // No live table names the backends that left a pool now: down (their tracked flows
         // re-select), then their slots are free.
         for gone in retired {
@@ -515,12 +528,12 @@ impl Publisher {
 }
 
 /// Builds `pool`'s table from its healthy, weighted backends; when it differs from the live one
-/// (or `force_flags` and the flags may have changed), writes the inactive half and flips.
+/// (or the flags changed), writes the inactive half and flips.
 fn publish_pool(
     dp: &mut dyn Dataplane,
     name: &str,
     pool: &mut PoolState,
-    force_flags: bool,
+    flags_changed: bool,
 ) -> Result<(), PublishError> {
     let members: Vec<MaglevBackend> = pool
         .backends
@@ -537,7 +550,7 @@ fn publish_pool(
         source,
     })?;
     if pool.live.as_ref() == Some(&table) {
-        if force_flags {
+        if flags_changed {
             dp.set_pool(
                 pool.slot,
                 Pool {
@@ -563,12 +576,16 @@ fn publish_pool(
 }
 
 mod decide;
+mod ledger;
 pub use decide::GroupState;
+pub use ledger::{Ledger, LedgerPool, LedgerService, RestoreError};
 
 #[cfg(test)]
 mod decide_tests;
 #[cfg(test)]
 mod order_tests;
+#[cfg(test)]
+mod restore_tests;
 
 #[cfg(test)]
 mod tests;

@@ -126,3 +126,21 @@ pub trait Dataplane {
     /// Writes the generation word.
     fn set_config(&mut self, config: Config) -> Result<(), DataplaneError>;
 }
+
+/// Reading the maps back: what a restarted agent resumes from (see
+/// [`Publisher::restore`](crate::publish::Publisher::restore)).
+pub trait Readback {
+    /// The generation word (zeroes before the first apply).
+    fn read_config(&self) -> Result<Config, DataplaneError>;
+    /// Every service in the `SERVICES` map.
+    fn read_services(&self) -> Vec<(ServiceKey, Service)>;
+    /// Backend slot `slot`.
+    fn read_backend(&self, slot: u32) -> Result<Backend, DataplaneError>;
+    /// Pool slot `slot`.
+    fn read_pool(&self, slot: u32) -> Result<Pool, DataplaneError>;
+    /// Decision word `slot`.
+    fn read_decision(&self, slot: u32) -> Result<u64, DataplaneError>;
+    /// Half `half` of pool `pool`'s Maglev table ([`router_common::MAGLEV_SIZE`] backend
+    /// slots), or `None` when it cannot be read.
+    fn read_table(&self, pool: u32, half: u32) -> Option<Vec<u32>>;
+}
