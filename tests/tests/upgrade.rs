@@ -368,7 +368,9 @@ fn upgrade_under_traffic_swaps_the_program_behind_the_pinned_links_and_drops_not
         &client::tcp_tally(topo.client(), vip_v4(80), 150)?,
         &[1, 2],
     )?;
-    // Not one packet to the VIP went past the program, upgrades included.
+    // Not one packet to the VIP went past the program, upgrades included. This, not the
+    // exchanges, is what catches a gap: TCP retransmits across one (an upgrade done as
+    // detach, 50 ms, attach failed no exchange and put 84 packets here).
     let now = probe.packets()?;
     println!(
         "packets to the VIP seen by the lb's stack while attached: {}",
