@@ -11,13 +11,15 @@
 //! - [`lint`] then warns about decision groups that are valid but suspicious.
 //!
 //! [`read_dir`] is the one way a directory is read ([`load_dir`] is `read_dir` then load); its
-//! [`Fragments`] (names and texts) give a version's content hash and merged text.
+//! [`Fragments`] (names and texts) give a version's content hash and merged text, and
+//! [`diff`] compares two configurations resource by resource.
 //!
 //! Every problem found is reported, each with its file, line, key path and, where one helps, a
 //! hint: see [`ConfigError`]. A [`Config`] is produced only when there is none.
 //!
 //! The keys are documented for operators in `docs/configuration.md`.
 
+pub mod diff;
 pub mod model;
 pub mod schema;
 
@@ -31,6 +33,7 @@ mod values;
 
 use std::fmt;
 
+pub use diff::Diff;
 pub use fragments::Fragments;
 pub use lint::lint;
 pub use load::{DirFragments, load_dir, load_files, read_dir};
