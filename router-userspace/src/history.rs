@@ -39,7 +39,7 @@ use std::{
 };
 
 use rusqlite::{Connection, ErrorCode, OptionalExtension as _, TransactionBehavior, params};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::config::Fragments;
 
@@ -175,7 +175,7 @@ pub struct NewVersion {
 }
 
 /// A recorded version without its texts: a line of `ctl versions`.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct VersionInfo {
     /// 1, 2, 3, … in the order recorded.
     pub number: u64,
@@ -192,7 +192,7 @@ pub struct VersionInfo {
 }
 
 /// A recorded version, whole.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Version {
     /// Number, time, hash, source, generation and file names.
     #[serde(flatten)]
@@ -713,6 +713,8 @@ mod tests {
         assert_eq!(two.merged, expected.fragments.merged());
         assert_eq!(two.ledger, "{\"slots\":2}");
         assert_eq!(two.fragments().hash(), two.info.hash);
+        let json = serde_json::to_string(&two).unwrap();
+        assert_eq!(serde_json::from_str::<Version>(&json).unwrap(), two);
         assert_eq!(h.get(4).unwrap(), None);
         assert_eq!(h.get(u64::MAX).unwrap(), None);
         assert_eq!(h.latest().unwrap().unwrap().info.number, 3);

@@ -17,7 +17,7 @@ use std::{
     time::Duration,
 };
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::model::{
     Agent, CheckKind, Config, DecisionGroup, DecisionRule, Forward, HashMode, HealthCheck, Pool,
@@ -25,7 +25,7 @@ use super::model::{
 };
 
 /// What happened to a resource.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Op {
     /// In the new configuration only (`+`).
@@ -48,7 +48,7 @@ impl Op {
 }
 
 /// The kind of resource a [`Change`] is about.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Kind {
     /// `agent:` settings (no name).
@@ -92,7 +92,7 @@ impl Kind {
 }
 
 /// One setting that differs, as text: `port`, `80`, `8080`.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FieldChange {
     /// The setting, as its key path inside the resource (`port`, `health_check.interval`,
     /// `switch.stable_for`; `rule order` for the order of a group's rules).
@@ -108,23 +108,23 @@ pub struct FieldChange {
 /// Displayed as one line: `+ service web: 198.18.0.10:80/tcp, forward dsr-l2, hash five_tuple,
 /// to pool dc1`, `~ service web: port 80 → 8080`, `~ pool dc1: backend 198.18.1.3 weight 1 → 2`,
 /// `- decision web-failover: rule dc2-backup`.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Change {
     /// Added, removed or changed.
     pub op: Op,
     /// What kind of resource.
     pub kind: Kind,
     /// The pool of a backend, the decision group of a rule; `None` for the others.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parent: Option<String>,
     /// The resource's name (a backend's address, a rule's id; empty for the agent settings).
     pub name: String,
     /// For an added resource, what it is; for a removed one, what it was (one phrase). Empty
     /// for a change.
-    #[serde(skip_serializing_if = "String::is_empty")]
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub summary: String,
     /// For a change, each setting that differs, in the resource's key order. Empty otherwise.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub fields: Vec<FieldChange>,
 }
 
@@ -158,7 +158,7 @@ impl fmt::Display for Change {
 /// `Display` gives one line per change (no trailing newline); JSON is
 /// `{"changes":[{"op":"changed","kind":"service","name":"web","fields":[{"field":"port",
 /// "from":"80","to":"8080"}]}]}`.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Diff {
     /// Every change, in the order of the module docs.
     pub changes: Vec<Change>,
@@ -946,6 +946,9 @@ decisions:
                   "fields": [ { "field": "weight", "from": "1", "to": "2" } ] },
             ] })
         );
+        // The CLI reads back what the API sends.
+        let json = serde_json::to_string(&d).unwrap();
+        assert_eq!(serde_json::from_str::<Diff>(&json).unwrap(), d);
         // And the reverse diff undoes it.
         let back = Diff::between(&new, &old);
         assert_eq!(
