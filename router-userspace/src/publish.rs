@@ -255,6 +255,18 @@ impl Publisher {
         // 1. Backends, pool by pool (new pools get slots; their tables come in step 2).
         let mut pools = BTreeMap::new();
         let mut retired = Vec::new();
+        // Backends of pools this config removes, by address: a new pool that has the same
+        // address takes the backend's slot over (a renamed pool), so the flows tracked on it
+        // stay where they are instead of re-selecting through the new pool's table.
+        let mut orphans: HashMap<IpAddr, BackendState> = HashMap::new();
+        for (name, old) in &self.pools {
+            if cfg.pools.iter().all(|p| &p.name != name) {
+                for b in &old.backends {
+                    orphans.entry(b.address).or_insert_with(|| b.clone());
+                }
+            }
+        }
+        let mut adopted = std::collections::HashSet::new();
         for p in &cfg.pools {
             let old = self.pools.remove(&p.name);
             let mut old_backends: HashMap<IpAddr, BackendState> = old
@@ -263,7 +275,12 @@ impl Publisher {
                 .unwrap_or_default();
             let mut backends = Vec::with_capacity(p.backends.len());
             for b in &p.backends {
-                let (state, written) = match old_backends.remove(&b.address) {
+                let prev = old_backends.remove(&b.address).or_else(|| {
+                    let orphan = orphans.remove(&b.address)?;
+                    adopted.insert(orphan.slot);
+                    Some(orphan)
+                });
+                let (state, written) = match prev {
                     Some(prev) => (
                         BackendState {
                             weight: b.weight,
@@ -397,7 +414,7 @@ impl Publisher {
             self.service_slots.free(gone.slot);
         }
         for gone in removed_pools.into_values() {
-            for b in &gone.backends {
+            for b in gone.backends.iter().filter(|b| !adopted.contains(&b.slot)) {
                 dp.set_backend(
                     b.slot,
                     BackendState {

@@ -76,6 +76,14 @@ pub fn render(s: &Status) -> String {
     use std::fmt::Write as _;
     let mut o = String::new();
     let _ = writeln!(o, "generation {}  ({})", s.generation, s.config_dir);
+    let r = &s.running;
+    let _ = writeln!(
+        o,
+        "version {}  (applied by {}; hash {})",
+        r.version.map_or_else(|| "not recorded".into(), |v| v.to_string()),
+        if r.source.is_empty() { "?" } else { &r.source },
+        r.hash.get(..12).unwrap_or(&r.hash)
+    );
     let interfaces: Vec<String> = s
         .interfaces
         .iter()
@@ -89,6 +97,13 @@ pub fn render(s: &Status) -> String {
         let _ = writeln!(
             o,
             "\nRUNNING CONFIG DIFFERS FROM THE DIRECTORY: the last change was rejected:\n{r}"
+        );
+    } else if s.differs_from_files == Some(true) {
+        let _ = writeln!(
+            o,
+            "\nRUNNING CONFIG DIFFERS FROM THE DIRECTORY (applied by {}); `switchyard ctl apply` \
+             applies the directory",
+            s.running.source
         );
     }
     let _ = writeln!(o, "\nservices:");

@@ -4,7 +4,7 @@
 //! The maps say what every slot holds (backend address and state, pool flags and live half,
 //! decision words, services by key) but not the names the config gives them: which pool slot is
 //! `dc1`, which backend slot is `dc1`'s `198.18.1.2`. A renumbered backend slot would move every
-//! tracked flow that names the old slot (see docs/decisions/0007). The [`Ledger`] is that
+//! tracked flow that names the old slot (see docs/decisions/0008). The [`Ledger`] is that
 //! naming, written at each apply (it changes only then); everything that changes between
 //! applies (health, live halves, decision words) is read back from the maps by
 //! [`Publisher::restore`]. Cilium restores its service and backend IDs from its pinned maps the

@@ -114,3 +114,50 @@ fn a_ledger_naming_a_service_the_maps_lack_is_refused() {
         Err(RestoreError::Mismatch(_))
     ));
 }
+
+#[test]
+fn a_renamed_pool_keeps_its_backends_slots_so_tracked_flows_stay() {
+    let (mut p, mut dp) = running();
+    let before: Vec<(std::net::IpAddr, u32)> = p.pools()["dc2"]
+        .backends
+        .iter()
+        .map(|b| (b.address, b.slot))
+        .collect();
+    let mut next = web_failover(SwitchPolicy::default());
+    for pool in &mut next.pools {
+        if pool.name == "dc2" {
+            pool.name = "east".into();
+        }
+    }
+    for svc in &mut next.services {
+        if let crate::config::Target::Pool(name) = &mut svc.to
+            && name == "dc2"
+        {
+            *name = "east".into();
+        }
+    }
+    // The decision group's rules name dc2: rename there too.
+    let text = format!("{:?}", next.decisions);
+    assert!(text.contains("dc2"), "{text}");
+    next.decisions.clear();
+    next.state.clear();
+    for svc in &mut next.services {
+        if matches!(svc.to, crate::config::Target::Decide(_)) {
+            svc.to = crate::config::Target::Pool("east".into());
+        }
+    }
+    dp.log.clear();
+    p.apply(&mut dp, &next).expect("apply");
+    let after: Vec<(std::net::IpAddr, u32)> = p.pools()["east"]
+        .backends
+        .iter()
+        .map(|b| (b.address, b.slot))
+        .collect();
+    assert_eq!(before, after);
+    for (_, slot) in &after {
+        let down = dp.log.iter().any(|w| {
+            matches!(w, Write::Backend(s, b) if s == slot && b.state == router_common::BACKEND_DOWN)
+        });
+        assert!(!down, "slot {slot} was marked down: {:?}", dp.log);
+    }
+}
