@@ -89,7 +89,7 @@ fn now_secs() -> u64 {
 /// when nothing changed). On error nothing changed, and the error is also kept for `status`.
 pub fn apply(
     s: &mut Shared,
-    fragments: Vec<(String, String)>,
+    fragments: Fragments,
     source: &str,
     probe_tx: &tokio::sync::mpsc::Sender<HealthEvent>,
 ) -> Result<(Outcome, Option<ProbeSet>), ApplyError> {
@@ -100,7 +100,8 @@ pub fn apply(
             info!(
                 "config generation {} applied ({source}, version {}, {} µs){}",
                 o.generation,
-                o.version.map_or_else(|| "not recorded".into(), |v| v.to_string()),
+                o.version
+                    .map_or_else(|| "not recorded".into(), |v| v.to_string()),
                 o.took_us,
                 if o.diff.is_empty() {
                     String::new()
@@ -121,11 +122,10 @@ pub fn apply(
 
 fn try_apply(
     s: &mut Shared,
-    fragments: Vec<(String, String)>,
+    fragments: Fragments,
     source: &str,
     probe_tx: &tokio::sync::mpsc::Sender<HealthEvent>,
 ) -> Result<(Outcome, Option<ProbeSet>), ApplyError> {
-    let fragments = Fragments::new(fragments);
     let hash = fragments.hash();
     if hash == s.running.hash {
         return Ok((
@@ -140,7 +140,7 @@ fn try_apply(
         ));
     }
     let started = Instant::now();
-    let cfg = config::load_files(fragments.files())?;
+    let cfg = fragments.load()?;
     let (store, driver) = build(&cfg, s)?;
     let diff = Diff::between(&s.config, &cfg);
     let overrides = s.driver.override_requests(s.started.elapsed());
@@ -153,7 +153,7 @@ fn try_apply(
     if cfg.agent != s.config.agent {
         warn!("agent settings (api, pin_path, state_dir) change only on restart");
     }
-    let version = record(s, &fragments, &hash, source, generation);
+    let version = record(s, &fragments, source, generation);
     let mut all = targets(&cfg, &s.publisher);
     all.extend(decisions::state_probe_targets(&cfg));
     let probes = probe::spawn(all, probe_tx.clone());
@@ -162,7 +162,7 @@ fn try_apply(
     s.running = Running {
         version,
         hash,
-        files: fragments.names(),
+        files: fragments.names().map(str::to_owned).collect(),
         source: source.to_owned(),
         applied_at: now_secs(),
     };
@@ -171,7 +171,7 @@ fn try_apply(
             changed: true,
             version,
             generation,
-            diff: diff.lines(),
+            diff: diff.changes.iter().map(ToString::to_string).collect(),
             took_us,
         },
         Some(probes),
@@ -241,13 +241,7 @@ fn keep_overrides(s: &mut Shared, overrides: Vec<(String, rules::engine::Overrid
 /// Records the applied version with the publisher's slot assignment; `None` (logged and
 /// counted) if the store fails — the config is live either way, but a restart will then not
 /// find the slots of this generation and renumbers.
-fn record(
-    s: &mut Shared,
-    fragments: &Fragments,
-    hash: &str,
-    source: &str,
-    generation: u64,
-) -> Option<u64> {
+fn record(s: &mut Shared, fragments: &Fragments, source: &str, generation: u64) -> Option<u64> {
     let ledger = match serde_json::to_string(&s.publisher.ledger()) {
         Ok(l) => l,
         Err(e) => {
@@ -256,13 +250,11 @@ fn record(
         }
     };
     let v = NewVersion {
-        time: now_secs(),
-        files: fragments.files().to_vec(),
-        hash: hash.to_owned(),
-        merged: fragments.merged(),
+        fragments: fragments.clone(),
         source: source.to_owned(),
         generation,
         ledger,
+        time: now_secs(),
     };
     match s.history.record(v) {
         Ok(n) => Some(n),
@@ -275,19 +267,19 @@ fn record(
 }
 
 /// The fragments of version `n`, for `ctl rollback N`.
-pub fn version_fragments(s: &Shared, n: u64) -> Result<Vec<(String, String)>, ApplyError> {
+pub fn version_fragments(s: &Shared, n: u64) -> Result<Fragments, ApplyError> {
     s.history
         .get(n)
         .map_err(|e| ApplyError::History(e.to_string()))?
-        .map(|v| v.files)
+        .map(|v| v.fragments())
         .ok_or(ApplyError::NoSuchVersion(n))
 }
 
 /// Whether the fragments in the config directory differ from the running config (a rollback,
 /// or a change that was rejected). `None` when the directory cannot be read.
 pub fn differs_from_files(s: &Shared) -> Option<bool> {
-    let files = config::read_dir(&s.config_dir).ok()?;
-    Some(Fragments::new(files).hash() != s.running.hash)
+    let fragments = config::read_dir(&s.config_dir).ok()?.fragments().ok()?;
+    Some(fragments.hash() != s.running.hash)
 }
 
 /// The first apply of a starting agent. When it resumed the pinned maps and the directory
@@ -296,18 +288,26 @@ pub fn differs_from_files(s: &Shared) -> Option<bool> {
 /// ordinary [`apply`]. Returns the probe set.
 pub fn start(
     s: &mut Shared,
-    fragments: Vec<(String, String)>,
+    fragments: Fragments,
     probe_tx: &tokio::sync::mpsc::Sender<HealthEvent>,
 ) -> Result<ProbeSet, ApplyError> {
-    let hash = Fragments::new(fragments.clone()).hash();
-    if !s.running.hash.is_empty() && hash == s.running.hash {
-        let cfg = config::load_files(&fragments)?;
+    if !s.running.hash.is_empty() && fragments.hash() == s.running.hash {
+        let cfg = fragments.load()?;
         let (store, mut driver) = build(&cfg, s)?;
         let now = s.started.elapsed();
         let Shared {
             publisher, maps, ..
         } = &mut *s;
-        driver.on_change(&[], true, &store, publisher, maps, now, "start", Instant::now());
+        driver.on_change(
+            &[],
+            true,
+            &store,
+            publisher,
+            maps,
+            now,
+            "start",
+            Instant::now(),
+        );
         s.store = store;
         s.driver = driver;
         s.config = cfg;
@@ -359,8 +359,13 @@ fn read_and_apply(
     source: &str,
     probe_tx: &tokio::sync::mpsc::Sender<HealthEvent>,
 ) -> Result<(Outcome, Option<ProbeSet>), ApplyError> {
-    match config::read_dir(&s.config_dir) {
-        Ok(files) => apply(s, files, source, probe_tx),
+    // Every problem at once: unreadable fragments and the others' (`DirFragments::load`).
+    let read = config::read_dir(&s.config_dir).and_then(|d| match d.fragments() {
+        Ok(f) => Ok(f),
+        Err(e) => Err(d.load().err().unwrap_or(e)),
+    });
+    match read {
+        Ok(fragments) => apply(s, fragments, source, probe_tx),
         Err(e) => {
             warn!("config change rejected ({source}); the running config stays:\n{e}");
             s.metrics.rejected.inc();

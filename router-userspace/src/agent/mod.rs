@@ -174,8 +174,7 @@ fn targets(cfg: &Config, publisher: &Publisher) -> Vec<ProbeTarget> {
 /// Runs the agent until SIGINT/SIGTERM.
 pub async fn run(opts: Options) -> Result<(), AgentError> {
     // Everything that can be checked is checked before the first change to the machine.
-    let fragments = config::read_dir(&opts.config_dir)?;
-    let cfg = config::load_files(&fragments)?;
+    let (fragments, cfg) = config::read_dir(&opts.config_dir)?.load()?;
     let history = History::open(&cfg.agent.state_dir)?;
     let (watcher, mut watch_rx) = watch::watch(&opts.config_dir)?;
     let listener = tokio::net::TcpListener::bind(cfg.agent.api)
@@ -239,8 +238,8 @@ pub async fn run(opts: Options) -> Result<(), AgentError> {
         ),
     };
     let store = Store::new(&previous).map_err(|e| AgentError::Decisions(e.to_string()))?;
-    let driver = Driver::new(&previous, &store, None)
-        .map_err(|e| AgentError::Decisions(e.to_string()))?;
+    let driver =
+        Driver::new(&previous, &store, None).map_err(|e| AgentError::Decisions(e.to_string()))?;
     let (tx, mut rx) = mpsc::channel::<HealthEvent>(1024);
     let (apply_tx, mut apply_rx) = mpsc::channel::<apply::Request>(16);
     let wake = Arc::new(tokio::sync::Notify::new());
@@ -367,7 +366,9 @@ fn resume(history: &History, maps: &KernelMaps) -> Option<(Publisher, Running, C
         .map_err(|e| e.to_string())
         .and_then(|l| Publisher::restore(&l, maps).map_err(|e| e.to_string()))
         .and_then(|p| {
-            config::load_files(&latest.files)
+            latest
+                .fragments()
+                .load()
                 .map(|c| (p, c))
                 .map_err(|e| e.to_string())
         });
@@ -376,19 +377,22 @@ fn resume(history: &History, maps: &KernelMaps) -> Option<(Publisher, Running, C
             info!(
                 "resumed the pinned maps at generation {} (version {})",
                 publisher.generation(),
-                latest.number
+                latest.info.number
             );
             let running = Running {
-                version: Some(latest.number),
-                hash: latest.hash.clone(),
-                files: latest.files.iter().map(|(n, _)| n.clone()).collect(),
-                source: latest.source.clone(),
-                applied_at: latest.time,
+                version: Some(latest.info.number),
+                hash: latest.info.hash.clone(),
+                files: latest.info.files.clone(),
+                source: latest.info.source.clone(),
+                applied_at: latest.info.time,
             };
             Some((publisher, running, cfg))
         }
         Err(e) => {
-            warn!("cannot resume the pinned maps from version {}: {e}; slots are renumbered", latest.number);
+            warn!(
+                "cannot resume the pinned maps from version {}: {e}; slots are renumbered",
+                latest.info.number
+            );
             None
         }
     }

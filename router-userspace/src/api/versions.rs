@@ -69,8 +69,9 @@ pub async fn list(State(shared): State<SharedState>) -> Response {
         return StatusCode::INTERNAL_SERVER_ERROR.into_response();
     };
     match s.history.list() {
-        Ok(v) => Json(serde_json::json!({ "running": s.running.version, "versions": v }))
-            .into_response(),
+        Ok(v) => {
+            Json(serde_json::json!({ "running": s.running.version, "versions": v })).into_response()
+        }
         Err(e) => bad(e),
     }
 }
@@ -81,11 +82,7 @@ pub async fn show(State(shared): State<SharedState>, Path(n): Path<u64>) -> Resp
         return StatusCode::INTERNAL_SERVER_ERROR.into_response();
     };
     match s.history.get(n) {
-        Ok(Some(v)) => Json(serde_json::json!({
-            "number": v.number, "time": v.time, "hash": v.hash, "source": v.source,
-            "generation": v.generation, "files": v.files,
-        }))
-        .into_response(),
+        Ok(Some(v)) => Json(v).into_response(),
         Ok(None) => bad(format!("no version {n}")),
         Err(e) => bad(e),
     }
@@ -102,11 +99,19 @@ pub async fn diff(State(shared): State<SharedState>, Path((a, b)): Path<(u64, u6
             .get(n)
             .map_err(|e| e.to_string())?
             .ok_or_else(|| format!("no version {n}"))?;
-        config::load_files(&v.files).map_err(|e| format!("version {n}: {e}"))
+        v.fragments()
+            .load()
+            .map_err(|e| format!("version {n}: {e}"))
     };
     match config_of(a).and_then(|x| config_of(b).map(|y| (x, y))) {
-        Ok((x, y)) => Json(serde_json::json!({ "from": a, "to": b, "changes": Diff::between(&x, &y).lines() }))
-            .into_response(),
+        Ok((x, y)) => {
+            let changes: Vec<String> = Diff::between(&x, &y)
+                .changes
+                .iter()
+                .map(ToString::to_string)
+                .collect();
+            Json(serde_json::json!({ "from": a, "to": b, "changes": changes })).into_response()
+        }
         Err(e) => bad(e),
     }
 }

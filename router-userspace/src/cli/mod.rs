@@ -80,7 +80,8 @@ pub fn render(s: &Status) -> String {
     let _ = writeln!(
         o,
         "version {}  (applied by {}; hash {})",
-        r.version.map_or_else(|| "not recorded".into(), |v| v.to_string()),
+        r.version
+            .map_or_else(|| "not recorded".into(), |v| v.to_string()),
         if r.source.is_empty() { "?" } else { &r.source },
         r.hash.get(..12).unwrap_or(&r.hash)
     );

@@ -260,8 +260,8 @@ impl Store {
             .filter(|v| matches!(v.kind, Kind::Push | Kind::Probe))
             .filter_map(|v| {
                 let before = old.vars.iter().find(|o| o.name == v.name)?;
-                let same_source = std::mem::discriminant(&before.kind)
-                    == std::mem::discriminant(&v.kind);
+                let same_source =
+                    std::mem::discriminant(&before.kind) == std::mem::discriminant(&v.kind);
                 let (_, ty) = self.schema.get(&v.name)?;
                 let (_, old_ty) = old.schema.get(&v.name)?;
                 let value = old.state.get(before.slot);
