@@ -435,3 +435,30 @@ pub fn with_state_dir(text: &str, state: &Path) -> String {
     }
     out
 }
+
+/// Crash and start again, for the hitless tests.
+impl Agent {
+    /// Kills the agent with SIGKILL — no cleanup of any kind runs — and reaps it. The program
+    /// stays attached through its pinned links. Returns how it ended (`None` if it was not
+    /// running).
+    pub fn kill(&mut self) -> Result<Option<ExitStatus>> {
+        if self.child.is_some() {
+            self.signal(libc::SIGKILL)?;
+        }
+        match self.child.take() {
+            Some(mut child) => Ok(Some(child.wait()?)),
+            None => Ok(None),
+        }
+    }
+
+    /// Starts `switchyard attach` again on the same interfaces and config directory (which may
+    /// have changed meanwhile) after [`Agent::stop`] or [`Agent::kill`], and waits up to 20 s
+    /// until it answers. Fails if one is still running.
+    pub fn relaunch(&mut self) -> Result<()> {
+        if self.child.is_some() {
+            bail!("the agent is still running");
+        }
+        self.launch()?;
+        self.wait_ready(Duration::from_secs(20))
+    }
+}

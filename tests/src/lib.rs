@@ -14,6 +14,7 @@
 //! - [`privileged`] — skip loudly without root and BPF; fail instead under CI
 //! - [`packets`] — crafted frames for the program fixtures, and independent checks of output
 //! - [`lab`] — the program under `BPF_PROG_TEST_RUN` with real maps and routes
+//! - [`load`] — persistent and short TCP connections under way while a test changes the system
 
 pub mod addrs;
 pub mod agent;
@@ -21,6 +22,7 @@ pub mod bench;
 pub mod client;
 pub mod config_text;
 pub mod lab;
+pub mod load;
 pub mod netns;
 pub mod nft;
 pub mod packets;
