@@ -142,17 +142,34 @@ impl Agent {
     ) -> Result<Exited> {
         let interfaces: Vec<String> = interfaces.iter().map(|&i| i.to_owned()).collect();
         let mut agent = Self::spawn(topo, files, &interfaces)?;
+        agent.wait_exit(limit)
+    }
+
+    /// Starts `switchyard attach` again on the same interfaces and config directory, after
+    /// [`Agent::stop`] or [`Agent::kill`], for a start that must fail (the program of the first
+    /// run stays attached meanwhile): waits up to `limit` for it to exit and returns how. Fails
+    /// if it is still running then (it is stopped when the agent is dropped).
+    pub fn relaunch_expecting_exit(&mut self, limit: Duration) -> Result<Exited> {
+        if self.child.is_some() {
+            bail!("the agent is still running");
+        }
+        self.launch()?;
+        self.wait_exit(limit)
+    }
+
+    /// Waits up to `limit` for the running `switchyard attach` to exit.
+    fn wait_exit(&mut self, limit: Duration) -> Result<Exited> {
         let start = Instant::now();
         loop {
-            if let Some(child) = agent.child.as_mut()
+            if let Some(child) = self.child.as_mut()
                 && let Some(status) = child.try_wait()?
             {
-                agent.child = None;
+                self.child = None;
                 return Ok(Exited {
                     status,
-                    output: agent.log_text(),
-                    pins_left: if agent.owns_pin_path() {
-                        pins_under(&agent.pin_path)
+                    output: self.log_text(),
+                    pins_left: if self.owns_pin_path() {
+                        pins_under(&self.pin_path)
                     } else {
                         Vec::new()
                     },
@@ -161,7 +178,7 @@ impl Agent {
             if start.elapsed() > limit {
                 bail!(
                     "switchyard attach still runs after {limit:?}:\n{}",
-                    agent.log_text()
+                    self.log_text()
                 );
             }
             std::thread::sleep(Duration::from_millis(20));

@@ -309,9 +309,14 @@ fn a_backend_down_at_a_reload_comes_back_when_it_recovers() -> Result<()> {
     agent.wait_for(Duration::from_secs(3), |s| {
         failing_is_healthy(s) == Some(false)
     })?;
-    // A reload of the unchanged directory restarts the probes; the backend recovers before
-    // they could have seen it fail `unhealthy_threshold` times.
+    // A config change restarts the probes (an unchanged directory is a no-op); the backend
+    // recovers before they could have seen it fail `unhealthy_threshold` times.
     let generation = agent.status()?.generation;
+    agent.write_file(
+        "20-dns.yaml",
+        "services:\n  - { name: dns, vip: 198.18.0.10, port: 80, protocol: udp, \
+         forward: dsr-l2, to: { pool: web } }\n",
+    )?;
     agent.reload()?;
     agent.wait_for(Duration::from_secs(3), |s| s.generation > generation)?;
     ensure!(

@@ -231,11 +231,13 @@ pub async fn run(opts: Options) -> Result<(), AgentError> {
     let epoch = Instant::now();
     let (publisher, running, previous) = match resumed {
         Some(r) => r,
-        None => (
-            Publisher::new(),
-            Running::default(),
-            config::load_files(&[]).map_err(AgentError::Config)?,
-        ),
+        // Nothing published yet: the running config is the empty one, with this config's
+        // agent settings (they are not a change).
+        None => {
+            let mut empty = config::load_files(&[]).map_err(AgentError::Config)?;
+            empty.agent = cfg.agent.clone();
+            (Publisher::new(), Running::default(), empty)
+        }
     };
     let store = Store::new(&previous).map_err(|e| AgentError::Decisions(e.to_string()))?;
     let driver =
