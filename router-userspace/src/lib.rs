@@ -7,6 +7,7 @@ pub mod cli;
 pub mod config;
 pub mod dataplane;
 pub mod engine;
+pub mod history;
 pub mod maglev;
 pub mod metrics;
 pub mod probe;

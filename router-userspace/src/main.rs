@@ -8,7 +8,7 @@ use clap::{Parser, Subcommand};
 use switchyard::{
     agent::{self, Options},
     cli, config,
-    dataplane::{attach, attach::Mode, load},
+    dataplane::{attach, attach::Mode, load, upgrade},
 };
 
 /// Kernel-level L4 failover load balancer (eBPF/XDP).
@@ -44,6 +44,18 @@ enum Cmd {
         /// Keep the pinned maps (for a later `attach` to adopt).
         #[arg(long)]
         keep_maps: bool,
+        /// Directory of `*.yaml` fragments (for `agent.pin_path`).
+        #[arg(long, default_value = DEFAULT_DIR)]
+        config_dir: PathBuf,
+    },
+    /// Replace the running XDP program on interfaces with the one in this binary, in one
+    /// atomic step per interface (bpf_link update): the pinned maps are kept, no packet meets
+    /// a missing program, and a running agent keeps working. Refuses, changing nothing, when
+    /// the pinned maps have another layout.
+    Upgrade {
+        /// Interface whose program to replace; repeat for several.
+        #[arg(long = "iface", required = true)]
+        interfaces: Vec<String>,
         /// Directory of `*.yaml` fragments (for `agent.pin_path`).
         #[arg(long, default_value = DEFAULT_DIR)]
         config_dir: PathBuf,
@@ -128,8 +140,28 @@ fn run(args: Args) -> Result<ExitCode> {
             require_root("detach")?;
             let pin_dir = load::pin_dir(&cli::pin_path(&config_dir));
             for iface in &interfaces {
-                attach::detach(&pin_dir, iface, keep_maps)?;
-                println!("{iface}: detached");
+                let dir = attach::detach(&pin_dir, iface, keep_maps)?;
+                if dir == pin_dir {
+                    println!("{iface}: detached");
+                } else {
+                    println!(
+                        "{iface}: detached (a program of another layout, {})",
+                        dir.display()
+                    );
+                }
+            }
+        }
+        Cmd::Upgrade {
+            interfaces,
+            config_dir,
+        } => {
+            require_root("upgrade")?;
+            let pin_path = cli::pin_path(&config_dir);
+            for u in upgrade::upgrade(&pin_path, &interfaces)? {
+                println!(
+                    "{}: link {} now runs program {} (was {}); maps kept",
+                    u.iface, u.link_id, u.new_program, u.old_program
+                );
             }
         }
         Cmd::Validate { dir } => match config::load_dir(&dir) {

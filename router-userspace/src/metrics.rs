@@ -11,6 +11,8 @@
 //! | `switchyard_map_write_duration_seconds` | histogram | |
 //! | `switchyard_config_generation` | gauge | |
 //! | `switchyard_config_rejected_total` | counter | |
+//! | `switchyard_config_applied_total` | counter | |
+//! | `switchyard_history_errors_total` | counter | |
 
 use std::sync::{Arc, Mutex};
 
@@ -42,6 +44,10 @@ pub struct Metrics {
     pub generation: Gauge,
     /// Configuration changes rejected (parse, validation or apply errors).
     pub rejected: Counter,
+    /// Configuration changes applied (a new version).
+    pub applied: Counter,
+    /// Applied versions the history store failed to record.
+    pub history_errors: Counter,
     /// Decision-group evaluation time by group, seconds.
     pub evaluation: Family<Labels, Histogram>,
     /// From the triggering event to the completed decision-word write, seconds.
@@ -57,6 +63,8 @@ impl Default for Metrics {
             map_write: Histogram::new(exponential_buckets(0.000_001, 2.0, 20)),
             generation: Gauge::default(),
             rejected: Counter::default(),
+            applied: Counter::default(),
+            history_errors: Counter::default(),
             evaluation: Family::new_with_constructor(|| {
                 Histogram::new(exponential_buckets(0.000_000_5, 2.0, 20))
             }),
@@ -87,6 +95,16 @@ pub fn registry(metrics: &Metrics, shared: Arc<Mutex<Shared>>) -> Registry {
         "config_rejected",
         "Configuration changes rejected",
         metrics.rejected.clone(),
+    );
+    r.register(
+        "config_applied",
+        "Configuration changes applied",
+        metrics.applied.clone(),
+    );
+    r.register(
+        "history_errors",
+        "Applied versions the history store failed to record",
+        metrics.history_errors.clone(),
     );
     r.register(
         "decision_evaluation_seconds",

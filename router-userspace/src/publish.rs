@@ -255,6 +255,18 @@ impl Publisher {
         // 1. Backends, pool by pool (new pools get slots; their tables come in step 2).
         let mut pools = BTreeMap::new();
         let mut retired = Vec::new();
+        // Backends of pools this config removes, by address: a new pool that has the same
+        // address takes the backend's slot over (a renamed pool), so the flows tracked on it
+        // stay where they are instead of re-selecting through the new pool's table.
+        let mut orphans: HashMap<IpAddr, BackendState> = HashMap::new();
+        for (name, old) in &self.pools {
+            if cfg.pools.iter().all(|p| &p.name != name) {
+                for b in &old.backends {
+                    orphans.entry(b.address).or_insert_with(|| b.clone());
+                }
+            }
+        }
+        let mut adopted = std::collections::HashSet::new();
         for p in &cfg.pools {
             let old = self.pools.remove(&p.name);
             let mut old_backends: HashMap<IpAddr, BackendState> = old
@@ -263,19 +275,34 @@ impl Publisher {
                 .unwrap_or_default();
             let mut backends = Vec::with_capacity(p.backends.len());
             for b in &p.backends {
-                let state = match old_backends.remove(&b.address) {
-                    Some(prev) => BackendState {
-                        weight: b.weight,
-                        ..prev
-                    },
-                    None => BackendState {
-                        address: b.address,
-                        slot: self.backend_slots.take("backend")?,
-                        weight: b.weight,
-                        healthy: true,
-                    },
+                let prev = old_backends.remove(&b.address).or_else(|| {
+                    let orphan = orphans.remove(&b.address)?;
+                    adopted.insert(orphan.slot);
+                    Some(orphan)
+                });
+                let (state, written) = match prev {
+                    Some(prev) => (
+                        BackendState {
+                            weight: b.weight,
+                            ..prev.clone()
+                        },
+                        Some(prev.entry()),
+                    ),
+                    None => (
+                        BackendState {
+                            address: b.address,
+                            slot: self.backend_slots.take("backend")?,
+                            weight: b.weight,
+                            healthy: true,
+                        },
+                        None,
+                    ),
                 };
-                dp.set_backend(state.slot, state.entry())?;
+                // Only what differs is written: a restarted agent that resumed the maps rewrites
+                // nothing for an unchanged backend.
+                if written != Some(state.entry()) {
+                    dp.set_backend(state.slot, state.entry())?;
+                }
                 backends.push(state);
             }
             // Backends that left this pool stay as they are until the pool's new table is live
@@ -286,6 +313,7 @@ impl Publisher {
                 WhenAllDown::Drop => 0,
                 WhenAllDown::Pass => POOL_F_ALL_DOWN_PASS,
             };
+            let flags_changed = old.as_ref().is_none_or(|o| o.flags != flags);
             let state = match old {
                 Some(o) => PoolState {
                     flags,
@@ -300,12 +328,14 @@ impl Publisher {
                     live: None,
                 },
             };
-            pools.insert(p.name.clone(), state);
+            pools.insert(p.name.clone(), (state, flags_changed));
         }
         // 2. Tables and pool words.
-        for (name, pool) in &mut pools {
-            publish_pool(dp, name, pool, true)?;
+        for (name, (pool, flags_changed)) in &mut pools {
+            publish_pool(dp, name, pool, *flags_changed)?;
         }
+        let pools: BTreeMap<String, PoolState> =
+            pools.into_iter().map(|(n, (p, _))| (n, p)).collect();
         // No live table names the backends that left a pool now: down (their tracked flows
         // re-select), then their slots are free.
         for gone in retired {
@@ -384,7 +414,7 @@ impl Publisher {
             self.service_slots.free(gone.slot);
         }
         for gone in removed_pools.into_values() {
-            for b in &gone.backends {
+            for b in gone.backends.iter().filter(|b| !adopted.contains(&b.slot)) {
                 dp.set_backend(
                     b.slot,
                     BackendState {
@@ -515,12 +545,12 @@ impl Publisher {
 }
 
 /// Builds `pool`'s table from its healthy, weighted backends; when it differs from the live one
-/// (or `force_flags` and the flags may have changed), writes the inactive half and flips.
+/// (or the flags changed), writes the inactive half and flips.
 fn publish_pool(
     dp: &mut dyn Dataplane,
     name: &str,
     pool: &mut PoolState,
-    force_flags: bool,
+    flags_changed: bool,
 ) -> Result<(), PublishError> {
     let members: Vec<MaglevBackend> = pool
         .backends
@@ -537,7 +567,7 @@ fn publish_pool(
         source,
     })?;
     if pool.live.as_ref() == Some(&table) {
-        if force_flags {
+        if flags_changed {
             dp.set_pool(
                 pool.slot,
                 Pool {
@@ -563,12 +593,16 @@ fn publish_pool(
 }
 
 mod decide;
+mod ledger;
 pub use decide::GroupState;
+pub use ledger::{Ledger, LedgerPool, LedgerService, RestoreError};
 
 #[cfg(test)]
 mod decide_tests;
 #[cfg(test)]
 mod order_tests;
+#[cfg(test)]
+mod restore_tests;
 
 #[cfg(test)]
 mod tests;

@@ -170,8 +170,9 @@ impl Agent {
 
     fn spawn(topo: &Topology, files: &[(&str, String)], interfaces: &[String]) -> Result<Self> {
         let config_dir = temp_dir("config")?;
+        let state_dir = config_dir.with_extension("state");
         for (name, text) in files {
-            fs::write(config_dir.join(name), text)?;
+            fs::write(config_dir.join(name), with_state_dir(text, &state_dir))?;
         }
         let log = config_dir.with_extension("log");
         let mut agent = Self {
@@ -368,6 +369,7 @@ impl Agent {
     /// Writes (or replaces) the fragment `name` in the config directory; [`Agent::reload`]
     /// applies it.
     pub fn write_file(&self, name: &str, text: &str) -> Result<()> {
+        let text = with_state_dir(text, &self.state_dir());
         Ok(fs::write(self.config_dir.join(name), text)?)
     }
 
@@ -387,6 +389,11 @@ impl Agent {
     pub fn dir(&self) -> &Path {
         &self.config_dir
     }
+
+    /// The agent's `state_dir` (history store, audit log), beside the config directory.
+    pub fn state_dir(&self) -> PathBuf {
+        self.config_dir.with_extension("state")
+    }
 }
 
 impl Drop for Agent {
@@ -404,6 +411,27 @@ impl Drop for Agent {
             let _ = fs::remove_dir_all(&self.pin_path);
         }
         let _ = fs::remove_dir_all(&self.config_dir);
+        let _ = fs::remove_dir_all(self.state_dir());
         let _ = fs::remove_file(&self.log);
     }
+}
+
+/// `text` with `agent.state_dir: STATE` added after its `pin_path` line, unless it sets a
+/// state directory itself: every test agent keeps its history and audit log in its own
+/// temporary directory, never in `/var/lib/switchyard`.
+pub fn with_state_dir(text: &str, state: &Path) -> String {
+    if text.contains("state_dir:") {
+        return text.to_owned();
+    }
+    let mut out = String::with_capacity(text.len() + 64);
+    for line in text.lines() {
+        out.push_str(line);
+        out.push('\n');
+        if let Some(rest) = line.strip_suffix(line.trim_start())
+            && line.trim_start().starts_with("pin_path:")
+        {
+            out.push_str(&format!("{rest}state_dir: {}\n", state.display()));
+        }
+    }
+    out
 }

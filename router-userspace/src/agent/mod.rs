@@ -22,7 +22,11 @@ use log::{error, info, warn};
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 
+pub mod apply;
 pub mod decisions;
+mod watch;
+
+pub use apply::{Outcome, Running};
 
 use crate::{
     config::{self, Config},
@@ -32,10 +36,11 @@ use crate::{
         load,
         maps::KernelMaps,
     },
-    engine::{AuditFile, Driver},
+    engine::Driver,
+    history::History,
     metrics::Metrics,
-    probe::{self, HealthEvent, ProbeSet, ProbeTarget},
-    publish::{PublishError, Publisher},
+    probe::{HealthEvent, ProbeTarget},
+    publish::{Ledger, PublishError, Publisher},
     state::Store,
 };
 
@@ -67,6 +72,15 @@ pub enum AgentError {
     /// The state variables or decision groups could not be set up.
     #[error("state and decisions: {0}")]
     Decisions(String),
+    /// The first apply failed.
+    #[error(transparent)]
+    Apply(#[from] apply::ApplyError),
+    /// The history store under `agent.state_dir` cannot be used.
+    #[error(transparent)]
+    History(#[from] crate::history::HistoryError),
+    /// The config directory cannot be watched.
+    #[error(transparent)]
+    Watch(#[from] watch::WatchError),
     /// A signal handler could not be installed.
     #[error("installing a signal handler: {0}")]
     Signal(#[source] std::io::Error),
@@ -125,6 +139,12 @@ pub struct Shared {
     pub started: Instant,
     /// Wakes the event loop when a deadline may have moved (an API change).
     pub wake: Arc<tokio::sync::Notify>,
+    /// The running config's version.
+    pub running: Running,
+    /// Applied versions.
+    pub history: History,
+    /// Applies asked for through the API go to the event loop through here.
+    pub apply_tx: mpsc::Sender<apply::Request>,
 }
 
 /// The probes of `cfg`, each starting from the health `publisher` has for its backend (up for
@@ -153,7 +173,10 @@ fn targets(cfg: &Config, publisher: &Publisher) -> Vec<ProbeTarget> {
 
 /// Runs the agent until SIGINT/SIGTERM.
 pub async fn run(opts: Options) -> Result<(), AgentError> {
-    let cfg = config::load_dir(&opts.config_dir)?;
+    // Everything that can be checked is checked before the first change to the machine.
+    let (fragments, cfg) = config::read_dir(&opts.config_dir)?.load()?;
+    let history = History::open(&cfg.agent.state_dir)?;
+    let (watcher, mut watch_rx) = watch::watch(&opts.config_dir)?;
     let listener = tokio::net::TcpListener::bind(cfg.agent.api)
         .await
         .map_err(|source| AgentError::Api {
@@ -200,59 +223,62 @@ pub async fn run(opts: Options) -> Result<(), AgentError> {
         .ok()
         .and_then(|p| p.info().ok())
         .map(|i| i.id());
-    let mut publisher = Publisher::new();
-    let metrics = Metrics::default();
-    let started = Instant::now();
-    let epoch = started;
-    let store = Store::new(&cfg).map_err(|e| AgentError::Decisions(e.to_string()))?;
-    let audit = AuditFile::open(&cfg.agent.state_dir);
-    let mut driver =
-        Driver::new(&cfg, &store, Some(audit)).map_err(|e| AgentError::Decisions(e.to_string()))?;
-    let first = driver.initial_actions(&store, &publisher, epoch.elapsed());
-    let generation = publisher.apply_decided(&mut maps, &cfg, &first)?;
-    let adopted = driver.on_change(
-        &[],
-        true,
-        &store,
-        &mut publisher,
-        &mut maps,
-        epoch.elapsed(),
-        "start",
-        started,
-    );
-    drop(adopted);
-    // Adopted maps may hold services an earlier agent published and this config no longer
-    // has (removed while no agent ran): the publisher does not know them, so nothing else
-    // would ever remove them.
-    remove_unknown_services(&publisher, &mut maps)?;
-    metrics.map_write.observe(started.elapsed().as_secs_f64());
-    metrics.generation.set(generation as i64);
-    info!(
-        "config generation {generation} applied from {}",
-        opts.config_dir.display()
-    );
-
+    let resumed = if adopting_maps {
+        resume(&history, &maps)
+    } else {
+        None
+    };
+    let epoch = Instant::now();
+    let (publisher, running, previous) = match resumed {
+        Some(r) => r,
+        None => (
+            Publisher::new(),
+            Running::default(),
+            config::load_files(&[]).map_err(AgentError::Config)?,
+        ),
+    };
+    let store = Store::new(&previous).map_err(|e| AgentError::Decisions(e.to_string()))?;
+    let driver =
+        Driver::new(&previous, &store, None).map_err(|e| AgentError::Decisions(e.to_string()))?;
     let (tx, mut rx) = mpsc::channel::<HealthEvent>(1024);
-    let mut all = targets(&cfg, &publisher);
-    all.extend(decisions::state_probe_targets(&cfg));
-    let mut probes: ProbeSet = probe::spawn(all, tx.clone());
+    let (apply_tx, mut apply_rx) = mpsc::channel::<apply::Request>(16);
     let wake = Arc::new(tokio::sync::Notify::new());
-    let shared = Arc::new(Mutex::new(Shared {
+    let mut shared = Shared {
         publisher,
         maps,
-        config: cfg,
+        config: previous,
         config_dir: opts.config_dir.clone(),
         interfaces,
         program_id,
         probes: HashMap::new(),
         rejected: None,
-        metrics,
+        metrics: Metrics::default(),
         mode: opts.mode,
         store,
         driver,
         started: epoch,
         wake: wake.clone(),
-    }));
+        running,
+        history,
+        apply_tx,
+    };
+    let mut probes = match apply::start(&mut shared, fragments, &tx) {
+        Ok(set) => set,
+        Err(e) => {
+            // Nothing this run attached may stay behind a config that never applied.
+            for (iface, how) in &shared.interfaces {
+                if *how == Attached::New {
+                    let _ = attach::detach(&pin_dir, iface, true);
+                }
+            }
+            return Err(e.into());
+        }
+    };
+    // Adopted maps may hold services an earlier agent published and this config no longer
+    // has (removed while no agent ran, with no ledger to resume): the publisher does not know
+    // them, so nothing else would ever remove them.
+    remove_unknown_services(&shared.publisher, &mut shared.maps)?;
+    let shared = Arc::new(Mutex::new(shared));
     let mut sampler = decisions::RateSampler::default();
     let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
     let api = tokio::spawn(crate::api::serve(listener, shared.clone()));
@@ -260,6 +286,8 @@ pub async fn run(opts: Options) -> Result<(), AgentError> {
     use tokio::signal::unix::{SignalKind, signal};
     let mut hup = signal(SignalKind::hangup()).map_err(AgentError::Signal)?;
     let mut term = signal(SignalKind::terminate()).map_err(AgentError::Signal)?;
+    // When the directory has been quiet for the debounce after its last event.
+    let mut settle: Option<tokio::time::Instant> = None;
     loop {
         let deadline = shared
             .lock()
@@ -268,6 +296,12 @@ pub async fn run(opts: Options) -> Result<(), AgentError> {
             .map(|d| tokio::time::Instant::from_std(epoch + d));
         let timer = async {
             match deadline {
+                Some(d) => tokio::time::sleep_until(d).await,
+                None => std::future::pending().await,
+            }
+        };
+        let settled = async {
+            match settle {
                 Some(d) => tokio::time::sleep_until(d).await,
                 None => std::future::pending().await,
             }
@@ -281,8 +315,22 @@ pub async fn run(opts: Options) -> Result<(), AgentError> {
             }
             () = wake.notified() => {}
             _ = tick.tick() => sampler.sample(&shared),
+            Some(()) = watch_rx.recv() => {
+                settle = Some(tokio::time::Instant::now() + watch::DEBOUNCE);
+            }
+            () = settled => {
+                settle = None;
+                if let Some(set) = apply::directory(&shared, "watch", &tx) {
+                    probes = set;
+                }
+            }
             _ = hup.recv() => {
-                if let Some(set) = reload(&shared, &tx) {
+                if let Some(set) = apply::directory(&shared, "sighup", &tx) {
+                    probes = set;
+                }
+            }
+            Some(req) = apply_rx.recv() => {
+                if let Some(set) = apply::serve(&shared, req, &tx) {
                     probes = set;
                 }
             }
@@ -290,12 +338,64 @@ pub async fn run(opts: Options) -> Result<(), AgentError> {
             _ = tokio::signal::ctrl_c() => break,
         }
     }
+    drop(watcher);
     drop(probes);
     api.abort();
     // Keep `ebpf` alive until here: the maps and program stay pinned and attached after exit.
     drop(ebpf);
     info!("exiting; the program stays attached (`switchyard detach` removes it)");
     Ok(())
+}
+
+/// The publisher that wrote the adopted `maps`, from the ledger of the last recorded version,
+/// with that version and its config; `None` (logged) when there is no version or the maps are
+/// not its generation — the agent then starts from an empty publisher and renumbers.
+fn resume(history: &History, maps: &KernelMaps) -> Option<(Publisher, Running, Config)> {
+    let latest = match history.latest() {
+        Ok(Some(v)) => v,
+        Ok(None) => {
+            warn!("adopting pinned maps with no recorded version: slots are renumbered");
+            return None;
+        }
+        Err(e) => {
+            warn!("reading the last version from the history: {e}; slots are renumbered");
+            return None;
+        }
+    };
+    let restored = serde_json::from_str::<Ledger>(&latest.ledger)
+        .map_err(|e| e.to_string())
+        .and_then(|l| Publisher::restore(&l, maps).map_err(|e| e.to_string()))
+        .and_then(|p| {
+            latest
+                .fragments()
+                .load()
+                .map(|c| (p, c))
+                .map_err(|e| e.to_string())
+        });
+    match restored {
+        Ok((publisher, cfg)) => {
+            info!(
+                "resumed the pinned maps at generation {} (version {})",
+                publisher.generation(),
+                latest.info.number
+            );
+            let running = Running {
+                version: Some(latest.info.number),
+                hash: latest.info.hash.clone(),
+                files: latest.info.files.clone(),
+                source: latest.info.source.clone(),
+                applied_at: latest.info.time,
+            };
+            Some((publisher, running, cfg))
+        }
+        Err(e) => {
+            warn!(
+                "cannot resume the pinned maps from version {}: {e}; slots are renumbered",
+                latest.info.number
+            );
+            None
+        }
+    }
 }
 
 /// Removes from the `SERVICES` map every service `publisher` did not publish.
@@ -366,72 +466,6 @@ fn on_health(shared: &Arc<Mutex<Shared>>, ev: HealthEvent) {
     decisions::changed(&mut s, &slots, false, &cause, event);
 }
 
-/// Re-reads the config directory and applies it; returns the new probe set on success.
-fn reload(shared: &Arc<Mutex<Shared>>, tx: &mpsc::Sender<HealthEvent>) -> Option<ProbeSet> {
-    let Ok(mut s) = shared.lock() else {
-        return None;
-    };
-    let dir = s.config_dir.clone();
-    let cfg = match config::load_dir(&dir).map_err(AgentError::from) {
-        Ok(cfg) => cfg,
-        Err(e) => {
-            warn!(
-                "config in {} rejected; the running config stays:\n{e}",
-                dir.display()
-            );
-            s.metrics.rejected.inc();
-            s.rejected = Some(e.to_string());
-            return None;
-        }
-    };
-    if cfg.agent != s.config.agent {
-        warn!("agent settings (api, pin_path) change only on restart");
-    }
-    let started = Instant::now();
-    let (store, mut driver) = match Store::new(&cfg).map_err(|e| e.to_string()).and_then(|st| {
-        let audit = AuditFile::open(&cfg.agent.state_dir);
-        Driver::new(&cfg, &st, Some(audit))
-            .map(|d| (st, d))
-            .map_err(|e| e.to_string())
-    }) {
-        Ok(x) => x,
-        Err(e) => {
-            error!("state and decisions of the new config: {e}");
-            s.metrics.rejected.inc();
-            s.rejected = Some(e);
-            return None;
-        }
-    };
-    let now = s.started.elapsed();
-    let first = driver.initial_actions(&store, &s.publisher, now);
-    let Shared {
-        publisher, maps, ..
-    } = &mut *s;
-    match publisher.apply_decided(maps, &cfg, &first) {
-        Ok(generation) => {
-            driver.on_change(&[], true, &store, publisher, maps, now, "reload", started);
-            s.metrics.map_write.observe(started.elapsed().as_secs_f64());
-            s.metrics.generation.set(generation as i64);
-            info!("config generation {generation} applied");
-            let mut all = targets(&cfg, &s.publisher);
-            all.extend(decisions::state_probe_targets(&cfg));
-            let set = probe::spawn(all, tx.clone());
-            s.store = store;
-            s.driver = driver;
-            s.config = cfg;
-            s.rejected = None;
-            s.probes.clear();
-            Some(set)
-        }
-        Err(e) => {
-            error!("applying the config failed: {e}");
-            s.metrics.rejected.inc();
-            s.rejected = Some(e.to_string());
-            None
-        }
-    }
-}
-
 /// `/status` as JSON.
 #[derive(Debug, Serialize, Deserialize)]
 pub struct Status {
@@ -447,8 +481,15 @@ pub struct Status {
     pub services: Vec<ServiceStatus>,
     /// Pools.
     pub pools: Vec<PoolStatus>,
-    /// The last rejected config change, if the running config is not the directory's.
+    /// The last rejected config change, with every problem, until a change applies.
     pub rejected: Option<String>,
+    /// The running config's version, content hash and what applied it.
+    #[serde(default)]
+    pub running: Running,
+    /// Whether the fragments in the config directory differ from the running config (after a
+    /// rollback, or while a change is rejected); `None` when the directory cannot be read.
+    #[serde(default)]
+    pub differs_from_files: Option<bool>,
     /// Seconds since the Unix epoch when this was taken.
     pub time: u64,
 }
@@ -458,8 +499,8 @@ pub struct Status {
 pub struct InterfaceStatus {
     /// Interface name.
     pub name: String,
-    /// Kernel id of the XDP program this agent attached there; `None` when it adopted a link
-    /// an earlier agent pinned (that program keeps running; `bpftool net show` names it).
+    /// Kernel id of the XDP program running there, read from the pinned link (so it follows
+    /// `switchyard upgrade`); `None` if the link cannot be read.
     pub program_id: Option<u32>,
 }
 
@@ -554,16 +595,25 @@ impl Shared {
                 .iter()
                 .map(|(name, how)| InterfaceStatus {
                     name: name.clone(),
-                    program_id: if *how == Attached::New {
+                    // The pinned link says which program runs now (it follows `switchyard
+                    // upgrade` and adopted links); what this agent loaded is the fallback.
+                    program_id: attach::pinned_link_ids(
+                        &load::pin_dir(&self.config.agent.pin_path),
+                        name,
+                    )
+                    .map(|(_, program)| program)
+                    .or(if *how == Attached::New {
                         self.program_id
                     } else {
                         None
-                    },
+                    }),
                 })
                 .collect(),
             services,
             pools,
             rejected: self.rejected.clone(),
+            running: self.running.clone(),
+            differs_from_files: apply::differs_from_files(self),
             time: SystemTime::now()
                 .duration_since(UNIX_EPOCH)
                 .map_or(0, |d| d.as_secs()),

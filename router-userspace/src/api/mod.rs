@@ -2,6 +2,7 @@
 //! (Prometheus text format), and the operator endpoints of [`ctl`].
 
 pub mod ctl;
+pub mod versions;
 
 use std::sync::{Arc, Mutex};
 
@@ -31,6 +32,11 @@ pub async fn serve(listener: tokio::net::TcpListener, shared: SharedState) {
         .route("/decisions", get(ctl::decisions_log))
         .route("/explain/{group}", get(ctl::explain))
         .route("/what-if", post(ctl::what_if))
+        .route("/apply", post(versions::apply))
+        .route("/rollback/{n}", post(versions::rollback))
+        .route("/versions", get(versions::list))
+        .route("/versions/{n}", get(versions::show))
+        .route("/diff/{a}/{b}", get(versions::diff))
         .route(
             "/metrics",
             get(move || {

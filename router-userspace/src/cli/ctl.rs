@@ -40,6 +40,23 @@ pub enum Ctl {
         /// `var=value` settings.
         sets: Vec<String>,
     },
+    /// Applies the config directory now (the watch does this on its own after a change).
+    Apply,
+    /// The applied config versions, newest last; `*` marks the running one.
+    Versions,
+    /// What changed from version A to version B: services, pools, backends, state, rules.
+    Diff {
+        /// From this version.
+        a: u64,
+        /// To this version.
+        b: u64,
+    },
+    /// Applies version N again, as a new version. The files in the config directory are left
+    /// alone; `status` says the running config differs from them until the next apply.
+    Rollback {
+        /// The version to restore.
+        n: u64,
+    },
 }
 
 /// `ctl state …`.
@@ -100,6 +117,23 @@ fn print_explain(v: &Value) {
     match v.get("text").and_then(Value::as_str) {
         Some(t) => print!("{t}"),
         None => println!("{v:#}"),
+    }
+}
+
+fn print_outcome(v: &Value) {
+    if v["changed"].as_bool() == Some(false) {
+        println!(
+            "unchanged: the running config is already this one (version {})",
+            v["version"]
+        );
+        return;
+    }
+    println!(
+        "applied as version {} (generation {}) in {} µs",
+        v["version"], v["generation"], v["took_us"]
+    );
+    for line in v["diff"].as_array().into_iter().flatten() {
+        println!("  {}", line.as_str().unwrap_or(""));
     }
 }
 
@@ -184,6 +218,47 @@ pub async fn run(dir: &Path, api: Option<&str>, cmd: Ctl) -> Result<()> {
             )
             .await?;
             print_explain(&v);
+        }
+        Ctl::Apply => print_outcome(&call(c.post(format!("{base}/apply"))).await?),
+        Ctl::Rollback { n } => {
+            print_outcome(&call(c.post(format!("{base}/rollback/{n}"))).await?);
+        }
+        Ctl::Versions => {
+            let v = call(c.get(format!("{base}/versions"))).await?;
+            let running = v["running"].as_u64();
+            println!("   version  generation  time (UTC)            hash          source / files");
+            for e in v["versions"].as_array().into_iter().flatten() {
+                let n = e["number"].as_u64().unwrap_or(0);
+                let files: Vec<&str> = e["files"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(Value::as_str)
+                    .collect();
+                println!(
+                    "{} {:>7}  {:>10}  {:<20}  {:<12}  {} ({})",
+                    if Some(n) == running { "*" } else { " " },
+                    n,
+                    e["generation"].as_u64().unwrap_or(0),
+                    humantime::format_rfc3339_seconds(
+                        std::time::UNIX_EPOCH
+                            + std::time::Duration::from_secs(e["time"].as_u64().unwrap_or(0))
+                    ),
+                    e["hash"].as_str().unwrap_or("").get(..12).unwrap_or(""),
+                    e["source"].as_str().unwrap_or(""),
+                    files.join(", ")
+                );
+            }
+        }
+        Ctl::Diff { a, b } => {
+            let v = call(c.get(format!("{base}/diff/{a}/{b}"))).await?;
+            let changes = v["changes"].as_array().cloned().unwrap_or_default();
+            if changes.is_empty() {
+                println!("versions {a} and {b} define the same resources");
+            }
+            for line in changes {
+                println!("{}", line.as_str().unwrap_or(""));
+            }
         }
     }
     Ok(())

@@ -1,4 +1,5 @@
-//! What the read-only CLI commands print: `status` (from the agent's API) and `maps`.
+//! What the read-only CLI commands print: `status` (from the agent's API) and `maps` (each
+//! pinned map's purpose, key and value layout, and the bpftool command that dumps it).
 
 pub mod ctl;
 
@@ -9,7 +10,7 @@ use router_common::maps;
 use crate::{
     agent::Status,
     config::{self, Agent},
-    dataplane::{attach, load},
+    dataplane::{attach, layout, load},
 };
 
 /// The `agent:` settings of `dir`, or the defaults when the directory is missing or invalid
@@ -75,6 +76,15 @@ pub fn render(s: &Status) -> String {
     use std::fmt::Write as _;
     let mut o = String::new();
     let _ = writeln!(o, "generation {}  ({})", s.generation, s.config_dir);
+    let r = &s.running;
+    let _ = writeln!(
+        o,
+        "version {}  (applied by {}; hash {})",
+        r.version
+            .map_or_else(|| "not recorded".into(), |v| v.to_string()),
+        if r.source.is_empty() { "?" } else { &r.source },
+        r.hash.get(..12).unwrap_or(&r.hash)
+    );
     let interfaces: Vec<String> = s
         .interfaces
         .iter()
@@ -88,6 +98,13 @@ pub fn render(s: &Status) -> String {
         let _ = writeln!(
             o,
             "\nRUNNING CONFIG DIFFERS FROM THE DIRECTORY: the last change was rejected:\n{r}"
+        );
+    } else if s.differs_from_files == Some(true) {
+        let _ = writeln!(
+            o,
+            "\nRUNNING CONFIG DIFFERS FROM THE DIRECTORY (applied by {}); `switchyard ctl apply` \
+             applies the directory",
+            s.running.source
         );
     }
     let _ = writeln!(o, "\nservices:");
@@ -152,27 +169,68 @@ pub const MAP_HELP: [(&str, &str); 13] = [
     (maps::CONFIG, "config generation and ABI version"),
 ];
 
-/// Prints each map, what it holds, and how to dump it.
+/// Prints each map, what it holds, its key and value layout, and how to dump it.
 pub fn maps(dir: &Path) {
-    let pin_dir = load::pin_dir(&pin_path(dir));
-    println!("maps pinned under {}:", pin_dir.display());
+    print!("{}", maps_text(&load::pin_dir(&pin_path(dir))));
+}
+
+/// What [`maps`] prints for the pin directory `pin_dir`.
+pub fn maps_text(pin_dir: &Path) -> String {
+    use std::fmt::Write as _;
+    let mut o = String::new();
+    let _ = writeln!(
+        o,
+        "maps pinned under {} (map layout version {}):",
+        pin_dir.display(),
+        router_common::ABI_VERSION
+    );
+    let layouts = layout::all();
     for (name, help) in MAP_HELP {
         let path = pin_dir.join(name);
         let mark = if path.exists() { "" } else { "  (not pinned)" };
-        println!("  {name:<14} {help}{mark}");
-        println!("  {:<14} bpftool map dump pinned {}", "", path.display());
+        let _ = writeln!(o, "  {name:<14} {help}{mark}");
+        if let Some(m) = layouts.iter().find(|m| m.name == name) {
+            let per_cpu = if m.kind.starts_with("percpu") {
+                " per CPU"
+            } else {
+                ""
+            };
+            let _ = writeln!(o, "  {:<14} {}, {} entries", "", m.kind, m.entries);
+            let _ = writeln!(o, "  {:<14} key   {}", "", m.key);
+            let _ = writeln!(o, "  {:<14} value {}{per_cpu}", "", m.value);
+        }
+        let _ = writeln!(o, "  {:<14} bpftool map dump pinned {}", "", path.display());
     }
-    let attached = attach::attached_interfaces(&pin_dir);
+    let attached = attach::attached_interfaces(pin_dir);
     if !attached.is_empty() {
-        println!(
+        let _ = writeln!(
+            o,
             "links: {}  (bpftool link show; bpftool net show)",
             attached.join(", ")
         );
     }
+    o
 }
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn maps_prints_each_map_s_key_and_value_layout_and_command() {
+        let text = super::maps_text(std::path::Path::new("/sys/fs/bpf/nowhere/v1"));
+        assert!(text.contains(
+            "key   ServiceKey (20 B) {addr [u8; 16] (network order, IPv4 in the first 4 bytes), \
+             port u16 (network-order bytes), proto u8 (6 TCP, 17 UDP), family u8 (4 or 6)}"
+        ));
+        assert!(text.contains("value Traffic (16 B) {packets u64, bytes u64} per CPU"));
+        assert!(text.contains("bpftool map dump pinned /sys/fs/bpf/nowhere/v1/CONNTRACK"));
+        for name in router_common::maps::ALL {
+            assert!(
+                text.contains(&format!("  {name} ")),
+                "{name} missing:\n{text}"
+            );
+        }
+    }
+
     #[test]
     fn every_map_has_help() {
         for name in router_common::maps::ALL {

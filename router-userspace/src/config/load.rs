@@ -15,7 +15,7 @@ use marked_yaml::{
 use serde::de::DeserializeOwned;
 
 use super::{
-    Config, ConfigError, Problem,
+    Config, ConfigError, Fragments, Problem,
     report::{Item, Pos, Report, index, index_path, key_path, quoted},
     spec::{AgentSpec, DecisionGroupSpec, PoolSpec, ServiceSpec, StateVarSpec, TOP_LEVEL_KEYS},
     validate::validate,
@@ -26,12 +26,83 @@ use super::{
 ///
 /// Dotfiles and editor leftovers (`.#x.yaml`, `x.yaml~`, `x.yaml.swp`) are skipped; other files
 /// are ignored. A directory with no fragment gives the empty configuration (defaults only).
+/// The same as [`read_dir`] followed by [`DirFragments::load`].
 ///
 /// # Errors
 ///
 /// A [`ConfigError`] with every problem found: the directory cannot be read; a fragment cannot
 /// be read or parsed; or the merged configuration is invalid.
 pub fn load_dir(dir: &Path) -> Result<Config, ConfigError> {
+    read_dir(dir)?.load().map(|(_, config)| config)
+}
+
+/// The fragments of a configuration directory as [`read_dir`] found them, in name order: each
+/// with its text, or why it could not be read.
+///
+/// A fragment that cannot be read does not stop the others: [`DirFragments::load`] reports it
+/// together with every problem of the readable ones, as [`load_dir`] always has. That is why
+/// this is not simply a list of texts.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DirFragments {
+    /// `(file name, text)`, or `(file name, Err(message))` for a fragment that cannot be read
+    /// (`cannot read: not a regular file`, `cannot read: larger than 16 MiB`, an I/O error).
+    /// An error while listing the directory part-way appears as an entry named after the
+    /// directory.
+    pub entries: Vec<(String, Result<String, String>)>,
+}
+
+impl DirFragments {
+    /// The fragments' texts when every one was read.
+    ///
+    /// # Errors
+    ///
+    /// A [`ConfigError`] with one problem for each fragment that could not be read.
+    pub fn fragments(&self) -> Result<Fragments, ConfigError> {
+        let mut files = Vec::with_capacity(self.entries.len());
+        let mut problems = Vec::new();
+        for (name, text) in &self.entries {
+            match text {
+                Ok(text) => files.push((name.clone(), text.clone())),
+                Err(message) => problems.push(Problem {
+                    file: name.clone(),
+                    line: None,
+                    column: None,
+                    path: String::new(),
+                    message: message.clone(),
+                    hint: None,
+                }),
+            }
+        }
+        if problems.is_empty() {
+            Ok(Fragments::new(files))
+        } else {
+            Err(ConfigError { problems })
+        }
+    }
+
+    /// Parses and validates the fragments, merged in order: the fragments as they were read
+    /// (what to record in the history) and the configuration.
+    ///
+    /// # Errors
+    ///
+    /// A [`ConfigError`] with every problem found: each fragment that could not be read, and
+    /// every problem of the others and of the merged configuration.
+    pub fn load(&self) -> Result<(Fragments, Config), ConfigError> {
+        let config = load(self.entries.iter().map(|(n, t)| (n, t.as_deref())))?;
+        // Every entry was readable, or `load` would have reported it.
+        let fragments = self.fragments()?;
+        Ok((fragments, config))
+    }
+}
+
+/// Reads the fragments of `dir`: every `*.yaml` file in it, in name order, with the rules of
+/// [`load_dir`] (editor leftovers skipped; only regular files, at most 16 MiB each).
+///
+/// # Errors
+///
+/// A [`ConfigError`] with one problem (file: the directory) when the directory cannot be
+/// opened. A fragment that cannot be read is not an error here: see [`DirFragments`].
+pub fn read_dir(dir: &Path) -> Result<DirFragments, ConfigError> {
     let dir_name = dir.display().to_string();
     let entries = fs::read_dir(dir).map_err(|e| ConfigError {
         problems: vec![Problem {
@@ -63,7 +134,7 @@ pub fn load_dir(dir: &Path) -> Result<Config, ConfigError> {
     for (name, path) in names {
         sources.push((name, read_fragment(&path)));
     }
-    load(sources.iter().map(|(n, t)| (n, t.as_deref())))
+    Ok(DirFragments { entries: sources })
 }
 
 /// Loads a configuration from fragments given as `(file name, text)`, merged in the order given
@@ -503,5 +574,80 @@ mod tests {
             "expected a mapping, found a list"
         );
         assert_eq!(shape_message("something else", "x"), "something else");
+    }
+
+    const WEB: &str = "services:\n  - { name: web, vip: 198.18.0.10, port: 80, protocol: tcp, \
+                       forward: dsr-l2, to: { pool: dc1 } }\n";
+    const POOLS: &str = "pools:\n  - { name: dc1, backends: [ { address: 198.18.1.11 } ] }\n";
+
+    #[test]
+    fn read_dir_gives_the_fragments_in_name_order_and_load_gives_them_back() {
+        let tmp = tempfile::tempdir().unwrap();
+        fs::write(tmp.path().join("20-pools.yaml"), POOLS).unwrap();
+        fs::write(tmp.path().join("10-web.yaml"), WEB).unwrap();
+        fs::write(tmp.path().join("10-web.yaml~"), "junk: [").unwrap();
+        fs::write(tmp.path().join("notes.txt"), "junk: [").unwrap();
+        let read = read_dir(tmp.path()).unwrap();
+        let expected = vec![
+            ("10-web.yaml".to_owned(), WEB.to_owned()),
+            ("20-pools.yaml".to_owned(), POOLS.to_owned()),
+        ];
+        let as_read: Vec<(String, Result<String, String>)> = expected
+            .iter()
+            .map(|(n, t)| (n.clone(), Ok(t.clone())))
+            .collect();
+        assert_eq!(read.entries, as_read);
+        let (fragments, config) = read.load().unwrap();
+        assert_eq!(fragments.files(), expected);
+        assert_eq!(read.fragments().unwrap(), fragments);
+        assert_eq!(config, load_files(&expected).unwrap());
+        assert_eq!(load_dir(tmp.path()).unwrap(), config);
+    }
+
+    #[test]
+    fn an_unreadable_fragment_is_reported_with_the_others_problems() {
+        let tmp = tempfile::tempdir().unwrap();
+        fs::write(tmp.path().join("10-web.yaml"), WEB.replace("dc1", "dc3")).unwrap();
+        fs::write(tmp.path().join("20-pools.yaml"), POOLS).unwrap();
+        fs::create_dir(tmp.path().join("30-dir.yaml")).unwrap();
+        let read = read_dir(tmp.path()).unwrap();
+        assert_eq!(read.entries.len(), 3);
+        assert_eq!(
+            read.entries[2],
+            (
+                "30-dir.yaml".to_owned(),
+                Err("cannot read: a directory".to_owned())
+            )
+        );
+        let files: Vec<String> = read
+            .load()
+            .unwrap_err()
+            .problems
+            .iter()
+            .map(|p| format!("{}: {}", p.file, p.message))
+            .collect();
+        assert_eq!(
+            files,
+            [
+                "10-web.yaml: unknown pool \"dc3\"",
+                "30-dir.yaml: cannot read: a directory"
+            ]
+        );
+        let e = read.fragments().unwrap_err();
+        assert_eq!(e.to_string(), "30-dir.yaml: cannot read: a directory");
+        assert_eq!(load_dir(tmp.path()).unwrap_err(), read.load().unwrap_err());
+    }
+
+    #[test]
+    fn read_dir_of_a_missing_directory_is_one_problem() {
+        let tmp = tempfile::tempdir().unwrap();
+        let e = read_dir(&tmp.path().join("missing")).unwrap_err();
+        assert_eq!(e.problems.len(), 1);
+        assert!(
+            e.problems[0]
+                .message
+                .starts_with("cannot read the configuration directory: "),
+            "{e}"
+        );
     }
 }

@@ -10,14 +10,20 @@
 //!   the runtime types of [`model`];
 //! - [`lint`] then warns about decision groups that are valid but suspicious.
 //!
+//! [`read_dir`] is the one way a directory is read ([`load_dir`] is `read_dir` then load); its
+//! [`Fragments`] (names and texts) give a version's content hash and merged text, and
+//! [`diff`] compares two configurations resource by resource.
+//!
 //! Every problem found is reported, each with its file, line, key path and, where one helps, a
 //! hint: see [`ConfigError`]. A [`Config`] is produced only when there is none.
 //!
 //! The keys are documented for operators in `docs/configuration.md`.
 
+pub mod diff;
 pub mod model;
 pub mod schema;
 
+mod fragments;
 mod lint;
 mod load;
 mod report;
@@ -27,8 +33,10 @@ mod values;
 
 use std::fmt;
 
+pub use diff::Diff;
+pub use fragments::Fragments;
 pub use lint::lint;
-pub use load::{load_dir, load_files};
+pub use load::{DirFragments, load_dir, load_files, read_dir};
 pub use model::{
     Agent, Backend, Backoff, CheckKind, Config, Forward, HashMode, HealthCheck, Pool, Protocol,
     Service, SplitShare, Target, WhenAllDown,

@@ -17,7 +17,7 @@ use aya::{
         links::{FdLink, PinnedLink},
     },
 };
-use router_common::maps;
+use router_common::{ABI_VERSION, maps};
 
 use super::{DataplaneError, load, maps::KernelMaps};
 
@@ -108,6 +108,16 @@ pub fn attach(
     let outcome = if PinnedLink::from_pin(&path).is_ok() {
         Attached::Adopted
     } else {
+        // A program of another layout holds the interface: attaching would fail with EBUSY,
+        // and its maps cannot be adopted. Say which, and how to move on.
+        if let Some((theirs, link)) = other_layout_links(pin_dir, iface).into_iter().next() {
+            return Err(DataplaneError::OtherLayoutAttached {
+                iface: iface.into(),
+                link,
+                theirs,
+                ours: ABI_VERSION,
+            });
+        }
         let prog = load::program_mut(ebpf)?;
         let id = prog
             .attach_to_if_index(index, mode.xdp())
@@ -161,8 +171,23 @@ fn attach_error(iface: &str, mode: Mode, e: aya::programs::ProgramError) -> Data
 
 /// Detaches the program from `iface` by removing its pinned link. When no interface is left
 /// and `keep_maps` is false, the map pins go too (the maps then disappear with the program).
-pub fn detach(pin_dir: &Path, iface: &str, keep_maps: bool) -> Result<(), DataplaneError> {
+///
+/// The link is looked for in `pin_dir` (this binary's layout version), then in the other
+/// version directories beside it (`<pin_path>/v<N>/`): detaching needs no knowledge of the map
+/// layout, and it is the way out of a layout mismatch (decision 0007). Returns the directory
+/// the link was pinned in.
+pub fn detach(pin_dir: &Path, iface: &str, keep_maps: bool) -> Result<PathBuf, DataplaneError> {
     let path = link_path(pin_dir, iface);
+    let (dir, path) = if path.exists() {
+        (pin_dir.to_owned(), path)
+    } else if let Some((_, other)) = other_layout_links(pin_dir, iface).into_iter().next() {
+        let dir = other
+            .parent()
+            .map_or_else(|| pin_dir.to_owned(), Path::to_owned);
+        (dir, other)
+    } else {
+        (pin_dir.to_owned(), path)
+    };
     let link = PinnedLink::from_pin(&path).map_err(|_| DataplaneError::Io {
         what: "switchyard is not attached here (no pinned link):",
         path: path.clone(),
@@ -175,10 +200,45 @@ pub fn detach(pin_dir: &Path, iface: &str, keep_maps: bool) -> Result<(), Datapl
     })?;
     // Closing the last reference to the link detaches the program.
     drop(fd_link);
-    if !keep_maps && attached_interfaces(pin_dir).is_empty() {
-        remove_map_pins(pin_dir);
+    if !keep_maps && attached_interfaces(&dir).is_empty() {
+        if dir != pin_dir {
+            // Another layout may name its maps differently: everything pinned in its
+            // directory is its own.
+            remove_other_layout_pins(&dir);
+        }
+        remove_map_pins(&dir);
     }
-    Ok(())
+    Ok(dir)
+}
+
+/// Links for `iface` pinned by switchyard builds of another map layout version: the
+/// `link_<iface>` of every `<pin_path>/v<N>/` beside `pin_dir` with N ≠ `ABI_VERSION`, as
+/// (N, link path), lowest N first.
+pub fn other_layout_links(pin_dir: &Path, iface: &str) -> Vec<(u32, PathBuf)> {
+    let Some(pin_path) = pin_dir.parent() else {
+        return Vec::new();
+    };
+    let Ok(entries) = std::fs::read_dir(pin_path) else {
+        return Vec::new();
+    };
+    let mut out: Vec<(u32, PathBuf)> = entries
+        .filter_map(Result::ok)
+        .filter_map(|e| {
+            let version: u32 = e.file_name().to_str()?.strip_prefix('v')?.parse().ok()?;
+            let link = link_path(&e.path(), iface);
+            (version != ABI_VERSION && link.exists()).then_some((version, link))
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+/// The kernel ids of the link pinned for `iface` under `pin_dir` and of the program it runs,
+/// as (link id, program id); `None` when no link is pinned there.
+pub fn pinned_link_ids(pin_dir: &Path, iface: &str) -> Option<(u32, u32)> {
+    let link = FdLink::from(PinnedLink::from_pin(link_path(pin_dir, iface)).ok()?);
+    let info = link.info().ok()?;
+    Some((info.id(), info.program_id()))
 }
 
 /// An exclusive lock on a pin directory, held while an agent runs: one writer per set of maps.
@@ -228,5 +288,45 @@ pub fn remove_map_pins(pin_dir: &Path) {
     // And `agent.pin_path` itself, if nothing else lives there.
     if let Some(parent) = pin_dir.parent() {
         let _ = std::fs::remove_dir(parent);
+    }
+}
+
+/// Removes every pin in `dir`, a directory of another layout version with no link left. Best
+/// effort, like [`remove_map_pins`].
+fn remove_other_layout_pins(dir: &Path) {
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        for e in entries.filter_map(Result::ok) {
+            if e.file_type().is_ok_and(|t| t.is_file()) {
+                let _ = std::fs::remove_file(e.path());
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn links_of_other_layout_versions_are_found_beside_this_one() {
+        let root = std::env::temp_dir().join(format!("switchyard-layouts-{}", std::process::id()));
+        let ours = root.join(format!("v{ABI_VERSION}"));
+        let next = root.join(format!("v{}", ABI_VERSION + 1));
+        let later = root.join(format!("v{}", ABI_VERSION + 2));
+        for d in [&ours, &next, &later, &root.join("vx"), &root.join("other")] {
+            std::fs::create_dir_all(d).unwrap();
+        }
+        for link in [
+            ours.join("link_eth0"),
+            next.join("link_eth0"),
+            root.join("vx/link_eth0"),
+            root.join("other/link_eth0"),
+            later.join("link_eth1"),
+        ] {
+            std::fs::write(link, "").unwrap();
+        }
+        let found = other_layout_links(&ours, "eth0");
+        let _ = std::fs::remove_dir_all(&root);
+        assert_eq!(found, vec![(ABI_VERSION + 1, next.join("link_eth0"))]);
     }
 }

@@ -2,8 +2,9 @@
 //! the program verified by the kernel.
 //!
 //! Maps are pinned under `<agent.pin_path>/v<ABI_VERSION>/NAME`: an agent of another layout
-//! version never opens them (aya reuses a pinned map without checking its shape, so the version
-//! in the path is the check).
+//! version never opens them. aya reuses a pinned map without checking its shape, so before
+//! reusing, [`load`] also compares every pinned map with the program's declaration and the
+//! layout version the pinned `CONFIG` carries ([`layout::check_pins`], decision 0007).
 
 use std::{
     ffi::CString,
@@ -14,18 +15,32 @@ use std::{
 use aya::{Ebpf, EbpfLoader, programs::Xdp};
 use router_common::{ABI_VERSION, maps};
 
-use super::{DataplaneError, object};
+use super::{DataplaneError, layout, object};
 
 /// `BPF_FS_MAGIC` from `linux/magic.h`.
 const BPF_FS_MAGIC: i64 = 0xcafe_4a11;
+
+/// Names of file systems a pin path is likely to land on by mistake (`linux/magic.h`), for
+/// the error message.
+const FS_NAMES: [(i64, &str); 8] = [
+    (0x0102_1994, "tmpfs"),
+    (0x6265_6572, "sysfs"),
+    (0xef53, "ext2/3/4"),
+    (0x5846_5342, "xfs"),
+    (0x9123_683e, "btrfs"),
+    (0x794c_7630, "overlayfs"),
+    (0x9fa0, "proc"),
+    (0x6969, "nfs"),
+];
 
 /// The versioned directory the maps and links are pinned in.
 pub fn pin_dir(pin_path: &Path) -> PathBuf {
     pin_path.join(format!("v{ABI_VERSION}"))
 }
 
-/// Checks that `path` (or its nearest existing ancestor) is on a BPF filesystem, then creates it.
-pub fn prepare_pin_dir(path: &Path) -> Result<(), DataplaneError> {
+/// Checks that `path`, or its nearest existing ancestor when it does not exist yet, is on a
+/// BPF filesystem; creates nothing. [`DataplaneError::NotBpffs`] names the file system found.
+pub fn check_bpffs(path: &Path) -> Result<(), DataplaneError> {
     let mut probe = path;
     while !probe.exists() {
         match probe.parent() {
@@ -47,9 +62,25 @@ pub fn prepare_pin_dir(path: &Path) -> Result<(), DataplaneError> {
             source: std::io::Error::last_os_error(),
         });
     }
-    if st.f_type as i64 != BPF_FS_MAGIC {
-        return Err(DataplaneError::NotBpffs(path.to_owned()));
+    // `f_type` is signed on some targets; the magic numbers are 32-bit.
+    let magic = st.f_type as i64 & 0xffff_ffff;
+    if magic != BPF_FS_MAGIC {
+        let fs = FS_NAMES.iter().find(|(m, _)| *m == magic).map_or_else(
+            || format!("file system {magic:#x}"),
+            |(_, n)| (*n).to_owned(),
+        );
+        return Err(DataplaneError::NotBpffs {
+            path: path.to_owned(),
+            probe: probe.to_owned(),
+            fs,
+        });
     }
+    Ok(())
+}
+
+/// Checks that `path` (or its nearest existing ancestor) is on a BPF filesystem, then creates it.
+pub fn prepare_pin_dir(path: &Path) -> Result<(), DataplaneError> {
+    check_bpffs(path)?;
     std::fs::create_dir_all(path).map_err(|source| DataplaneError::Io {
         what: "creating",
         path: path.to_owned(),
@@ -60,12 +91,17 @@ pub fn prepare_pin_dir(path: &Path) -> Result<(), DataplaneError> {
 /// Loads the object and verifies the program. With `pins`, every map of
 /// `router_common::maps::ALL` is reused from `pins/NAME` if pinned there, else created and
 /// pinned; without, the maps are private to the returned [`Ebpf`] (tests).
+///
+/// Before anything is reused, the pins are checked ([`layout::check_pins`]): a pinned map of
+/// another shape, or a `CONFIG` written by an agent of another layout version, is an error and
+/// nothing is loaded, created or pinned.
 pub fn load(pins: Option<&Path>) -> Result<Ebpf, DataplaneError> {
     let data = object::bytes()?;
     let mut loader = EbpfLoader::new();
     let paths: Vec<(&'static str, PathBuf)> = match pins {
         Some(dir) => {
             prepare_pin_dir(dir)?;
+            layout::check_pins(dir)?;
             maps::ALL
                 .iter()
                 .map(|name| (*name, dir.join(name)))

@@ -221,3 +221,31 @@ impl Dataplane for KernelMaps {
             .map_err(|e| DataplaneError::map(maps::CONFIG, e))
     }
 }
+
+impl super::Readback for KernelMaps {
+    fn read_config(&self) -> Result<Config, DataplaneError> {
+        self.config()
+    }
+
+    fn read_services(&self) -> Vec<(ServiceKey, Service)> {
+        self.services()
+    }
+
+    fn read_backend(&self, slot: u32) -> Result<Backend, DataplaneError> {
+        self.backend(slot)
+    }
+
+    fn read_pool(&self, slot: u32) -> Result<Pool, DataplaneError> {
+        self.pool(slot)
+    }
+
+    fn read_decision(&self, slot: u32) -> Result<u64, DataplaneError> {
+        self.decision(slot)
+    }
+
+    fn read_table(&self, pool: u32, half: u32) -> Option<Vec<u32>> {
+        (0..MAGLEV_SIZE)
+            .map(|entry| self.table_entry(pool, half, entry))
+            .collect()
+    }
+}

@@ -27,7 +27,7 @@ pub enum Write {
 }
 
 /// Maps as plain collections.
-#[derive(Default, Debug)]
+#[derive(Clone, Default, Debug)]
 pub struct MemoryDataplane {
     /// Backend slots written.
     pub backends: HashMap<u32, Backend>,
@@ -99,5 +99,36 @@ impl Dataplane for MemoryDataplane {
         self.config = config;
         self.log.push(Write::Config(config));
         Ok(())
+    }
+}
+
+impl super::Readback for MemoryDataplane {
+    fn read_config(&self) -> Result<Config, DataplaneError> {
+        Ok(self.config)
+    }
+
+    fn read_services(&self) -> Vec<(ServiceKey, Service)> {
+        self.services.iter().map(|(k, v)| (*k, *v)).collect()
+    }
+
+    fn read_backend(&self, slot: u32) -> Result<Backend, DataplaneError> {
+        Ok(self.backends.get(&slot).copied().unwrap_or_default())
+    }
+
+    fn read_pool(&self, slot: u32) -> Result<Pool, DataplaneError> {
+        Ok(self.pools.get(&slot).copied().unwrap_or_default())
+    }
+
+    fn read_decision(&self, slot: u32) -> Result<u64, DataplaneError> {
+        Ok(self.decisions.get(&slot).copied().unwrap_or_default())
+    }
+
+    fn read_table(&self, pool: u32, half: u32) -> Option<Vec<u32>> {
+        Some(
+            self.tables
+                .get(&(pool, half))
+                .cloned()
+                .unwrap_or_else(|| vec![0; MAGLEV_SIZE as usize]),
+        )
     }
 }

@@ -7,14 +7,22 @@
 
 pub mod attach;
 pub mod counters;
+pub mod layout;
 pub mod load;
 pub mod maps;
 pub mod memory;
 pub mod object;
+pub mod upgrade;
 
 use std::path::PathBuf;
 
 use router_common::{Backend, Config, Pool, Service, ServiceKey};
+
+/// How to move from pinned maps of another layout to this binary's (decision 0007).
+pub const UPGRADE_PATH: &str = "Upgrade path: drain the traffic, run `switchyard detach --iface \
+     IF` for each interface (it removes the old program and its pins, whatever their layout \
+     version), then `switchyard attach` with this binary; see \
+     docs/decisions/0007-program-upgrade-and-map-layout.md";
 
 /// Errors from loading, attaching and map access. Each says what was being done and to what.
 #[derive(Debug, thiserror::Error)]
@@ -78,10 +86,103 @@ pub enum DataplaneError {
     AnotherAgent(PathBuf),
     /// The pin directory is not on a BPF filesystem.
     #[error(
-        "pin path {0} is not on a BPF filesystem (bpffs); mount one with \
-         `mount -t bpf bpf /sys/fs/bpf` or set agent.pin_path"
+        "pin path {path} is not on a bpffs mount ({probe} is on {fs}); mount one with \
+         `mount -t bpf bpf /sys/fs/bpf` or set agent.pin_path — switchyard changed nothing"
     )]
-    NotBpffs(PathBuf),
+    NotBpffs {
+        /// The pin path (or pin directory) asked for.
+        path: PathBuf,
+        /// Its nearest existing ancestor, whose file system was checked.
+        probe: PathBuf,
+        /// That file system's name (or its magic number).
+        fs: String,
+    },
+    /// A pinned map's shape differs from what this binary's program declares.
+    #[error(
+        "map layout mismatch: map {map} pinned at {path} has {pinned}, but this binary's \
+         program declares {declared}; it belongs to another build of switchyard and cannot be \
+         adopted — switchyard changed nothing. {UPGRADE_PATH}"
+    )]
+    LayoutMismatch {
+        /// Map name.
+        map: &'static str,
+        /// Its pin.
+        path: PathBuf,
+        /// The pinned map's shape.
+        pinned: String,
+        /// The declared shape.
+        declared: String,
+    },
+    /// The pinned `CONFIG` map was written by an agent of another map layout version.
+    #[error(
+        "map layout mismatch: the maps pinned in {pin_dir} were written by an agent of map \
+         layout version {pinned}; this binary uses version {ours} and cannot adopt them — \
+         switchyard changed nothing. {UPGRADE_PATH}"
+    )]
+    AbiMismatch {
+        /// The pin directory.
+        pin_dir: PathBuf,
+        /// `abi_version` found in `CONFIG`.
+        pinned: u32,
+        /// This binary's `ABI_VERSION`.
+        ours: u32,
+    },
+    /// The interface runs a switchyard program of another map layout version.
+    #[error(
+        "{iface} runs a switchyard program of map layout version {theirs} (link pinned at \
+         {link}); this binary uses version {ours} and cannot adopt its maps — switchyard \
+         changed nothing. {UPGRADE_PATH}"
+    )]
+    OtherLayoutAttached {
+        /// Interface.
+        iface: String,
+        /// The other version's pinned link.
+        link: PathBuf,
+        /// Its layout version.
+        theirs: u32,
+        /// This binary's `ABI_VERSION`.
+        ours: u32,
+    },
+    /// `upgrade` found no pinned link for the interface.
+    #[error(
+        "{iface} has no switchyard program to upgrade (no pinned link at {link}); attach one \
+         with `switchyard attach --iface {iface}` (or pass the --config-dir whose \
+         agent.pin_path the agent uses)"
+    )]
+    NotAttached {
+        /// Interface.
+        iface: String,
+        /// Where its link would be pinned.
+        link: PathBuf,
+    },
+    /// `upgrade` found a map of the ABI not pinned: it would have to create it.
+    #[error(
+        "the pins under {pin_dir} are incomplete (not pinned: {missing}); `switchyard upgrade` \
+         reuses every pinned map and creates none (a new map is a layout change, see \
+         docs/decisions/0007-program-upgrade-and-map-layout.md) — switchyard changed nothing"
+    )]
+    PinsIncomplete {
+        /// The pin directory.
+        pin_dir: PathBuf,
+        /// The missing maps, comma-separated.
+        missing: String,
+    },
+    /// Replacing the program behind a link failed.
+    #[error(
+        "replacing the program behind {link}: {source}{}",
+        if done.is_empty() { String::new() } else {
+            format!(" (already upgraded, and left running the new program: {done})")
+        }
+    )]
+    Upgrade {
+        /// The link.
+        link: PathBuf,
+        /// Interfaces upgraded before this one failed, comma-separated.
+        done: String,
+        /// Cause.
+        #[source]
+        source: Box<aya::programs::ProgramError>,
+    },
     /// A file-system operation failed.
     #[error("{what} {path}: {source}")]
     Io {
@@ -125,4 +226,22 @@ pub trait Dataplane {
     fn remove_service(&mut self, key: &ServiceKey) -> Result<(), DataplaneError>;
     /// Writes the generation word.
     fn set_config(&mut self, config: Config) -> Result<(), DataplaneError>;
+}
+
+/// Reading the maps back: what a restarted agent resumes from (see
+/// [`Publisher::restore`](crate::publish::Publisher::restore)).
+pub trait Readback {
+    /// The generation word (zeroes before the first apply).
+    fn read_config(&self) -> Result<Config, DataplaneError>;
+    /// Every service in the `SERVICES` map.
+    fn read_services(&self) -> Vec<(ServiceKey, Service)>;
+    /// Backend slot `slot`.
+    fn read_backend(&self, slot: u32) -> Result<Backend, DataplaneError>;
+    /// Pool slot `slot`.
+    fn read_pool(&self, slot: u32) -> Result<Pool, DataplaneError>;
+    /// Decision word `slot`.
+    fn read_decision(&self, slot: u32) -> Result<u64, DataplaneError>;
+    /// Half `half` of pool `pool`'s Maglev table ([`router_common::MAGLEV_SIZE`] backend
+    /// slots), or `None` when it cannot be read.
+    fn read_table(&self, pool: u32, half: u32) -> Option<Vec<u32>>;
 }

@@ -297,8 +297,47 @@ impl Driver {
         self.groups.iter().filter_map(|g| g.deadline).min()
     }
 
-    /// The first decision of every group, before the first apply: what each would adopt now
-    /// (evaluated on copies; nothing changes).
+    /// Resumes each group from the action `publisher` has in the maps for it (an agent
+    /// restart that restored the maps, or a reload), so neither switches by itself: the group
+    /// keeps that action until a different candidate holds for `stable_for` (see
+    /// [`Group::resume`]). The published action is matched to the rule or default action of
+    /// `cfg` that gives the same decision word (a word read back from the maps carries pool
+    /// slots and a split, not the configured weights); a group whose published pools are not all
+    /// in `cfg` starts fresh. Returns the groups resumed.
+    pub fn resume(&mut self, cfg: &Config, publisher: &Publisher, now: Duration) -> Vec<String> {
+        let mut resumed = Vec::new();
+        for g in &mut self.groups {
+            let name = g.group.name().to_owned();
+            let Some(published) = publisher.groups().get(&name).and_then(|p| p.action.clone())
+            else {
+                continue;
+            };
+            let word = publisher.action_word(Some(&published), None);
+            let config = g.group.config().clone();
+            let candidate = config
+                .rules
+                .iter()
+                .map(|r| &r.action)
+                .chain(config.default.iter())
+                .find(|a| publisher.action_word(Some(a), None) == word)
+                .cloned()
+                .unwrap_or(published);
+            let known = candidate
+                .live_pools()
+                .all(|p| cfg.pools.iter().any(|q| q.name == p));
+            if !known {
+                continue;
+            }
+            if let Ok(group) = Group::resume(config, candidate, now) {
+                g.group = group;
+                resumed.push(name);
+            }
+        }
+        resumed
+    }
+
+    /// The first decision of every group not resumed, before the first apply: what each would
+    /// adopt now (evaluated on copies; nothing changes).
     pub fn initial_actions(
         &self,
         store: &Store,
@@ -307,6 +346,7 @@ impl Driver {
     ) -> BTreeMap<String, Action> {
         self.groups
             .iter()
+            .filter(|g| g.group.active().is_none())
             .filter_map(|g| {
                 let truths: Vec<bool> = g.whens.iter().map(|w| w.eval(store.state())).collect();
                 let facts = self.facts(g, store.state(), publisher);
@@ -547,6 +587,31 @@ impl Driver {
             conditions,
             text,
         })
+    }
+
+    /// Every override in force, by group, as the request that would set it again at `now`
+    /// (the TTL left; `None` for an override that has expired but not yet been evaluated).
+    pub fn override_requests(&self, now: Duration) -> Vec<(String, OverrideRequest)> {
+        self.groups
+            .iter()
+            .filter_map(|g| {
+                let o = g.group.current_override()?;
+                let ttl = match o.expires_at {
+                    Some(at) if at <= now => return None,
+                    Some(at) => Some(at - now),
+                    None => None,
+                };
+                Some((
+                    g.group.name().to_owned(),
+                    OverrideRequest {
+                        action: o.action.clone(),
+                        reason: o.reason.clone(),
+                        ttl,
+                        force: o.forced,
+                    },
+                ))
+            })
+            .collect()
     }
 
     /// Active overrides.

@@ -248,6 +248,37 @@ impl Store {
         Ok(self.set_and_derive(slot, value))
     }
 
+    /// Takes over from `old` (the store of the config being replaced) the values that do not
+    /// come from the config: pushed values (`ctl state set`) and state probes' last verdicts,
+    /// for each variable that keeps its name, source and type; and the backend health the
+    /// publisher has, for the pools that stay. A reload must not reset `maintenance_mode` or
+    /// forget that a probe failed.
+    pub fn carry_over(&mut self, old: &Store, publisher: &crate::publish::Publisher) {
+        let kept: Vec<(Slot, Value)> = self
+            .vars
+            .iter()
+            .filter(|v| matches!(v.kind, Kind::Push | Kind::Probe))
+            .filter_map(|v| {
+                let before = old.vars.iter().find(|o| o.name == v.name)?;
+                let same_source =
+                    std::mem::discriminant(&before.kind) == std::mem::discriminant(&v.kind);
+                let (_, ty) = self.schema.get(&v.name)?;
+                let (_, old_ty) = old.schema.get(&v.name)?;
+                let value = old.state.get(before.slot);
+                (same_source && ty == old_ty && *value != Value::Unset)
+                    .then(|| (v.slot, value.clone()))
+            })
+            .collect();
+        for (slot, value) in kept {
+            self.set_and_derive(slot, value);
+        }
+        for (pool, state) in publisher.pools() {
+            for b in state.backends.iter().filter(|b| !b.healthy) {
+                self.set_backend_health(pool, b.address, false);
+            }
+        }
+    }
+
     /// A state probe's verdict. Unknown or non-probe names are ignored.
     pub fn set_probe(&mut self, name: &str, healthy: bool) -> Vec<Slot> {
         match self.vars.iter().find(|v| v.name == name) {
