@@ -7,28 +7,34 @@
 //!
 //! The configuration is [`Shape::ISSUE_4`] (`router_tests::bench::large_config`): 100 fragment
 //! files in a temporary directory, and a second directory with its [`Version::Changed`] (1 % of
-//! the backends replaced, 10 reweighted). One apply is the agent's reload path
-//! (`agent::reload`), timed in three stages:
+//! the backends replaced, 10 reweighted). One apply is the agent's apply path
+//! (`agent::apply::try_apply`, the one every entry point takes), timed in five stages:
 //!
-//! - **load**: `config::load_dir` — read the fragments, parse, validate, compile every rule
-//!   expression;
-//! - **engine**: the state store and the decision driver for the new configuration
-//!   (`state::Store::new`, `engine::Driver::new`, `initial_actions`: compiles the derived
-//!   variables and evaluates every group once);
-//! - **maps**: `Publisher::apply_decided` (backends, Maglev tables built and written, pool
-//!   flips, decision words, services, removals, generation) and the driver's first pass
-//!   (`on_change` over all groups, which publishes the groups' decision words);
+//! - **read**: `config::read_dir` and the fragments' content hash (equal to the running
+//!   version's: nothing else is done, the apply is a no-op);
+//! - **load**: `Fragments::load` — parse, validate, compile every rule expression;
+//! - **engine**: the new configuration's state store and decision driver, carrying over what the
+//!   running ones know (`state::Store::new`, `carry_over`, `engine::Driver::new`, `resume`), and
+//!   the resource diff against the running configuration (`config::Diff::between`);
+//! - **maps**: `initial_actions`, `Publisher::apply_decided` (backends, Maglev tables built and
+//!   written, pool flips, decision words, services, removals, generation) and the driver's first
+//!   pass (`on_change` over all groups, which publishes the groups' decision words) — the
+//!   configuration is live at the end of this stage;
+//! - **record**: the version and the publisher's slot ledger recorded in the history store
+//!   (`history::History::record`, SQLite in a temporary state directory);
 //!
-//! and their sum, **total**. (Not included: what the agent does after a successful apply —
-//! restarting probes, logging.)
+//! **live** is the first four, **total** all five. (Not included: what the agent does after
+//! the apply — restarting probes, logging, keeping overrides.)
 //!
 //! Three scenarios, each `--runs` times after one untimed run:
 //!
-//! - **first**: the base configuration into empty maps with a new publisher, as an agent's
-//!   start. For the kernel, the object is loaded afresh before each run (not timed);
-//! - **unchanged**: the base configuration again over itself (nothing to write but the
-//!   generation word and the pool words);
-//! - **changed**: the two versions alternately, each over the other.
+//! - **first**: the base configuration with empty maps, a new publisher and a new history, as
+//!   an agent's first start. For the kernel, the object is loaded afresh before each run (not
+//!   timed);
+//! - **unchanged**: the base configuration again: its hash is the running one's, a no-op;
+//! - **changed**: the two versions alternately, each over the other. After the first two, the
+//!   history already holds every fragment text (it stores each text once), so a record writes
+//!   the version's row and ledger only.
 //!
 //! Each scenario runs on two data planes: the in-memory one (`dataplane::memory`, the map
 //! writes are `HashMap` inserts: the agent's own work) and the real maps of the loaded XDP
@@ -41,7 +47,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context as _, Result, ensure};
 use router_tests::{
@@ -53,13 +59,14 @@ use router_tests::{
     privileged,
 };
 use switchyard::{
-    config,
+    config::{self, Config, Diff},
     dataplane::{
         Dataplane, load,
         maps::KernelMaps,
         memory::{MemoryDataplane, Write},
     },
     engine::Driver,
+    history::{History, NewVersion},
     publish::Publisher,
     state::Store,
 };
@@ -68,56 +75,117 @@ use switchyard::{
 const NICE: i32 = -20;
 
 /// One apply's stages.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, Default)]
 struct Stages {
+    read: Duration,
     load: Duration,
     engine: Duration,
     maps: Duration,
+    record: Duration,
 }
 
 impl Stages {
+    /// Until the configuration is live.
+    fn live(&self) -> Duration {
+        self.read + self.load + self.engine + self.maps
+    }
+
     fn total(&self) -> Duration {
-        self.load + self.engine + self.maps
+        self.live() + self.record
     }
 }
 
-/// The agent's reload path on `dir`, timed by stage.
-fn apply(dir: &Path, publisher: &mut Publisher, dp: &mut dyn Dataplane) -> Result<Stages> {
+/// What the agent keeps between applies (the parts of `agent::Shared` an apply reads and
+/// writes).
+struct Running {
+    publisher: Publisher,
+    config: Config,
+    store: Store,
+    /// Content hash of the running fragments (empty before the first apply).
+    hash: String,
+    history: History,
+    started: Instant,
+}
+
+impl Running {
+    /// A starting agent's: nothing published, the empty configuration, a history in
+    /// `state_dir`.
+    fn new(state_dir: &Path) -> Result<Self> {
+        let config = config::load_files(&[])?;
+        let store = Store::new(&config)?;
+        Ok(Self {
+            publisher: Publisher::new(),
+            config,
+            store,
+            hash: String::new(),
+            history: History::open(state_dir)?,
+            started: Instant::now(),
+        })
+    }
+}
+
+/// The agent's apply path on `dir`, timed by stage.
+fn apply(dir: &Path, run: &mut Running, dp: &mut dyn Dataplane) -> Result<Stages> {
     let t0 = Instant::now();
-    let cfg = config::load_dir(dir).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let fragments = config::read_dir(dir)?.fragments()?;
+    let hash = fragments.hash();
     let t1 = Instant::now();
-    let store = Store::new(&cfg)?;
-    let mut driver = Driver::new(&cfg, &store, None)?;
-    let first = driver.initial_actions(&store, publisher, Duration::ZERO);
+    if hash == run.hash {
+        return Ok(Stages {
+            read: t1 - t0,
+            ..Stages::default()
+        });
+    }
+    let cfg = fragments.load()?;
     let t2 = Instant::now();
-    publisher.apply_decided(dp, &cfg, &first)?;
-    driver.on_change(
-        &[],
-        true,
-        &store,
-        publisher,
-        dp,
-        Duration::ZERO,
-        "reload",
-        t2,
-    );
+    let mut store = Store::new(&cfg)?;
+    store.carry_over(&run.store, &run.publisher);
+    let mut driver = Driver::new(&cfg, &store, None)?;
+    let now = run.started.elapsed();
+    driver.resume(&cfg, &run.publisher, now);
+    let diff = Diff::between(&run.config, &cfg);
     let t3 = Instant::now();
+    let first = driver.initial_actions(&store, &run.publisher, now);
+    let generation = run.publisher.apply_decided(dp, &cfg, &first)?;
+    driver.on_change(&[], true, &store, &mut run.publisher, dp, now, "apply", t3);
+    let t4 = Instant::now();
+    let ledger = serde_json::to_string(&run.publisher.ledger())?;
+    let time = SystemTime::now().duration_since(UNIX_EPOCH)?.as_secs();
+    run.history.record(NewVersion {
+        fragments,
+        source: "bench".into(),
+        generation,
+        ledger,
+        time,
+    })?;
+    let t5 = Instant::now();
+    std::hint::black_box(diff);
+    run.config = cfg;
+    run.store = store;
+    run.hash = hash;
     Ok(Stages {
-        load: t1 - t0,
-        engine: t2 - t1,
-        maps: t3 - t2,
+        read: t1 - t0,
+        load: t2 - t1,
+        engine: t3 - t2,
+        maps: t4 - t3,
+        record: t5 - t4,
     })
 }
 
-/// The configuration's two versions, each written into a directory of its own; removed on drop.
+/// The configuration's two versions, each written into a directory of its own, and state
+/// directories for the histories; removed on drop.
 struct Dirs {
     root: PathBuf,
+    states: std::cell::Cell<u32>,
 }
 
 impl Dirs {
     fn write() -> Result<Self> {
         let root = std::env::temp_dir().join(format!("sy-apply-{}", std::process::id()));
-        let dirs = Self { root };
+        let dirs = Self {
+            root,
+            states: std::cell::Cell::new(0),
+        };
         for version in [Version::Base, Version::Changed] {
             let dir = dirs.of(version);
             std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
@@ -133,6 +201,13 @@ impl Dirs {
             Version::Base => "base",
             Version::Changed => "changed",
         })
+    }
+
+    /// A new, empty state directory (the history store goes there).
+    fn new_state(&self) -> PathBuf {
+        let n = self.states.get() + 1;
+        self.states.set(n);
+        self.root.join(format!("state-{n}"))
     }
 }
 
@@ -246,35 +321,47 @@ fn ms(d: Duration) -> f64 {
 
 impl Scenario {
     fn print(&self) {
-        let col = |f: fn(&Stages) -> Duration| -> (f64, f64, f64) {
-            let mut v: Vec<f64> = self.runs.iter().map(|s| ms(f(s))).collect();
-            v.sort_by(f64::total_cmp);
-            // Nearest-rank median: a value some run took.
-            (v[0], v[(v.len() - 1) / 2], v[v.len() - 1])
-        };
-        let cols = [
-            col(|s| s.load),
-            col(|s| s.engine),
-            col(|s| s.maps),
-            col(Stages::total),
+        let stages: [fn(&Stages) -> Duration; 7] = [
+            |s| s.read,
+            |s| s.load,
+            |s| s.engine,
+            |s| s.maps,
+            |s| s.record,
+            Stages::live,
+            Stages::total,
         ];
-        let show = |k: usize| {
-            cols.iter()
-                .map(|c| format!("{:>8.2}", [c.0, c.1, c.2][k]))
-                .collect::<Vec<_>>()
-                .join(" ")
-        };
-        println!(
-            "  {:<10} {:<12} p50 {}   min {}   max {}",
-            self.name,
-            self.plane,
-            show(1),
-            show(0),
-            show(2)
-        );
+        let cols: Vec<Vec<f64>> = stages
+            .iter()
+            .map(|f| {
+                let mut v: Vec<f64> = self.runs.iter().map(|s| ms(f(s))).collect();
+                v.sort_by(f64::total_cmp);
+                v
+            })
+            .collect();
+        // p50 is the nearest-rank median: a value some run took.
+        for (stat, at) in [("p50", 0.5), ("max", 1.0)] {
+            let row: Vec<String> = cols
+                .iter()
+                .map(|v| {
+                    let i = ((v.len() - 1) as f64 * at).round() as usize;
+                    format!("{:>8.2}", v[i.min(v.len() - 1)])
+                })
+                .collect();
+            let (name, plane) = if stat == "p50" {
+                (self.name, self.plane)
+            } else {
+                ("", "")
+            };
+            println!("  {name:<10} {plane:<12} {stat} {}", row.join(" "));
+        }
         if let Some(w) = &self.writes {
             let list: Vec<String> = w.iter().map(|(k, n)| format!("{n} {k}")).collect();
-            println!("  {:<10} {:<12} map writes: {}", "", "", list.join(", "));
+            let list = if list.is_empty() {
+                "none".to_owned()
+            } else {
+                list.join(", ")
+            };
+            println!("  {:<10} {:<12} map writes: {list}", "", "");
         }
     }
 }
@@ -306,14 +393,14 @@ fn scenarios<P: Plane>(
     let changed = dirs.of(Version::Changed);
     let mut out = Vec::new();
 
-    // First apply: new maps, new publisher, every run (one more, untimed, first).
+    // First apply: new maps, new publisher, new history, every run (one more, untimed, first).
     let mut first = Vec::new();
     let mut last_writes = None;
     for run in 0..=runs {
         let mut plane = P::fresh()?;
-        let mut publisher = Publisher::new();
-        let s = apply(&base, &mut publisher, plane.dp())?;
-        plane.check(&publisher)?;
+        let mut agent = Running::new(&dirs.new_state())?;
+        let s = apply(&base, &mut agent, plane.dp())?;
+        plane.check(&agent.publisher)?;
         last_writes = writes(&plane);
         if run > 0 {
             first.push(s);
@@ -326,18 +413,23 @@ fn scenarios<P: Plane>(
         writes: last_writes,
     });
 
-    // Unchanged and changed: one publisher and one set of maps, the base applied first.
+    // Unchanged and changed: one agent and one set of maps, the base applied first.
     let mut plane = P::fresh()?;
-    let mut publisher = Publisher::new();
-    apply(&base, &mut publisher, plane.dp())?;
+    let mut agent = Running::new(&dirs.new_state())?;
+    apply(&base, &mut agent, plane.dp())?;
+    let generation = agent.publisher.generation();
     let mut unchanged = Vec::new();
     for run in 0..=runs {
-        let s = apply(&base, &mut publisher, plane.dp())?;
+        let s = apply(&base, &mut agent, plane.dp())?;
         if run > 0 {
             unchanged.push(s);
         }
     }
-    plane.check(&publisher)?;
+    ensure!(
+        agent.publisher.generation() == generation,
+        "an unchanged config was applied again"
+    );
+    plane.check(&agent.publisher)?;
     out.push(Scenario {
         name: "unchanged",
         plane: P::NAME,
@@ -346,10 +438,10 @@ fn scenarios<P: Plane>(
     });
     let mut change = Vec::new();
     for run in 0..=runs {
-        // Odd runs go to the changed version, even ones back: every run is a change.
+        // Even runs go to the changed version, odd ones back: every run is a change.
         let dir = if run % 2 == 0 { &changed } else { &base };
-        let s = apply(dir, &mut publisher, plane.dp())?;
-        plane.check(&publisher)?;
+        let s = apply(dir, &mut agent, plane.dp())?;
+        plane.check(&agent.publisher)?;
         if run > 0 {
             change.push(s);
         }
@@ -399,8 +491,8 @@ fn main() -> Result<()> {
     );
     println!("{runs} runs per scenario after one untimed run; milliseconds");
     println!(
-        "  {:<10} {:<12}     {:>8} {:>8} {:>8} {:>8}",
-        "scenario", "data plane", "load", "engine", "maps", "total"
+        "  {:<10} {:<12}     {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8}",
+        "scenario", "data plane", "read", "load", "engine", "maps", "record", "live", "total"
     );
 
     for s in scenarios::<MemoryDataplane>(&dirs, runs, |p| Some(count_writes(&p.log)))? {
