@@ -26,7 +26,7 @@
 //! **live** is the first four, **total** all five. (Not included: what the agent does after
 //! the apply — restarting probes, logging, keeping overrides.)
 //!
-//! Three scenarios, each `--runs` times after one untimed run:
+//! Four scenarios, each `--runs` times after one untimed run:
 //!
 //! - **first**: the base configuration with empty maps, a new publisher and a new history, as
 //!   an agent's first start. For the kernel, the object is loaded afresh before each run (not
@@ -34,7 +34,8 @@
 //! - **unchanged**: the base configuration again: its hash is the running one's, a no-op;
 //! - **changed**: the two versions alternately, each over the other. After the first two, the
 //!   history already holds every fragment text (it stores each text once), so a record writes
-//!   the version's row and ledger only.
+//!   the version's row and ledger only;
+//! - **one weight**: the base and [`Version::OneWeight`] alternately (one backend's weight).
 //!
 //! Each scenario runs on two data planes: the in-memory one (`dataplane::memory`, the map
 //! writes are `HashMap` inserts: the agent's own work) and the real maps of the loaded XDP
@@ -186,7 +187,7 @@ impl Dirs {
             root,
             states: std::cell::Cell::new(0),
         };
-        for version in [Version::Base, Version::Changed] {
+        for version in [Version::Base, Version::Changed, Version::OneWeight] {
             let dir = dirs.of(version);
             std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
             for (name, text) in fragments(&Shape::ISSUE_4, version) {
@@ -200,6 +201,7 @@ impl Dirs {
         self.root.join(match version {
             Version::Base => "base",
             Version::Changed => "changed",
+            Version::OneWeight => "one-weight",
         })
     }
 
@@ -383,7 +385,7 @@ fn count_writes(log: &[Write]) -> BTreeMap<&'static str, usize> {
     out
 }
 
-/// The three scenarios on data plane `P`; `writes` reads a plane's write log, where it has one.
+/// The four scenarios on data plane `P`; `writes` reads a plane's write log, where it has one.
 fn scenarios<P: Plane>(
     dirs: &Dirs,
     runs: usize,
@@ -391,6 +393,7 @@ fn scenarios<P: Plane>(
 ) -> Result<Vec<Scenario>> {
     let base = dirs.of(Version::Base);
     let changed = dirs.of(Version::Changed);
+    let one_weight = dirs.of(Version::OneWeight);
     let mut out = Vec::new();
 
     // First apply: new maps, new publisher, new history, every run (one more, untimed, first).
@@ -436,22 +439,29 @@ fn scenarios<P: Plane>(
         runs: unchanged,
         writes: writes(&plane),
     });
-    let mut change = Vec::new();
-    for run in 0..=runs {
-        // Even runs go to the changed version, odd ones back: every run is a change.
-        let dir = if run % 2 == 0 { &changed } else { &base };
-        let s = apply(dir, &mut agent, plane.dp())?;
-        plane.check(&agent.publisher)?;
-        if run > 0 {
-            change.push(s);
+    for (name, other) in [("changed", &changed), ("one weight", &one_weight)] {
+        let mut change = Vec::new();
+        for run in 0..=runs {
+            // Even runs go to the other version, odd ones back: every run is a change.
+            let dir = if run % 2 == 0 { other } else { &base };
+            let s = apply(dir, &mut agent, plane.dp())?;
+            plane.check(&agent.publisher)?;
+            if run > 0 {
+                change.push(s);
+            }
         }
+        // The last run (number `runs`) went to the other version if `runs` is even: back to
+        // the base for the next scenario.
+        if runs.is_multiple_of(2) {
+            apply(&base, &mut agent, plane.dp())?;
+        }
+        out.push(Scenario {
+            name,
+            plane: P::NAME,
+            runs: change,
+            writes: writes(&plane),
+        });
     }
-    out.push(Scenario {
-        name: "changed",
-        plane: P::NAME,
-        runs: change,
-        writes: writes(&plane),
-    });
     Ok(out)
 }
 

@@ -26,7 +26,8 @@
 //!   `require` and `automatic`; rules read state variables and pool built-ins and choose a pool
 //!   or a split.
 //!
-//! [`Version::Changed`] is the same configuration after a routine change: 1 % of the backends
+//! [`Version::OneWeight`] changes one backend's weight, the smallest change that reaches the
+//! maps. [`Version::Changed`] is the same configuration after a routine change: 1 % of the backends
 //! replaced by new addresses (for [`Shape::ISSUE_4`]: one in each pool, 50 in all) and 10 other
 //! backends reweighted (100 → 150), in 10 pools. Applying one version over the other exercises
 //! every step of a real change: new backend slots beside the old ones, every pool's Maglev table
@@ -95,6 +96,9 @@ pub enum Version {
     Base,
     /// [`Version::Base`] with 1 % of its backends replaced and 10 backends reweighted.
     Changed,
+    /// [`Version::Base`] with one backend reweighted (the first of the first pool): the
+    /// smallest change that reaches the maps.
+    OneWeight,
 }
 
 /// Weight of every backend, except the reweighted ones of [`Version::Changed`].
@@ -272,7 +276,9 @@ fn pool(shape: &Shape, p: usize, version: Version) -> String {
     out.push_str("    backends:\n");
     for i in 0..shape.backends_per_pool {
         let global = p * shape.backends_per_pool + i;
-        let weight = if version == Version::Changed && reweighted(shape, global) {
+        let weight = if (version == Version::Changed && reweighted(shape, global))
+            || (version == Version::OneWeight && global == 0)
+        {
             CHANGED_WEIGHT
         } else {
             WEIGHT
@@ -412,5 +418,17 @@ mod tests {
         assert_eq!(pools.len(), 50);
         assert_eq!(base.services, changed.services);
         assert_eq!(base.decisions, changed.decisions);
+    }
+
+    #[test]
+    fn the_one_weight_version_changes_one_weight() {
+        let (a, b) = (
+            backends(&load(Version::Base)),
+            backends(&load(Version::OneWeight)),
+        );
+        assert_eq!(a.len(), b.len());
+        let changed: Vec<_> = a.iter().filter(|(k, w)| b.get(*k) != Some(*w)).collect();
+        assert_eq!(changed.len(), 1);
+        assert_eq!(b[changed[0].0], 150);
     }
 }
