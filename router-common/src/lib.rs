@@ -34,12 +34,19 @@ pub const MAGLEV_SIZE: u32 = 65_537;
 /// `MAX_POOLS * 2 * MAGLEV_SIZE` entries (4-byte values the kernel stores 8 bytes apart:
 /// 64 MiB for 64 pools).
 pub const MAX_POOLS: u32 = 64;
-/// Backend slots, shared by all pools.
-pub const MAX_BACKENDS: u32 = 4_096;
-/// Service slots (one per virtual IP, port and protocol).
-pub const MAX_SERVICES: u32 = 1_024;
-/// Decision slots: one per service with a static target, one per decision group.
-pub const MAX_DECISIONS: u32 = 1_024;
+/// Backend slots, shared by all pools. A change holds the slots of its new backends beside the
+/// running ones until it is live, so this is twice a large configuration (5,000 backends) with
+/// room for its changes. Cost per slot: `BACKENDS` 24 bytes, and per CPU `BACKEND_STATS` 16 and
+/// the program's next-hop cache 48 bytes (512 KiB per CPU in all).
+pub const MAX_BACKENDS: u32 = 8_192;
+/// Service slots (one per virtual IP, port and protocol), shared with decision groups (one slot
+/// each). Twice a large configuration (1,000 services and their groups), so that one apply can
+/// move every service to a new address: new slots are taken beside the running ones.
+pub const MAX_SERVICES: u32 = 2_048;
+/// Decision slots: one per service with a static target, one per decision group. Decision
+/// slots are service slots (the publisher allocates both from `0..MAX_SERVICES`), so this is
+/// [`MAX_SERVICES`].
+pub const MAX_DECISIONS: u32 = MAX_SERVICES;
 /// Flows kept by connection tracking (an LRU: the least recently used flow is evicted first).
 pub const CONNTRACK_SIZE: u32 = 262_144;
 /// Fragmented datagrams in flight (an LRU keyed by addresses, protocol and IP identification).

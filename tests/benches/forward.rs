@@ -37,6 +37,20 @@
 //!
 //! `--only routing|nftables|switchyard` runs one mode, e.g. under `perf record -C 0`.
 //!
+//! `--only apply` measures instead the forwarding rate while configurations are applied
+//! (issue 4): this process loads the program itself (private maps, not pinned), attaches it to
+//! the lb's interfaces and publishes the large configuration of
+//! `router_tests::bench::large_config` (1,000 services, 5,000 backends, 200 rules) plus the
+//! flooded service, whose pool holds the two real backends. The flood is the same; in each
+//! round, one flood, four windows: idle ("before"); while a thread applies the two versions of
+//! the configuration alternately, back to back, on the generator's CPU (the agent on a CPU of
+//! its own); the same on the lb's CPU (the agent sharing the forwarding CPU); idle again
+//! ("after"). Every apply is a change (1 % of the backends replaced, 10 reweighted: every pool's
+//! Maglev table rebuilt, written and flipped). The configurations are parsed once beforehand:
+//! the loop is `Publisher::apply` alone, the part of an apply that touches the data plane, as
+//! densely as it can run. The flooded service's backends never change, so its flows stay on
+//! them. The ratios are each applying window over the "before" window of its round.
+//!
 //! Nothing asserts on speed; a mode that delivers nothing is an error.
 
 use std::net::Ipv4Addr;
@@ -45,22 +59,28 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, bail, ensure};
+use aya::{Ebpf, programs::XdpMode};
 use router_tests::{
     addrs::{
         BACKEND_IF, CLIENT_IF, CLIENT_MAC, CLIENT_V4, LB_CLIENT_IF, LB_CLIENT_SIDE_MAC, VIP_V4,
-        backend_v4,
+        backend_v4, lb_backend_if,
     },
     agent::{Agent, unique_pin_path},
     bench::{
         self, Summary,
         flood::{Flood, udp_v4_frame},
         host::{self, CpuTimes, LinkCounters, cpu_times, load_average, machine, task_runtime_ns},
+        large_config::{Shape, Version, fragments},
     },
     netns::Topology,
     nft::{NftDnat, Selector},
     privileged, xdp_pass,
 };
-use switchyard::dataplane::attach::ifindex;
+use switchyard::{
+    config::{Config, load_files},
+    dataplane::{attach::ifindex, load, maps::KernelMaps},
+    publish::Publisher,
+};
 
 const BACKENDS: usize = 2;
 const PORT: u16 = 80;
@@ -85,6 +105,9 @@ enum Mode {
     Nftables,
     /// Switchyard's XDP program attached by the real agent; `dsr-l2`.
     Switchyard,
+    /// Switchyard's XDP program loaded and attached by this process, with the large
+    /// configuration (`--only apply`); `dsr-l2`.
+    InProcess,
 }
 
 impl Mode {
@@ -95,6 +118,7 @@ impl Mode {
             Self::Routing => "routing (1 backend)",
             Self::Nftables => "nftables DNAT",
             Self::Switchyard => "switchyard dsr-l2",
+            Self::InProcess => "switchyard, 1,001 services",
         }
     }
 
@@ -108,7 +132,7 @@ impl Mode {
     fn destination(self) -> Ipv4Addr {
         match self {
             Self::Routing => backend_v4(1),
-            Self::Nftables | Self::Switchyard => VIP_V4,
+            Self::Nftables | Self::Switchyard | Self::InProcess => VIP_V4,
         }
     }
 }
@@ -129,6 +153,8 @@ struct Snapshot {
 #[derive(Debug)]
 struct Sample {
     mode: Mode,
+    /// What the window is called in the output.
+    label: &'static str,
     secs: f64,
     offered: u64,
     lb_rx: u64,
@@ -138,9 +164,10 @@ struct Sample {
 }
 
 impl Sample {
-    fn between(mode: Mode, a: &Snapshot, b: &Snapshot) -> Self {
+    fn between(mode: Mode, label: &'static str, a: &Snapshot, b: &Snapshot) -> Self {
         Self {
             mode,
+            label,
             secs: (b.at - a.at).as_secs_f64(),
             offered: b.offered - a.offered,
             lb_rx: b.lb_rx - a.lb_rx,
@@ -182,7 +209,7 @@ impl Sample {
             "  {:<20} delivered {:.3} Mpps [{}]  per lb CPU-second {:.3} Mpps  lb received {:.3} \
              Mpps  offered {:.3} Mpps  NAPI thread {:.0}% of CPU{LB_CPU} (CPU{LB_CPU} busy {:.0}%, \
              softirq {:.0}%, steal {:.0}%)",
-            self.mode.name(),
+            self.label,
             self.delivered_pps() / 1e6,
             per_backend.join(" + "),
             self.per_cpu_pps() / 1e6,
@@ -281,6 +308,25 @@ impl Bench {
 
     /// Floods `mode`'s destination for the warm-up and the window; the forwarder must be set up.
     fn measure(&self, mode: Mode) -> Result<Sample> {
+        self.flood(mode, || self.window(mode, mode.name()))
+    }
+
+    /// One window of `self.secs` seconds; the flood must run.
+    fn window(&self, mode: Mode, label: &'static str) -> Result<Sample> {
+        let a = self.snapshot()?;
+        std::thread::sleep(self.secs);
+        let b = self.snapshot()?;
+        let sample = Sample::between(mode, label, &a, &b);
+        ensure!(
+            sample.delivered_pps() > 0.0,
+            "{label}: nothing reached the backends"
+        );
+        Ok(sample)
+    }
+
+    /// Floods `mode`'s destination, and runs `during` after the warm-up; the forwarder must be
+    /// set up.
+    fn flood<T>(&self, mode: Mode, during: impl FnOnce() -> Result<T>) -> Result<T> {
         let frame = udp_v4_frame(
             CLIENT_MAC,
             LB_CLIENT_SIDE_MAC,
@@ -303,13 +349,8 @@ impl Bench {
                 Ok(())
             })?);
         }
-        let window = (|| -> Result<Sample> {
-            std::thread::sleep(WARMUP);
-            let a = self.snapshot()?;
-            std::thread::sleep(self.secs);
-            let b = self.snapshot()?;
-            Ok(Sample::between(mode, &a, &b))
-        })();
+        std::thread::sleep(WARMUP);
+        let out = during();
         drop(stop);
         for g in generators {
             match g.join() {
@@ -317,13 +358,7 @@ impl Bench {
                 Err(_) => bail!("a flood generator panicked"),
             }
         }
-        let sample = window?;
-        ensure!(
-            sample.delivered_pps() > 0.0,
-            "{}: nothing reached the backends",
-            mode.name()
-        );
-        Ok(sample)
+        out
     }
 
     fn run(&self, mode: Mode) -> Result<Sample> {
@@ -347,8 +382,275 @@ impl Bench {
                 let _ = std::fs::remove_dir(&pin);
                 sample
             }
+            Mode::InProcess => bail!("the in-process program is measured by `--only apply`"),
         }
     }
+}
+
+/// The flooded service and its pool of the real backends, beside the large configuration.
+fn flood_fragment() -> String {
+    let backends: Vec<String> = (1..=BACKENDS)
+        .map(|i| format!("      - {{ address: {} }}", backend_v4(i)))
+        .collect();
+    format!(
+        "services:\n  - {{ name: flood, vip: {VIP_V4}, port: {PORT}, protocol: udp, forward: \
+         dsr-l2, to: {{ pool: web }} }}\npools:\n  - name: web\n    backends:\n{}\n",
+        backends.join("\n")
+    )
+}
+
+/// Switchyard's program loaded and attached by this process (`--only apply`), its maps, the
+/// publisher that writes them and the two versions of the configuration. Dropping it detaches
+/// the program (aya owns the links).
+struct InProcess {
+    maps: KernelMaps,
+    publisher: Publisher,
+    /// The base and the changed version, each with the flooded service.
+    versions: [Config; 2],
+    _ebpf: Ebpf,
+}
+
+impl InProcess {
+    /// Loads the program, publishes the base version and attaches to the lb's interfaces.
+    fn attach(topo: &Topology) -> Result<Self> {
+        let version = |v: Version| -> Result<Config> {
+            let mut files = fragments(&Shape::ISSUE_4, v);
+            files.push(("zz-flood.yaml".into(), flood_fragment()));
+            load_files(&files).map_err(|e| anyhow::anyhow!("the large config ({v:?}):\n{e}"))
+        };
+        let versions = [version(Version::Base)?, version(Version::Changed)?];
+        let mut ebpf = load::load(None)?;
+        let mut maps = KernelMaps::take(&mut ebpf)?;
+        let mut publisher = Publisher::new();
+        publisher.apply(&mut maps, &versions[0])?;
+        let mut names = vec![LB_CLIENT_IF.to_string()];
+        names.extend((1..=BACKENDS).map(lb_backend_if));
+        // Interface indexes, the redirect map and the links belong to the lb's namespace.
+        topo.lb().run(|| -> Result<()> {
+            let prog = load::program_mut(&mut ebpf)?;
+            for name in &names {
+                let index = ifindex(name)?;
+                maps.tx_ports
+                    .insert(index, index, None, 0)
+                    .context("TX_PORTS")?;
+                prog.attach_to_if_index(index, XdpMode::Driver)
+                    .with_context(|| format!("attaching to {name}"))?;
+            }
+            Ok(())
+        })??;
+        Ok(Self {
+            maps,
+            publisher,
+            versions,
+            _ebpf: ebpf,
+        })
+    }
+}
+
+/// What an apply loop did during a window.
+#[derive(Debug, Default)]
+struct Applies {
+    count: u32,
+    busy: Duration,
+    max: Duration,
+}
+
+impl Applies {
+    fn print(&self, secs: f64) {
+        println!(
+            "  {:<20} {} applies ({:.1}/s), {:.1} ms each on average, max {:.1} ms",
+            "",
+            self.count,
+            f64::from(self.count) / secs,
+            self.busy.as_secs_f64() * 1e3 / f64::from(self.count.max(1)),
+            self.max.as_secs_f64() * 1e3
+        );
+    }
+}
+
+/// Applies the two versions alternately until `stop`.
+fn apply_loop(stop: &AtomicBool, program: &mut InProcess) -> Result<Applies> {
+    let InProcess {
+        maps,
+        publisher,
+        versions,
+        ..
+    } = program;
+    let mut done = Applies::default();
+    while !stop.load(Ordering::Relaxed) {
+        // The base version is live at the start of every loop (an even count of applies).
+        let cfg = &versions[(done.count as usize + 1) % 2];
+        let start = Instant::now();
+        publisher.apply(maps, cfg)?;
+        let took = start.elapsed();
+        done.count += 1;
+        done.busy += took;
+        done.max = done.max.max(took);
+    }
+    // Back to the base version, for the next window.
+    if done.count % 2 == 1 {
+        publisher.apply(maps, &versions[0])?;
+    }
+    Ok(done)
+}
+
+/// Computes until `stop`, touching no memory: a CPU-bound thread that is not an apply.
+fn busy_loop(stop: &AtomicBool) {
+    // Plain arithmetic, no `pause` (a spin-wait hint a hypervisor may answer by descheduling
+    // the virtual CPU).
+    let mut x = 1u64;
+    while !stop.load(Ordering::Relaxed) {
+        for _ in 0..10_000 {
+            x = std::hint::black_box(x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1));
+        }
+    }
+}
+
+/// What runs beside the flood during a window of `--only apply`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Beside {
+    /// Nothing.
+    Idle,
+    /// [`busy_loop`] on the generator's CPU.
+    BusyOwn,
+    /// [`apply_loop`] on the generator's CPU (the agent on a CPU of its own).
+    ApplyOwn,
+    /// [`busy_loop`] on the lb's CPU.
+    BusyLb,
+    /// [`apply_loop`] on the lb's CPU (the agent sharing the forwarding CPU).
+    ApplyLb,
+}
+
+/// The windows of one `--only apply` round, in order. The busy loops are the controls: on
+/// this two-CPU machine the applying thread shares a CPU with the generator or with the lb,
+/// and a busy loop in its place shows what sharing that CPU alone costs.
+const APPLY_WINDOWS: [(&str, Beside); 6] = [
+    ("idle (before)", Beside::Idle),
+    ("busy loop, own CPU", Beside::BusyOwn),
+    ("applying, own CPU", Beside::ApplyOwn),
+    ("busy loop, lb's CPU", Beside::BusyLb),
+    ("applying, lb's CPU", Beside::ApplyLb),
+    ("idle (after)", Beside::Idle),
+];
+
+impl Bench {
+    /// One round of `--only apply`: one flood, the [`APPLY_WINDOWS`].
+    fn apply_round(&self, program: &mut InProcess, gen_cpu: usize) -> Result<Vec<Sample>> {
+        let mode = Mode::InProcess;
+        self.flood(mode, || {
+            let mut out = Vec::new();
+            for (label, beside) in APPLY_WINDOWS {
+                let (cpu, applying) = match beside {
+                    Beside::Idle => {
+                        let s = self.window(mode, label)?;
+                        s.print();
+                        out.push(s);
+                        continue;
+                    }
+                    Beside::BusyOwn => (gen_cpu, false),
+                    Beside::ApplyOwn => (gen_cpu, true),
+                    Beside::BusyLb => (LB_CPU, false),
+                    Beside::ApplyLb => (LB_CPU, true),
+                };
+                let stop = AtomicBool::new(false);
+                let (sample, applies) = std::thread::scope(|scope| {
+                    let worker = scope.spawn(|| -> Result<Option<Applies>> {
+                        host::pin(0, cpu)?;
+                        if applying {
+                            apply_loop(&stop, program).map(Some)
+                        } else {
+                            busy_loop(&stop);
+                            Ok(None)
+                        }
+                    });
+                    let sample = self.window(mode, label);
+                    stop.store(true, Ordering::Relaxed);
+                    let applies = worker
+                        .join()
+                        .unwrap_or_else(|p| std::panic::resume_unwind(p));
+                    (sample, applies)
+                });
+                let (sample, applies) = (sample?, applies?);
+                sample.print();
+                if let Some(applies) = applies {
+                    ensure!(
+                        applies.count > 0,
+                        "{label}: no apply finished in the window"
+                    );
+                    applies.print(sample.secs);
+                }
+                out.push(sample);
+            }
+            Ok(out)
+        })
+    }
+}
+
+/// `--only apply`: the forwarding rate while configurations are applied, over the rate before.
+fn apply_bench(bench: &Bench, rounds: usize, gen_cpu: usize) -> Result<()> {
+    let mut program = InProcess::attach(&bench.topo)?;
+    println!(
+        "program loaded and attached by this process; {} services, {} pools, {} backends in \
+         the maps",
+        program.publisher.services().len(),
+        program.publisher.pools().len(),
+        program
+            .publisher
+            .pools()
+            .values()
+            .map(|p| p.backends.len())
+            .sum::<usize>()
+    );
+    let mut windows = Vec::new();
+    for round in 1..=rounds {
+        println!("round {round}:");
+        windows.push(bench.apply_round(&mut program, gen_cpu)?);
+    }
+    let index = |b: Beside| APPLY_WINDOWS.iter().position(|(_, x)| *x == b).unwrap_or(0);
+    let before = index(Beside::Idle);
+    println!(
+        "\nsummary over {rounds} rounds, median (per round): each window over another of its \
+         round"
+    );
+    let ratio = |label: &str, top: usize, bottom: usize| {
+        for (what, f) in [
+            ("delivered", Sample::delivered_pps as fn(&Sample) -> f64),
+            ("per lb CPU-second", Sample::per_cpu_pps),
+        ] {
+            let r: Vec<f64> = windows.iter().map(|w| f(&w[top]) / f(&w[bottom])).collect();
+            println!(
+                "  {label:<42} {what:<18} {:.3} ({})",
+                Summary::of(&r).median,
+                r.iter()
+                    .map(|x| format!("{x:.3}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+        }
+    };
+    for (i, (label, _)) in APPLY_WINDOWS.iter().enumerate().skip(1) {
+        ratio(&format!("{label} / before"), i, before);
+    }
+    ratio(
+        "applying / busy loop, own CPU",
+        index(Beside::ApplyOwn),
+        index(Beside::BusyOwn),
+    );
+    ratio(
+        "applying / busy loop, lb's CPU",
+        index(Beside::ApplyLb),
+        index(Beside::BusyLb),
+    );
+    let rates: Vec<f64> = windows
+        .iter()
+        .map(|w| w[before].delivered_pps() / 1e6)
+        .collect();
+    let b = Summary::of(&rates);
+    println!(
+        "  before: delivered {:.3} Mpps median ({:.3}–{:.3})",
+        b.median, b.min, b.max
+    );
+    Ok(())
 }
 
 fn agent_config(pin: &str) -> String {
@@ -371,14 +673,20 @@ fn main() -> Result<()> {
     if privileged::require("bench forward", &["nft"]).is_err() {
         return Ok(());
     }
-    router_tests::agent::binary()?;
     let secs: f64 = bench::arg("secs").unwrap_or(5.0);
     let rounds: usize = bench::arg("rounds").unwrap_or(4);
-    // `--only MODE` runs one mode (e.g. to profile it with `perf record -C 0`).
-    let modes: Vec<Mode> = match bench::arg::<String>("only") {
-        Some(name) => vec![Mode::parse(&name).context("--only routing|nftables|switchyard")?],
+    // `--only MODE` runs one mode (e.g. to profile it with `perf record -C 0`); `--only
+    // apply`, the forwarding rate during applies.
+    let only = bench::arg::<String>("only");
+    let apply = only.as_deref() == Some("apply");
+    let modes: Vec<Mode> = match only {
+        Some(_) if apply => Vec::new(),
+        Some(name) => vec![Mode::parse(&name).context("--only routing|nftables|switchyard|apply")?],
         None => Mode::ALL.to_vec(),
     };
+    if modes.contains(&Mode::Switchyard) {
+        router_tests::agent::binary()?;
+    }
     let cpus = host::cpu_count();
     ensure!(
         cpus >= 2,
@@ -398,6 +706,11 @@ fn main() -> Result<()> {
         WARMUP.as_secs()
     );
     let bench = Bench::new(Duration::from_secs_f64(secs))?;
+    if apply {
+        apply_bench(&bench, rounds, gen_cpu)?;
+        println!("load average at end: {}", load_average());
+        return Ok(());
+    }
     let mut samples = Vec::new();
     for round in 1..=rounds {
         println!("round {round}:");

@@ -246,12 +246,14 @@ fn a_slot_freed_in_an_apply_is_not_reused_while_a_live_table_names_it() {
 
 #[test]
 fn an_apply_that_cannot_get_its_slots_changes_nothing() {
-    // One pool of 3,000 backends renumbered at once: 6,000 slots would be needed side by side.
+    // One pool of more than half the backend slots renumbered at once: more slots than there
+    // are would be needed side by side.
+    let half = MAX_BACKENDS as usize / 2 + 1;
     let mut dp = Checked::default();
     let mut p = Publisher::new();
     let before = config(
         vec![service("web", 80, "dc1")],
-        vec![pool("dc1", addrs([1, 0], 3000))],
+        vec![pool("dc1", addrs([1, 0], half))],
     );
     p.apply(&mut dp, &before).unwrap();
     let generation = p.generation();
@@ -268,7 +270,7 @@ fn an_apply_that_cannot_get_its_slots_changes_nothing() {
     let slots: Vec<u32> = p.pools()["dc1"].backends.iter().map(|b| b.slot).collect();
     let after = config(
         vec![service("web", 80, "dc1")],
-        vec![pool("dc1", addrs([50, 0], 3000))],
+        vec![pool("dc1", addrs([50, 0], half))],
     );
     assert!(matches!(
         p.apply(&mut dp, &after),

@@ -4,9 +4,12 @@
 //! - [`testrun`] — time an XDP program with `BPF_PROG_TEST_RUN`, and the baseline program
 //! - [`flood`] — an in-kernel UDP flood generator (`BPF_PROG_TEST_RUN` in live-frames mode)
 //! - [`host`] — CPU pinning, CPU and thread time counters, interface counters, the machine
+//! - [`large_config`] — generated configurations of 1,000 services, 5,000 backends and 200
+//!   rules, and a changed version of each
 
 pub mod flood;
 pub mod host;
+pub mod large_config;
 pub mod testrun;
 
 /// Whether `cargo bench` started this binary: it passes `--bench` to `harness = false`
