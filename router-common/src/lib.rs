@@ -25,7 +25,7 @@ pub use reason::{Reason, Verdict};
 
 /// Version of the map layout. Maps are pinned under `<pin_path>/v<ABI_VERSION>/`; an agent
 /// refuses to adopt pinned maps of another version rather than reading them with the wrong shape.
-pub const ABI_VERSION: u32 = 1;
+pub const ABI_VERSION: u32 = 2;
 
 /// Entries in one Maglev lookup table: a prime, as the Maglev paper (§3.4) requires, large
 /// enough that each of a few hundred backends gets hundreds of slots.

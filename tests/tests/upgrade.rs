@@ -647,8 +647,9 @@ fn detach_keep_maps_leaves_the_maps_for_the_next_agent_and_detach_removes_them()
     // The maps carry BTF: bpftool prints named fields.
     let config = bpftool_dump(&pin_dir.join(maps::CONFIG))?;
     let services = bpftool_dump(&pin_dir.join(maps::SERVICES))?;
+    let abi = format!("\"abi_version\":{ABI_VERSION}");
     for (dump, field) in [
-        (&config, "\"abi_version\":1"),
+        (&config, abi.as_str()),
         (&config, "\"generation\":"),
         (&services, "\"port\":"),
         (&services, "\"decision\":"),
