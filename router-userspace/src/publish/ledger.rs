@@ -187,6 +187,8 @@ impl Publisher {
                     backends,
                     active: pool.active & 1,
                     live: maps.read_table(lp.slot, pool.active & 1),
+                    // Unknown: the first apply builds each table once and finds it equal.
+                    built_from: None,
                 },
             );
         }

@@ -161,7 +161,7 @@ impl Store {
         let names: Vec<String> = store.pools.keys().cloned().collect();
         let mut changed = Vec::new();
         for p in names {
-            store.pool_builtins(&p, &mut changed);
+            store.pool_builtins(&p, None, &mut changed);
         }
         store.recompute(&mut changed);
         Ok(store)
@@ -308,7 +308,7 @@ impl Store {
         }
         b.1 = healthy;
         let mut changed = Vec::new();
-        self.pool_builtins(pool, &mut changed);
+        self.pool_builtins(pool, Some(address), &mut changed);
         self.recompute(&mut changed);
         changed
     }
@@ -389,7 +389,9 @@ impl Store {
         changed
     }
 
-    fn pool_builtins(&mut self, pool: &str, changed: &mut Vec<Slot>) {
+    /// Recomputes `pool.<pool>.*` and `backend.<address>.healthy` of `only` (one backend whose
+    /// health changed) or of every backend of the pool (`None`).
+    fn pool_builtins(&mut self, pool: &str, only: Option<IpAddr>, changed: &mut Vec<Slot>) {
         let Some(backends) = self.pools.get(pool) else {
             return;
         };
@@ -405,13 +407,32 @@ impl Store {
             (pool_name(pool, "healthy_count"), Value::Number(up as f64)),
             (pool_name(pool, "healthy_ratio"), Value::Number(ratio)),
         ];
-        for (address, _) in backends {
-            let any = self
-                .pools
-                .values()
-                .flatten()
-                .any(|(a, h)| a == address && *h);
-            sets.push((backend_name(*address, "healthy"), Value::Bool(any)));
+        // `backend.A.healthy` is "healthy in any pool". One backend changed: scan for it alone
+        // (one pass over all backends). Every backend (the first state): one set of the
+        // healthy addresses, so building a store stays linear in backends (it was quadratic:
+        // 20 ms at 5,000 backends).
+        match only {
+            Some(address) => {
+                let any = self
+                    .pools
+                    .values()
+                    .flatten()
+                    .any(|(a, h)| *a == address && *h);
+                sets.push((backend_name(address, "healthy"), Value::Bool(any)));
+            }
+            None => {
+                let healthy: std::collections::HashSet<IpAddr> = self
+                    .pools
+                    .values()
+                    .flatten()
+                    .filter(|(_, h)| *h)
+                    .map(|(a, _)| *a)
+                    .collect();
+                for (address, _) in backends {
+                    let any = healthy.contains(address);
+                    sets.push((backend_name(*address, "healthy"), Value::Bool(any)));
+                }
+            }
         }
         for (name, value) in sets {
             if let Some((slot, _)) = self.schema.get(&name)
