@@ -79,7 +79,8 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
-    /// Operator commands over the local API: state, overrides, decisions, explain, what-if.
+    /// Operator commands over the local API: state, overrides, decisions, explain, what-if;
+    /// config versions, diff, rollback, apply.
     Ctl {
         /// Directory of `*.yaml` fragments (for `agent.api`).
         #[arg(long, default_value = DEFAULT_DIR)]

@@ -52,9 +52,15 @@ enum Cmd {
     /// namespaces, runs the real `switchyard attach` in the balancer with a config written as
     /// an operator would, sends TCP, UDP and IPv6 traffic and shows which backend served it,
     /// fails a backend and shows how long the agent took to notice and where traffic went,
-    /// prints status and metrics, and removes everything again: namespaces, pins, files.
+    /// changes the config by editing a file (applied by the directory watch) and rolls it
+    /// back, prints status and metrics, and removes everything again: namespaces, pins, files.
     /// Ctrl-C also removes everything. The first run installs the toolchain (a few minutes).
-    Demo,
+    Demo {
+        /// Before cleaning up, print how to inspect the running system from another shell
+        /// (status, ctl, maps, bpftool) and wait for Enter
+        #[arg(long)]
+        pause: bool,
+    },
     /// Run the whole test suite as CI does (root)
     ///
     /// Sets up, builds the `switchyard` binary (the namespace tests run it), then runs
@@ -80,10 +86,14 @@ fn run(args: Args) -> Result<ExitCode> {
     match args.cmd {
         Cmd::Setup => ws.setup().map(|()| ExitCode::SUCCESS),
         Cmd::Doctor => Ok(doctor::run()),
-        Cmd::Demo => {
+        Cmd::Demo { pause } => {
             ws.setup()?;
             ws.build_switchyard()?;
-            ws.hand_over_to_lab(&["demo"])
+            if pause {
+                ws.hand_over_to_lab(&["demo", "--pause"])
+            } else {
+                ws.hand_over_to_lab(&["demo"])
+            }
         }
         Cmd::Test { cargo_test_args } => {
             ws.setup()?;

@@ -502,7 +502,8 @@ pub struct InterfaceStatus {
     /// Interface name.
     pub name: String,
     /// Kernel id of the XDP program running there, read from the pinned link (so it follows
-    /// `switchyard upgrade`); `None` if the link cannot be read.
+    /// `switchyard upgrade`); `None` when there is no pinned link (`switchyard detach` ran
+    /// while this agent runs: nothing is attached there any more).
     pub program_id: Option<u32>,
 }
 
@@ -595,7 +596,7 @@ impl Shared {
             interfaces: self
                 .interfaces
                 .iter()
-                .map(|(name, how)| InterfaceStatus {
+                .map(|(name, _)| InterfaceStatus {
                     name: name.clone(),
                     // The pinned link says which program runs now (it follows `switchyard
                     // upgrade` and adopted links); what this agent loaded is the fallback.
@@ -603,12 +604,7 @@ impl Shared {
                         &load::pin_dir(&self.config.agent.pin_path),
                         name,
                     )
-                    .map(|(_, program)| program)
-                    .or(if *how == Attached::New {
-                        self.program_id
-                    } else {
-                        None
-                    }),
+                    .map(|(_, program)| program),
                 })
                 .collect(),
             services,

@@ -90,7 +90,10 @@ pub fn render(s: &Status) -> String {
         .iter()
         .map(|i| match i.program_id {
             Some(id) => format!("{} (program {id})", i.name),
-            None => format!("{} (adopted)", i.name),
+            None => format!(
+                "{} (DETACHED: no pinned link; `switchyard detach` ran?)",
+                i.name
+            ),
         })
         .collect();
     let _ = writeln!(o, "interfaces: {}; {} XDP", interfaces.join(", "), s.mode);

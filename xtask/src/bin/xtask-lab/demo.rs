@@ -35,8 +35,9 @@ const TALLY: usize = 300;
 const INTERVAL: &str = "300ms";
 const UNHEALTHY_THRESHOLD: u32 = 2;
 
-/// Runs the demo and checks that nothing is left behind, whatever happened.
-pub fn run() -> Result<()> {
+/// Runs the demo and checks that nothing is left behind, whatever happened. With `pause`, it
+/// waits before cleaning up, so the running system can be inspected from another shell.
+pub fn run(pause: bool) -> Result<()> {
     // SAFETY: geteuid has no preconditions and cannot fail.
     if unsafe { libc::geteuid() } != 0 {
         bail!("the demo creates network namespaces and loads BPF programs: run it as root");
@@ -49,7 +50,7 @@ pub fn run() -> Result<()> {
             stale.join(", ")
         );
     }
-    let result = demo();
+    let result = demo(pause);
     let left = cleanup::sweep_own();
     if left.is_empty() {
         println!(
@@ -72,7 +73,7 @@ fn heading(n: u32, title: &str) {
     println!("\n== {n}. {title} ==");
 }
 
-fn demo() -> Result<()> {
+fn demo(pause: bool) -> Result<()> {
     println!(
         "Switchyard demo: a client, a load balancer and {BACKENDS} backends, each in its own \
          network namespace on this machine. The balancer runs the real `switchyard attach`."
@@ -148,20 +149,116 @@ fn demo() -> Result<()> {
     print!("{}", status(&agent)?);
     checkpoint()?;
 
+    heading(9, "A config change, dropped into the directory");
+    config_change(&topo, &agent, &yaml)?;
+    checkpoint()?;
+
     heading(
-        9,
+        10,
         "Metrics (GET /metrics on the agent's API, 127.0.0.1:9900; a few lines)",
     );
     print_metrics(&agent.api_get("/metrics")?);
     checkpoint()?;
 
-    heading(10, "Cleaning up");
+    if pause {
+        pause_for_inspection(&topo, &agent)?;
+    }
+    heading(11, "Cleaning up");
     drop(agent);
     println!("agent stopped; program detached from every interface; its pins removed");
     drop(servers);
     topo.teardown()?;
     println!("servers stopped; namespaces deleted");
     Ok(())
+}
+
+/// `switchyard ARGS…` as the operator types it, run in the lb namespace; prints both.
+fn show(agent: &Agent, args: &[&str]) -> Result<()> {
+    let dir = agent.dir().display().to_string();
+    let mut all: Vec<&str> = args.to_vec();
+    all.extend(["--config-dir", &dir]);
+    if args.first() == Some(&"ctl") {
+        // `--config-dir` belongs to `ctl`, before its subcommand.
+        all = vec!["ctl", "--config-dir", &dir];
+        all.extend(&args[1..]);
+    }
+    println!("$ switchyard {}", args.join(" "));
+    print!("{}", agent.cli(&all)?);
+    Ok(())
+}
+
+/// Gives b1 three times the weight by editing the fragment in place (no signal: the agent
+/// watches the directory), shows the traffic follow, the history and the diff, then rolls back.
+fn config_change(topo: &Topology, agent: &Agent, yaml: &str) -> Result<()> {
+    let b1 = backend_v4(1);
+    let edited = yaml.replacen(
+        &format!("{{ address: \"{b1}\" }}"),
+        &format!("{{ address: \"{b1}\", weight: 300 }}"),
+        1,
+    );
+    println!(
+        "Editing 10-demo.yaml: {} gets weight 300 in pool web (the others keep 100). No signal: \
+         the agent watches its config directory.",
+        backend_name(1)
+    );
+    let before = agent.status()?.generation;
+    let written = Instant::now();
+    agent.write_file("10-demo.yaml", &edited)?;
+    wait_until(agent, |s| s.generation > before)?;
+    println!(
+        "Live {:.2} s after the write (a 200 ms quiet period, then one apply: validate, diff, \
+         write the maps, record the version).",
+        written.elapsed().as_secs_f64()
+    );
+    tally(topo, vip_v4(TCP_ECHO_PORT))?;
+    show(agent, &["ctl", "versions"])?;
+    show(agent, &["ctl", "diff", "1", "2"])?;
+    println!("Rolling back to version 1 (the file is left as it is; `status` says so):");
+    let before = agent.status()?.generation;
+    show(agent, &["ctl", "rollback", "1"])?;
+    wait_until(agent, |s| s.generation > before)?;
+    tally(topo, vip_v4(TCP_ECHO_PORT))?;
+    Ok(())
+}
+
+/// Prints how to look at the running system from another shell and waits for Enter.
+fn pause_for_inspection(topo: &Topology, agent: &Agent) -> Result<()> {
+    let bin = agent::binary()?.display().to_string();
+    let ns = format!("nsenter --net={}", topo.lb().path().display());
+    let dir = agent.dir().display();
+    println!("\n== Paused: the system keeps running. From another shell, as root: ==");
+    println!("  {ns} {bin} status --config-dir {dir}");
+    println!("  {ns} {bin} ctl --config-dir {dir} versions");
+    println!("  {ns} {bin} maps --config-dir {dir}");
+    println!(
+        "  bpftool map dump pinned {}/SERVICES",
+        agent.pin_dir().display()
+    );
+    println!("  vi {dir}/10-demo.yaml      # a change is live ~200 ms after you save");
+    println!(
+        "  ip netns exec {} curl -s 127.0.0.1:9900/metrics | head",
+        topo.lb().name()
+    );
+    println!("(`ip netns exec` hides /sys/fs/bpf: run switchyard itself with nsenter, as above.)");
+    println!("Press Enter to clean up (Ctrl-C also cleans up).");
+    // Poll rather than block in read_line, so a Ctrl-C (a flag the checkpoint reads) ends the
+    // pause at once.
+    loop {
+        checkpoint()?;
+        let mut fd = libc::pollfd {
+            fd: libc::STDIN_FILENO,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd for the duration of the call.
+        if unsafe { libc::poll(&mut fd, 1, 100) } > 0 {
+            let mut line = String::new();
+            std::io::stdin()
+                .read_line(&mut line)
+                .context("reading stdin")?;
+            return Ok(());
+        }
+    }
 }
 
 fn print_network(topo: &Topology) {

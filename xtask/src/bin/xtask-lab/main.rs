@@ -24,14 +24,18 @@ struct Args {
 #[derive(Subcommand)]
 enum Cmd {
     /// The whole system in network namespaces, then everything removed again.
-    Demo,
+    Demo {
+        /// Wait for Enter before cleaning up, to inspect the running system.
+        #[arg(long)]
+        pause: bool,
+    },
     /// Load the XDP program (not attached, no pins) and print the verifier's statistics.
     Verifier,
 }
 
 fn main() -> ExitCode {
     let result: Result<()> = match Args::parse().cmd {
-        Cmd::Demo => demo::run(),
+        Cmd::Demo { pause } => demo::run(pause),
         Cmd::Verifier => verifier::run(),
     };
     match result {
