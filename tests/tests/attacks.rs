@@ -759,6 +759,17 @@ decisions:
     )
 }
 
+/// Every switch in the audit trail of group `g`: (from, to, cause).
+fn switches(agent: &Agent) -> Result<Vec<String>> {
+    let v: serde_json::Value = serde_json::from_str(&agent.api_get("/decisions?group=g")?)?;
+    Ok(v.as_array()
+        .context("decisions")?
+        .iter()
+        .filter(|r| r["kind"] == "switch")
+        .map(|r| format!("{} → {} ({})", r["from"], r["to"], r["cause"]))
+        .collect())
+}
+
 fn override_of(agent: &Agent) -> Result<serde_json::Value> {
     let v: serde_json::Value = serde_json::from_str(&agent.api_get("/explain/g")?)?;
     Ok(v["explanation"]["override"].clone())
@@ -801,9 +812,17 @@ fn overrides_pushed_state_and_a_renamed_group_pool_survive_reloads() -> Result<(
     );
     // An unrelated change (dc1's weight) one second later.
     std::thread::sleep(Duration::from_secs(1));
+    let switches = switches(&agent)?;
     let g = agent.status()?.generation;
     agent.write_file("10-web.yaml", &decided(&pin, "dc1", "dc2", 90))?;
     agent.wait_for(LIMIT, |s| s.generation > g)?;
+    // Not even for a moment may the apply publish the rules' choice under the override.
+    let after = crate::switches(&agent)?;
+    ensure!(
+        after == switches,
+        "the apply switched the overridden group: {:?}",
+        &after[switches.len().min(after.len())..]
+    );
     ensure!(
         !override_of(&agent)?.is_null(),
         "the override ended at the reload: {}\n{}",

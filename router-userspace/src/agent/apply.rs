@@ -140,19 +140,15 @@ fn try_apply(
         ));
     }
     let started = Instant::now();
-    let cfg = fragments.load()?;
+    let cfg = running_agent(s, fragments.load()?);
     let (store, driver) = build(&cfg, s)?;
     let diff = Diff::between(&s.config, &cfg);
     let overrides = s.driver.override_requests(s.started.elapsed());
-    let generation = publish(s, &cfg, store, driver, started)?;
-    keep_overrides(s, overrides);
+    let generation = publish(s, &cfg, store, driver, started, overrides)?;
     let took_us = started.elapsed().as_micros() as u64;
     s.metrics.map_write.observe(started.elapsed().as_secs_f64());
     s.metrics.generation.set(generation as i64);
     s.metrics.applied.inc();
-    if cfg.agent != s.config.agent {
-        warn!("agent settings (api, pin_path, state_dir) change only on restart");
-    }
     let version = record(s, &fragments, source, generation);
     let mut all = targets(&cfg, &s.publisher);
     all.extend(decisions::state_probe_targets(&cfg));
@@ -178,6 +174,24 @@ fn try_apply(
     ))
 }
 
+/// `cfg` with the agent settings the running agent started with. They change only on restart:
+/// the API socket, the pin directory and the history store are open already, so an apply that
+/// took a new `state_dir` would write the audit log (and seed `ctl decisions`) elsewhere than
+/// the history, and `status` would look for the pinned links under another `pin_path`.
+fn running_agent(s: &Shared, mut cfg: Config) -> Config {
+    if cfg.agent != s.config.agent {
+        warn!(
+            "agent settings (api, pin_path, state_dir) change only on restart; this agent keeps \
+             api {}, pin_path {}, state_dir {}",
+            s.config.agent.api,
+            s.config.agent.pin_path.display(),
+            s.config.agent.state_dir.display()
+        );
+        cfg.agent = s.config.agent.clone();
+    }
+    cfg
+}
+
 /// The state store and decision groups of `cfg`, carrying over what the running ones know
 /// (pushed values, probe verdicts, each group's published action).
 fn build(cfg: &Config, s: &Shared) -> Result<(Store, Driver), ApplyError> {
@@ -190,24 +204,33 @@ fn build(cfg: &Config, s: &Shared) -> Result<(Store, Driver), ApplyError> {
     Ok((store, driver))
 }
 
-/// Writes `cfg` into the maps and makes `store` and `driver` the running ones. Returns the
-/// new generation.
+/// Writes `cfg` into the maps and makes `store` and `driver` the running ones, with
+/// `overrides` (those in force before) set again. Returns the new generation.
 fn publish(
     s: &mut Shared,
     cfg: &Config,
     store: Store,
-    mut driver: Driver,
+    driver: Driver,
     started: Instant,
+    overrides: Vec<(String, rules::engine::OverrideRequest)>,
 ) -> Result<u64, ApplyError> {
     let now = s.started.elapsed();
     let first = driver.initial_actions(&store, &s.publisher, now);
-    let Shared {
-        publisher, maps, ..
-    } = &mut *s;
-    let generation = publisher.apply_decided(maps, cfg, &first)?;
-    driver.on_change(&[], true, &store, publisher, maps, now, "apply", started);
+    let generation = s.publisher.apply_decided(&mut s.maps, cfg, &first)?;
     s.store = store;
     s.driver = driver;
+    // The overrides go back before the groups are evaluated: evaluated first, a resumed group
+    // under an override switched to its rules' choice and the override switched it back a
+    // moment later — new flows in between went to the pool the operator had forced them off.
+    keep_overrides(s, overrides);
+    let Shared {
+        publisher,
+        maps,
+        store,
+        driver,
+        ..
+    } = &mut *s;
+    driver.on_change(&[], true, store, publisher, maps, now, "apply", started);
     Ok(generation)
 }
 
@@ -292,7 +315,7 @@ pub fn start(
     probe_tx: &tokio::sync::mpsc::Sender<HealthEvent>,
 ) -> Result<ProbeSet, ApplyError> {
     if !s.running.hash.is_empty() && fragments.hash() == s.running.hash {
-        let cfg = fragments.load()?;
+        let cfg = running_agent(s, fragments.load()?);
         let (store, mut driver) = build(&cfg, s)?;
         let now = s.started.elapsed();
         let Shared {

@@ -229,16 +229,18 @@ pub async fn run(opts: Options) -> Result<(), AgentError> {
         None
     };
     let epoch = Instant::now();
-    let (publisher, running, previous) = match resumed {
+    let (publisher, running, mut previous) = match resumed {
         Some(r) => r,
-        // Nothing published yet: the running config is the empty one, with this config's
-        // agent settings (they are not a change).
+        // Nothing published yet: the running config is the empty one.
         None => {
-            let mut empty = config::load_files(&[]).map_err(AgentError::Config)?;
-            empty.agent = cfg.agent.clone();
+            let empty = config::load_files(&[]).map_err(AgentError::Config)?;
             (Publisher::new(), Running::default(), empty)
         }
     };
+    // The agent settings this process runs with are the ones it started with (the API bound,
+    // the pins and history opened above), whatever a resumed version recorded: applies keep
+    // them (`apply::try_apply`), and they are not a change.
+    previous.agent = cfg.agent.clone();
     let store = Store::new(&previous).map_err(|e| AgentError::Decisions(e.to_string()))?;
     let driver =
         Driver::new(&previous, &store, None).map_err(|e| AgentError::Decisions(e.to_string()))?;
