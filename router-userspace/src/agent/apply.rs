@@ -366,20 +366,33 @@ pub struct Request {
     pub reply: tokio::sync::oneshot::Sender<Result<Outcome, String>>,
 }
 
-/// Reads the config directory and applies it (the watch and SIGHUP). Returns the new probe
-/// set when something was applied.
+/// Reads the config directory and applies it (SIGHUP). Returns the new probe set when
+/// something was applied.
 pub fn directory(
     shared: &std::sync::Mutex<Shared>,
     source: &str,
     probe_tx: &tokio::sync::mpsc::Sender<HealthEvent>,
 ) -> Option<ProbeSet> {
     let mut s = shared.lock().ok()?;
-    read_and_apply(&mut s, source, probe_tx).ok()?.1
+    read_and_apply(&mut s, source, false, probe_tx).ok()?.1
+}
+
+/// [`directory`] for the watch: applies the directory only when its fragments changed since it
+/// was last read. An event that changes no fragment (an editor's swap file, a README, the
+/// agent's own files in a state directory that is this one) then applies nothing — above all
+/// it does not apply the files again after a `ctl rollback`, which they differ from on purpose.
+pub fn watched(
+    shared: &std::sync::Mutex<Shared>,
+    probe_tx: &tokio::sync::mpsc::Sender<HealthEvent>,
+) -> Option<ProbeSet> {
+    let mut s = shared.lock().ok()?;
+    read_and_apply(&mut s, "watch", true, probe_tx).ok()?.1
 }
 
 fn read_and_apply(
     s: &mut Shared,
     source: &str,
+    only_if_changed: bool,
     probe_tx: &tokio::sync::mpsc::Sender<HealthEvent>,
 ) -> Result<(Outcome, Option<ProbeSet>), ApplyError> {
     // Every problem at once: unreadable fragments and the others' (`DirFragments::load`).
@@ -388,7 +401,23 @@ fn read_and_apply(
         Err(e) => Err(d.load().err().unwrap_or(e)),
     });
     match read {
-        Ok(fragments) => apply(s, fragments, source, probe_tx),
+        Ok(fragments) => {
+            let hash = fragments.hash();
+            if only_if_changed && hash == s.seen {
+                return Ok((
+                    Outcome {
+                        changed: false,
+                        version: s.running.version,
+                        generation: s.publisher.generation(),
+                        diff: Vec::new(),
+                        took_us: 0,
+                    },
+                    None,
+                ));
+            }
+            s.seen = hash;
+            apply(s, fragments, source, probe_tx)
+        }
         Err(e) => {
             warn!("config change rejected ({source}); the running config stays:\n{e}");
             s.metrics.rejected.inc();
@@ -409,7 +438,7 @@ pub fn serve(
         return None;
     };
     let result = match req.what {
-        What::Directory => read_and_apply(&mut s, "ctl apply", probe_tx),
+        What::Directory => read_and_apply(&mut s, "ctl apply", false, probe_tx),
         What::Rollback(n) => version_fragments(&s, n)
             .and_then(|files| apply(&mut s, files, &format!("rollback to {n}"), probe_tx)),
     };

@@ -145,6 +145,10 @@ pub struct Shared {
     pub history: History,
     /// Applies asked for through the API go to the event loop through here.
     pub apply_tx: mpsc::Sender<apply::Request>,
+    /// Content hash of the config directory's fragments when it was last read (by any entry
+    /// point): the watch applies the directory only when its fragments changed since, so after
+    /// a rollback an event that changes no fragment does not apply the files again.
+    pub seen: String,
 }
 
 /// The probes of `cfg`, each starting from the health `publisher` has for its backend (up for
@@ -176,7 +180,7 @@ pub async fn run(opts: Options) -> Result<(), AgentError> {
     // Everything that can be checked is checked before the first change to the machine.
     let (fragments, cfg) = config::read_dir(&opts.config_dir)?.load()?;
     let history = History::open(&cfg.agent.state_dir)?;
-    let (watcher, mut watch_rx) = watch::watch(&opts.config_dir)?;
+    let (mut watch, mut watch_rx) = watch::Watch::new(&opts.config_dir)?;
     let listener = tokio::net::TcpListener::bind(cfg.agent.api)
         .await
         .map_err(|source| AgentError::Api {
@@ -265,6 +269,7 @@ pub async fn run(opts: Options) -> Result<(), AgentError> {
         running,
         history,
         apply_tx,
+        seen: fragments.hash(),
     };
     let mut probes = match apply::start(&mut shared, fragments, &tx) {
         Ok(set) => set,
@@ -318,14 +323,24 @@ pub async fn run(opts: Options) -> Result<(), AgentError> {
                 }
             }
             () = wake.notified() => {}
-            _ = tick.tick() => sampler.sample(&shared),
+            _ = tick.tick() => {
+                sampler.sample(&shared);
+                if watch.follow() {
+                    settle = Some(tokio::time::Instant::now() + watch::DEBOUNCE);
+                }
+            }
             Some(()) = watch_rx.recv() => {
                 settle = Some(tokio::time::Instant::now() + watch::DEBOUNCE);
             }
             () = settled => {
-                settle = None;
-                if let Some(set) = apply::directory(&shared, "watch", &tx) {
-                    probes = set;
+                if watch.writing().is_some() {
+                    // A fragment is still being written: read it once it is closed.
+                    settle = Some(tokio::time::Instant::now() + watch::DEBOUNCE);
+                } else {
+                    settle = None;
+                    if let Some(set) = apply::watched(&shared, &tx) {
+                        probes = set;
+                    }
                 }
             }
             _ = hup.recv() => {
@@ -342,7 +357,7 @@ pub async fn run(opts: Options) -> Result<(), AgentError> {
             _ = tokio::signal::ctrl_c() => break,
         }
     }
-    drop(watcher);
+    drop(watch);
     drop(probes);
     api.abort();
     // Keep `ebpf` alive until here: the maps and program stay pinned and attached after exit.

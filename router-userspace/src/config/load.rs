@@ -179,8 +179,9 @@ fn read_fragment(path: &Path) -> Result<String, String> {
     Ok(text)
 }
 
-/// Whether a directory entry named `name` is a fragment.
-fn is_fragment(name: &str) -> bool {
+/// Whether a directory entry named `name` is a fragment: `*.yaml`, not a dotfile or an editor
+/// leftover.
+pub fn is_fragment(name: &str) -> bool {
     name.ends_with(".yaml")
         && !name.starts_with('.') // dotfiles, Emacs lock files `.#x.yaml`, Vim `.x.yaml.swp`
         && !name.ends_with('~')
