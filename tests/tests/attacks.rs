@@ -483,6 +483,40 @@ fn rapid_churn_with_concurrent_ctl_apply_and_sighup_ends_on_the_last_write() -> 
     serves(&topo, 10)
 }
 
+/// A backend down by its health check, then the health check removed from its pool (an
+/// operator forcing the backend back in): nothing probes it any more, so nothing would ever
+/// bring it up — a pool without a health check has every backend up.
+#[test]
+fn removing_a_pools_health_check_brings_its_down_backends_back() -> Result<()> {
+    if skip("removing_a_pools_health_check") {
+        return Ok(());
+    }
+    let topo = Topology::builder().backends(2).build()?;
+    let servers = servers::start_all(&topo)?;
+    let pin = unique_pin_path();
+    let checked = web(&pin, "web", &[100, 100])
+        + &format!(
+            "    health_check: {}\n",
+            router_tests::config_text::FAST_HTTP_CHECK
+        );
+    let agent = Agent::start(&topo, &[("10-web.yaml", checked)])?;
+    let b1 = backend_v4(1).to_string();
+    agent.wait_for(LIMIT, |s| Agent::healthy(s, "web", &b1) == Some(true))?;
+    servers[0].set_healthy(false);
+    agent.wait_for(LIMIT, |s| Agent::healthy(s, "web", &b1) == Some(false))?;
+    let g = agent.status()?.generation;
+    agent.write_file("10-web.yaml", &web(&pin, "web", &[100, 100]))?;
+    agent.wait_for(LIMIT, |s| s.generation > g)?;
+    std::thread::sleep(Duration::from_millis(500));
+    ensure!(
+        Agent::healthy(&agent.status()?, "web", &b1) == Some(true),
+        "b1 stays down with no health check to bring it up"
+    );
+    let tally = client::tcp_tally(topo.client(), vip_v4(80), 20)?;
+    ensure!(tally.len() == 2, "b1 gets no new flows: {tally:?}");
+    consistent(&agent)
+}
+
 // ---------------------------------------------------------------------------------------------
 // The API and ctl
 // ---------------------------------------------------------------------------------------------

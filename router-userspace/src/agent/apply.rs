@@ -197,6 +197,13 @@ fn running_agent(s: &Shared, mut cfg: Config) -> Config {
 fn build(cfg: &Config, s: &Shared) -> Result<(Store, Driver), ApplyError> {
     let mut store = Store::new(cfg).map_err(|e| ApplyError::Decisions(e.to_string()))?;
     store.carry_over(&s.store, &s.publisher);
+    // A pool without a health check has every backend up (the publisher makes it so): a down
+    // verdict its removed check left must not stay in the state either.
+    for p in cfg.pools.iter().filter(|p| p.health_check.is_none()) {
+        for b in &p.backends {
+            store.set_backend_health(&p.name, b.address, true);
+        }
+    }
     let audit = AuditFile::open(&cfg.agent.state_dir);
     let mut driver =
         Driver::new(cfg, &store, Some(audit)).map_err(|e| ApplyError::Decisions(e.to_string()))?;
