@@ -743,6 +743,15 @@ fn a_restart_after_an_unrecorded_apply_keeps_established_connections() -> Result
         broken.len(),
         agent.log_text()
     );
+    let log = agent.log_text();
+    ensure!(!log.contains("renumbered"), "{log}");
+    // The start applied the directory over the maps and recorded it.
+    let status = agent.status()?;
+    ensure!(
+        status.running.version.is_some() && status.differs_from_files == Some(false),
+        "{:?}",
+        status.running
+    );
     Ok(())
 }
 

@@ -40,7 +40,7 @@ use crate::{
     history::History,
     metrics::Metrics,
     probe::{HealthEvent, ProbeTarget},
-    publish::{Ledger, PublishError, Publisher},
+    publish::{Ledger, PublishError, Publisher, RestoreError},
     state::Store,
 };
 
@@ -381,9 +381,22 @@ fn resume(history: &History, maps: &KernelMaps) -> Option<(Publisher, Running, C
             return None;
         }
     };
+    // Whether the maps are exactly that version's (or an unrecorded apply went further).
+    let mut exact = true;
     let restored = serde_json::from_str::<Ledger>(&latest.ledger)
         .map_err(|e| e.to_string())
-        .and_then(|l| Publisher::restore(&l, maps).map_err(|e| e.to_string()))
+        .and_then(|l| match Publisher::restore(&l, maps) {
+            Err(RestoreError::Generation { maps: m, ledger }) if m > ledger => {
+                warn!(
+                    "the pinned maps carry generation {m}, newer than version {}'s {ledger}: \
+                     an apply was not recorded; resuming from version {}'s slots",
+                    latest.info.number, latest.info.number
+                );
+                exact = false;
+                Publisher::restore_behind(&l, maps).map_err(|e| e.to_string())
+            }
+            r => r.map_err(|e| e.to_string()),
+        })
         .and_then(|p| {
             latest
                 .fragments()
@@ -400,7 +413,13 @@ fn resume(history: &History, maps: &KernelMaps) -> Option<(Publisher, Running, C
             );
             let running = Running {
                 version: Some(latest.info.number),
-                hash: latest.info.hash.clone(),
+                // Maps ahead of the version: no known hash, so the start applies the
+                // directory over them whatever it holds (`apply::start`).
+                hash: if exact {
+                    latest.info.hash.clone()
+                } else {
+                    String::new()
+                },
                 files: latest.info.files.clone(),
                 source: latest.info.source.clone(),
                 applied_at: latest.info.time,
