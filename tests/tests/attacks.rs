@@ -994,6 +994,52 @@ fn overrides_pushed_state_and_a_renamed_group_pool_survive_reloads() -> Result<(
     consistent(&agent)
 }
 
+/// Durations far in the future — an override TTL of 300 billion years, a `stable_for` as long
+/// — are valid input (saturating engine time) and must not kill the agent when its event loop
+/// turns the next deadline into an instant.
+#[test]
+fn absurd_durations_do_not_kill_the_agent() -> Result<()> {
+    if skip("absurd_durations") {
+        return Ok(());
+    }
+    let topo = Topology::builder().backends(2).build()?;
+    let _servers = servers::start_all(&topo)?;
+    let pin = unique_pin_path();
+    let slow = decided(&pin, "dc1", "dc2", 100)
+        + "    switch: { stable_for: 300000000000y, cooldown: 0s, failback_after: 0s }\n";
+    let agent = Agent::start(&topo, &[("10-web.yaml", slow)])?;
+    let b2 = router_tests::addrs::backend_name(2);
+    ctl(
+        &agent,
+        &[
+            "override",
+            "set",
+            "g",
+            "--to",
+            "pool=dc2",
+            "--reason",
+            "long",
+            "--ttl",
+            "300000000000y",
+        ],
+    )?;
+    std::thread::sleep(Duration::from_millis(300));
+    agent
+        .status()
+        .with_context(|| format!("the agent died after the override:\n{}", agent.log_text()))?;
+    // Cleared, the group waits `stable_for` before it leaves the override's pool; a state
+    // change then starts another such wait.
+    ctl(&agent, &["override", "clear", "g"])?;
+    ctl(&agent, &["state", "set", "maint=true"])?;
+    ctl(&agent, &["state", "set", "maint=false"])?;
+    std::thread::sleep(Duration::from_millis(300));
+    agent
+        .status()
+        .with_context(|| format!("the agent died:\n{}", agent.log_text()))?;
+    ensure!(reached(&topo, 5)? == [b2], "stable_for was not waited for");
+    Ok(())
+}
+
 // ---------------------------------------------------------------------------------------------
 // Upgrade while the agent applies
 // ---------------------------------------------------------------------------------------------

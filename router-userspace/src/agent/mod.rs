@@ -302,7 +302,11 @@ pub async fn run(opts: Options) -> Result<(), AgentError> {
             .lock()
             .ok()
             .and_then(|s| s.driver.next_deadline())
-            .map(|d| tokio::time::Instant::from_std(epoch + d));
+            // Engine time saturates (an override TTL or a `stable_for` of billions of years is
+            // valid input); an instant that far out does not exist, and `+` would panic and
+            // kill the agent. Such a deadline never comes.
+            .and_then(|d| epoch.checked_add(d))
+            .map(tokio::time::Instant::from_std);
         let timer = async {
             match deadline {
                 Some(d) => tokio::time::sleep_until(d).await,
