@@ -838,6 +838,45 @@ fn a_start_after_detach_keep_maps_resumes_the_kept_maps() -> Result<()> {
     serves(&topo, 10)
 }
 
+/// One map pin removed while the agent is stopped (a clean-up script, a hand-run `rm`), the
+/// program still attached through its pinned link and using the map. A starting agent that
+/// created a fresh map under that name would write a map the running program never reads:
+/// every change would be "applied" and none would reach the data plane. It must refuse to
+/// start (the program keeps forwarding) or keep using the program's map.
+#[test]
+fn a_missing_map_pin_under_an_attached_program_is_not_replaced_by_a_fresh_map() -> Result<()> {
+    if skip("a_missing_map_pin") {
+        return Ok(());
+    }
+    let topo = Topology::builder().backends(2).build()?;
+    let _servers = servers::start_all(&topo)?;
+    let pin = unique_pin_path();
+    let mut agent = Agent::start(&topo, &[("10-web.yaml", web(&pin, "web", &[100, 100]))])?;
+    agent.stop()?;
+    fs::remove_file(agent.pin_dir().join(router_common::maps::SERVICES))?;
+    agent.write_file("20-dns.yaml", DNS)?;
+    match agent.relaunch_expecting_exit(Duration::from_secs(10)) {
+        // Refused: with a clear error, and the old program still forwards.
+        Ok(exited) => {
+            ensure!(!exited.status.success(), "{}", exited.output);
+            ensure!(
+                exited.output.contains(router_common::maps::SERVICES),
+                "the refusal does not name the map:\n{}",
+                exited.output
+            );
+            serves(&topo, 5)
+        }
+        // Running: then the change must reach the program.
+        Err(_) => {
+            agent.wait_for(LIMIT, |s| s.services.len() == 2)?;
+            let udp = client::udp_tally(topo.client(), vip_v4(80), 5)
+                .context("the new service does not reach the running program")?;
+            ensure!(client::total(&udp) == 5, "{udp:?}");
+            Ok(())
+        }
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Decision groups, overrides, pushed state across reloads
 // ---------------------------------------------------------------------------------------------

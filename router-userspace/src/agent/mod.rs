@@ -193,6 +193,7 @@ pub async fn run(opts: Options) -> Result<(), AgentError> {
     // Maps pinned by an earlier agent are adopted and kept whatever happens; maps this run
     // pins are removed again if it fails to attach.
     let adopting_maps = attach::maps_pinned(&pin_dir);
+    attach::check_adoptable(&pin_dir)?;
     let mut ebpf = load::load(Some(&pin_dir))?;
     let mut maps = KernelMaps::take(&mut ebpf)?;
     let mut interfaces = Vec::new();
