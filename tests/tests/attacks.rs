@@ -582,6 +582,82 @@ fn bad_api_requests_change_nothing() -> Result<()> {
     serves(&topo, 5)
 }
 
+/// `web` plus a UDP service on port 81 over pool `big` of `n` backends at `10.<net>.x.y` (not
+/// reachable; only their slots matter).
+fn with_big_pool(pin: &str, net: u8, n: usize) -> String {
+    let mut text = web(pin, "web", &[100, 100]);
+    text = text.replace(
+        "pools:\n",
+        "  - { name: bulk, vip: \"198.18.0.10\", port: 81, protocol: udp, forward: dsr-l2, \
+         to: { pool: big } }\npools:\n",
+    );
+    text += "  - name: big\n    backends:\n";
+    for i in 0..n {
+        text += &format!(
+            "      - {{ address: \"10.{net}.{}.{}\", weight: 1 }}\n",
+            i / 250,
+            1 + i % 250
+        );
+    }
+    text
+}
+
+/// A rollback to a version that cannot be published beside the running one: the new backends
+/// of the version need more slots than are free while the running ones are held. Refused whole
+/// with the reason, the maps unchanged, the running version kept.
+#[test]
+fn a_rollback_beyond_the_slot_limits_is_refused_and_changes_nothing() -> Result<()> {
+    if skip("a_rollback_beyond_the_slot_limits") {
+        return Ok(());
+    }
+    let n = router_common::MAX_BACKENDS as usize / 2 + 100;
+    let topo = Topology::builder().backends(2).build()?;
+    let _servers = servers::start_all(&topo)?;
+    let pin = unique_pin_path();
+    let agent = Agent::start(&topo, &[("10-web.yaml", with_big_pool(&pin, 1, n))])?;
+    // Version 2 without the big pool, version 3 with another one as big.
+    for (version, text) in [
+        (2, web(&pin, "web", &[100, 100])),
+        (3, with_big_pool(&pin, 2, n)),
+    ] {
+        let g = agent.status()?.generation;
+        agent.write_file("10-web.yaml", &text)?;
+        agent
+            .wait_for(Duration::from_secs(20), |s| {
+                s.generation > g && s.running.version == Some(version)
+            })
+            .with_context(|| format!("version {version}"))?;
+    }
+    let before = agent.status()?;
+    let e = ctl(&agent, &["rollback", "1"])
+        .err()
+        .context("the rollback beyond the limits succeeded")?;
+    ensure!(
+        format!("{e:#}").contains("not enough free backend slots"),
+        "{e:#}"
+    );
+    let after = agent.status()?;
+    ensure!(
+        after.generation == before.generation && after.running.version == Some(3),
+        "{:?} → {:?}",
+        before.running,
+        after.running
+    );
+    // The directory was not what was refused: `status` must not say it was.
+    ensure!(
+        after.rejected.is_none() && after.differs_from_files == Some(false),
+        "status blames the directory: {:?}",
+        after.rejected
+    );
+    consistent(&agent)?;
+    serves(&topo, 5)?;
+    // Through a version without the big pool, the rollback fits.
+    ctl(&agent, &["rollback", "2"])?;
+    let out = ctl(&agent, &["rollback", "1"])?;
+    ensure!(out.contains("applied as version"), "{out}");
+    consistent(&agent)
+}
+
 // ---------------------------------------------------------------------------------------------
 // Agent settings, history, restart
 // ---------------------------------------------------------------------------------------------

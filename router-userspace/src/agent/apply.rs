@@ -7,8 +7,10 @@
 //! the version in the history store.
 //!
 //! A failure before the first map write (any config problem, a rule that does not compile, not
-//! enough free slots) leaves the running config and the maps untouched and is kept, with every
-//! problem, in `Shared::rejected` for `status` until a change applies. Fragments whose content
+//! enough free slots) leaves the running config and the maps untouched. When it was the config
+//! directory that was rejected, the error is kept, with every problem, in `Shared::rejected`
+//! for `status` until the directory applies; a refused `ctl rollback` is answered to its caller
+//! and says nothing about the directory. Fragments whose content
 //! hash is the running version's are not applied again: an editor's temporary file, a `touch`
 //! or a SIGHUP with nothing changed is a no-op.
 
@@ -86,7 +88,7 @@ fn now_secs() -> u64 {
 
 /// Applies `fragments` (name, text) as the running config. `probe_tx` receives the health
 /// events of the new probe set; the returned [`ProbeSet`] replaces the running one (`None`
-/// when nothing changed). On error nothing changed, and the error is also kept for `status`.
+/// when nothing changed). On error nothing changed.
 pub fn apply(
     s: &mut Shared,
     fragments: Fragments,
@@ -96,7 +98,6 @@ pub fn apply(
     let result = try_apply(s, fragments, source, probe_tx);
     match &result {
         Ok((o, _)) if o.changed => {
-            s.rejected = None;
             info!(
                 "config generation {} applied ({source}, version {}, {} µs){}",
                 o.generation,
@@ -110,11 +111,10 @@ pub fn apply(
                 }
             );
         }
-        Ok(_) => s.rejected = None,
+        Ok(_) => {}
         Err(e) => {
             warn!("config change rejected ({source}); the running config stays:\n{e}");
             s.metrics.rejected.inc();
-            s.rejected = Some(e.to_string());
         }
     }
     result
@@ -423,7 +423,10 @@ fn read_and_apply(
                 ));
             }
             s.seen = hash;
-            apply(s, fragments, source, probe_tx)
+            let result = apply(s, fragments, source, probe_tx);
+            // What `status` says about the directory: its last read, applied or rejected.
+            s.rejected = result.as_ref().err().map(ToString::to_string);
+            result
         }
         Err(e) => {
             warn!("config change rejected ({source}); the running config stays:\n{e}");
