@@ -1245,6 +1245,56 @@ fn a_config_directory_that_is_also_the_state_directory_does_not_loop() -> Result
         status.generation,
         status.rejected
     );
+    // A rollback writes the history (here: into the watched directory); that must not apply
+    // the files again.
+    let out = ctl(
+        &agent,
+        &[
+            "rollback",
+            &status
+                .running
+                .version
+                .unwrap_or(0)
+                .saturating_sub(1)
+                .to_string(),
+        ],
+    )?;
+    ensure!(out.contains("applied as version"), "{out}");
+    let rolled = agent.status()?;
+    std::thread::sleep(Duration::from_millis(800));
+    let after = agent.status()?;
+    ensure!(
+        after.generation == rolled.generation && after.running.source.starts_with("rollback"),
+        "the rollback was undone: {:?}",
+        after.running
+    );
+    consistent(&agent)?;
+    serves(&topo, 5)
+}
+
+/// Garbage written over the history store while the agent runs: applies go on, each failed
+/// record is counted, `ctl versions` answers with an error, and the agent keeps serving.
+#[test]
+fn a_history_store_overwritten_while_running_is_counted_not_fatal() -> Result<()> {
+    if skip("a_history_store_overwritten") {
+        return Ok(());
+    }
+    let topo = Topology::builder().backends(2).build()?;
+    let _servers = servers::start_all(&topo)?;
+    let pin = unique_pin_path();
+    let agent = Agent::start(&topo, &[("10-web.yaml", web(&pin, "web", &[100, 100]))])?;
+    let store = agent.state_dir().join("history.sqlite");
+    let len = fs::metadata(&store)?.len() as usize;
+    fs::write(&store, vec![0xa5u8; len.max(8192)])?;
+    let g = agent.status()?.generation;
+    agent.write_file("10-web.yaml", &web(&pin, "web", &[100, 30]))?;
+    agent.wait_for(LIMIT, |s| s.generation > g)?;
+    ensure!(agent.status()?.running.version.is_none());
+    ensure!(metric(&agent, "switchyard_history_errors_total")? >= 1.0);
+    let e = ctl(&agent, &["versions"])
+        .err()
+        .context("versions of garbage")?;
+    ensure!(format!("{e:#}").contains("history"), "{e:#}");
     consistent(&agent)?;
     serves(&topo, 5)
 }
