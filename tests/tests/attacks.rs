@@ -570,6 +570,13 @@ fn bad_api_requests_change_nothing() -> Result<()> {
             .with_context(|| format!("{args:?} succeeded"))?;
         ensure!(format!("{e:#}").contains("no version"), "{args:?}: {e:#}");
     }
+    // Names the router cannot route: the refusal says so, not that the answer is not JSON.
+    for args in [vec!["explain", "a/b"], vec!["override", "clear", "a/b"]] {
+        let e = ctl(&agent, &args)
+            .err()
+            .with_context(|| format!("{args:?} succeeded"))?;
+        ensure!(format!("{e:#}").contains("404"), "{args:?}: {e:#}");
+    }
     // Rolling back to the running version is not a new version.
     let out = ctl(&agent, &["rollback", "1"])?;
     ensure!(out.contains("unchanged"), "{out}");
