@@ -960,6 +960,57 @@ fn a_missing_map_pin_under_an_attached_program_is_not_replaced_by_a_fresh_map() 
     }
 }
 
+/// SIGHUP sent while the agent is still starting (a configuration manager that writes the
+/// config and signals a reload right as the service restarts): a reload asked for before the
+/// agent is ready must not terminate it (SIGHUP's default action).
+#[test]
+fn a_sighup_during_start_does_not_kill_the_agent() -> Result<()> {
+    if skip("a_sighup_during_start") {
+        return Ok(());
+    }
+    let topo = Topology::builder().backends(1).build()?;
+    let _servers = servers::start_all(&topo)?;
+    let pin = unique_pin_path();
+    let mut agent = Agent::start(&topo, &[("10-web.yaml", web(&pin, "web", &[100]))])?;
+    agent.stop()?;
+    let mut cmd = Command::new("nsenter");
+    cmd.arg(format!("--net={}", topo.lb().path().display()))
+        .arg(router_tests::agent::binary()?)
+        .args([
+            "attach",
+            "--iface",
+            LB_CLIENT_IF,
+            "--iface",
+            &lb_backend_if(1),
+        ])
+        .arg("--config-dir")
+        .arg(agent.dir())
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    let mut child = cmd.spawn()?;
+    // Once nsenter has exec'd the agent (a signal before that would be nsenter's), and a little
+    // later: into the start (loading and verifying the program takes hundreds of ms), past the
+    // process's own few ms of setup before its `main` runs.
+    let exe = format!("/proc/{}/exe", child.id());
+    let started = Instant::now();
+    while !fs::read_link(&exe).is_ok_and(|p| p.ends_with("switchyard")) {
+        ensure!(started.elapsed() < LIMIT, "the agent never started");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    std::thread::sleep(Duration::from_millis(50));
+    // SAFETY: kill(2) on our own child (nsenter execs the agent: same pid).
+    unsafe { libc::kill(child.id() as i32, libc::SIGHUP) };
+    let ready = agent.wait_for(LIMIT, |s| s.generation >= 1);
+    let exited = child.try_wait()?;
+    // SAFETY: as above.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let _ = child.wait();
+    ensure!(exited.is_none(), "the agent died of the SIGHUP: {exited:?}");
+    ready.context("the agent did not come up")?;
+    Ok(())
+}
+
 // ---------------------------------------------------------------------------------------------
 // Decision groups, overrides, pushed state across reloads
 // ---------------------------------------------------------------------------------------------

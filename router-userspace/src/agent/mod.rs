@@ -177,6 +177,13 @@ fn targets(cfg: &Config, publisher: &Publisher) -> Vec<ProbeTarget> {
 
 /// Runs the agent until SIGINT/SIGTERM.
 pub async fn run(opts: Options) -> Result<(), AgentError> {
+    // Before anything else: until a handler is installed, SIGHUP's default action terminates
+    // the process, so a reload asked for while the agent starts (a configuration manager
+    // signalling right after a restart) killed it. Signals that arrive during the start are
+    // kept and handled by the event loop: a reload then, or an orderly exit.
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut hup = signal(SignalKind::hangup()).map_err(AgentError::Signal)?;
+    let mut term = signal(SignalKind::terminate()).map_err(AgentError::Signal)?;
     // Everything that can be checked is checked before the first change to the machine.
     let (fragments, cfg) = config::read_dir(&opts.config_dir)?.load()?;
     let history = History::open(&cfg.agent.state_dir)?;
@@ -293,9 +300,6 @@ pub async fn run(opts: Options) -> Result<(), AgentError> {
     let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
     let api = tokio::spawn(crate::api::serve(listener, shared.clone()));
 
-    use tokio::signal::unix::{SignalKind, signal};
-    let mut hup = signal(SignalKind::hangup()).map_err(AgentError::Signal)?;
-    let mut term = signal(SignalKind::terminate()).map_err(AgentError::Signal)?;
     // When the directory has been quiet for the debounce after its last event.
     let mut settle: Option<tokio::time::Instant> = None;
     loop {
