@@ -342,11 +342,11 @@ fn a_fragment_still_being_written_is_not_applied_half_written() -> Result<()> {
         router_tests::agent::with_state_dir(&web(&pin, "web", &[100, 50]), &agent.state_dir());
     let cut = full.find("services:").context("no services")?;
     let mut f = fs::File::create(agent.dir().join("10-web.yaml"))?;
-    f.write_all(full[..cut].as_bytes())?;
+    f.write_all(&full.as_bytes()[..cut])?;
     f.flush()?;
     std::thread::sleep(Duration::from_millis(700));
     let during = agent.status()?;
-    f.write_all(full[cut..].as_bytes())?;
+    f.write_all(&full.as_bytes()[cut..])?;
     drop(f);
     ensure!(
         during.generation == first && during.services.len() == 1,
@@ -421,7 +421,6 @@ fn rapid_churn_with_concurrent_ctl_apply_and_sighup_ends_on_the_last_write() -> 
         &[("10-web.yaml", web(&pin, "web", &[100, 100, 100]))],
     )?;
     let stop = std::sync::atomic::AtomicBool::new(false);
-    let dir = dir_arg(&agent);
     std::thread::scope(|scope| -> Result<()> {
         let applier = scope.spawn(|| {
             let mut errors = Vec::new();
@@ -533,7 +532,6 @@ fn bad_api_requests_change_nothing() -> Result<()> {
     let pin = unique_pin_path();
     let agent = Agent::start(&topo, &[("10-web.yaml", web(&pin, "web", &[100, 100]))])?;
     let before = agent.status()?;
-    let dir = dir_arg(&agent);
     for (method, path, body) in [
         ("POST", "/rollback/0", Vec::new()),
         ("POST", "/rollback/18446744073709551615", Vec::new()),
@@ -1083,10 +1081,9 @@ fn overrides_pushed_state_and_a_renamed_group_pool_survive_reloads() -> Result<(
     let _servers = servers::start_all(&topo)?;
     let pin = unique_pin_path();
     let agent = Agent::start(&topo, &[("10-web.yaml", decided(&pin, "dc1", "dc2", 100))])?;
-    let dir = dir_arg(&agent);
     let b1 = router_tests::addrs::backend_name(1);
     let b2 = router_tests::addrs::backend_name(2);
-    ensure!(reached(&topo, 5)? == [b1.clone()]);
+    ensure!(reached(&topo, 5)? == [b1.as_str()]);
 
     let set = Instant::now();
     ctl(
@@ -1095,7 +1092,7 @@ fn overrides_pushed_state_and_a_renamed_group_pool_survive_reloads() -> Result<(
             "override", "set", "g", "--to", "pool=dc2", "--reason", "attack", "--ttl", "4s",
         ],
     )?;
-    ensure!(reached(&topo, 5)? == [b2.clone()]);
+    ensure!(reached(&topo, 5)? == [b2.as_str()]);
     ensure!(
         !override_of(&agent)?.is_null(),
         "no override in {}",
@@ -1121,7 +1118,7 @@ fn overrides_pushed_state_and_a_renamed_group_pool_survive_reloads() -> Result<(
         agent.log_text()
     );
     ensure!(
-        reached(&topo, 5)? == [b2.clone()],
+        reached(&topo, 5)? == [b2.as_str()],
         "the reload undid the override"
     );
     // It ends 4 s after it was set, not 4 s after the reload.
@@ -1133,11 +1130,11 @@ fn overrides_pushed_state_and_a_renamed_group_pool_survive_reloads() -> Result<(
         "the override outlived its TTL: {}",
         override_of(&agent)?
     );
-    ensure!(reached(&topo, 5)? == [b1.clone()]);
+    ensure!(reached(&topo, 5)? == [b1.as_str()]);
 
     // A pushed value survives a reload.
     ctl(&agent, &["state", "set", "maint=true"])?;
-    ensure!(reached(&topo, 5)? == [b2.clone()]);
+    ensure!(reached(&topo, 5)? == [b2.as_str()]);
     let g = agent.status()?.generation;
     agent.write_file("10-web.yaml", &decided(&pin, "dc1", "dc2", 80))?;
     agent.wait_for(LIMIT, |s| s.generation > g)?;
@@ -1148,7 +1145,7 @@ fn overrides_pushed_state_and_a_renamed_group_pool_survive_reloads() -> Result<(
             .any(|l| l.starts_with("maint ") && l.trim_end().ends_with("true")),
         "{state}"
     );
-    ensure!(reached(&topo, 5)? == [b2.clone()]);
+    ensure!(reached(&topo, 5)? == [b2.as_str()]);
 
     // Rename the pool the group now uses, with connections open on it.
     let mut sessions = client::tcp_sessions(topo.client(), vip_v4(80), 10)?;
@@ -1161,7 +1158,7 @@ fn overrides_pushed_state_and_a_renamed_group_pool_survive_reloads() -> Result<(
             .with_context(|| format!("session {k} after the rename"))?;
     }
     ensure!(
-        reached(&topo, 5)? == [b2.clone()],
+        reached(&topo, 5)? == [b2.as_str()],
         "the rename moved new flows"
     );
     consistent(&agent)
@@ -1209,7 +1206,10 @@ fn absurd_durations_do_not_kill_the_agent() -> Result<()> {
     agent
         .status()
         .with_context(|| format!("the agent died:\n{}", agent.log_text()))?;
-    ensure!(reached(&topo, 5)? == [b2], "stable_for was not waited for");
+    ensure!(
+        reached(&topo, 5)? == [b2.as_str()],
+        "stable_for was not waited for"
+    );
     Ok(())
 }
 
