@@ -287,6 +287,9 @@ impl Publisher {
                     Some(prev) => (
                         BackendState {
                             weight: b.weight,
+                            // Nothing probes a pool without a health check: a backend its
+                            // removed check had marked down would stay down for good.
+                            healthy: prev.healthy || p.health_check.is_none(),
                             ..prev.clone()
                         },
                         Some(prev.entry()),

@@ -7,8 +7,10 @@
 //! the version in the history store.
 //!
 //! A failure before the first map write (any config problem, a rule that does not compile, not
-//! enough free slots) leaves the running config and the maps untouched and is kept, with every
-//! problem, in `Shared::rejected` for `status` until a change applies. Fragments whose content
+//! enough free slots) leaves the running config and the maps untouched. When it was the config
+//! directory that was rejected, the error is kept, with every problem, in `Shared::rejected`
+//! for `status` until the directory applies; a refused `ctl rollback` is answered to its caller
+//! and says nothing about the directory. Fragments whose content
 //! hash is the running version's are not applied again: an editor's temporary file, a `touch`
 //! or a SIGHUP with nothing changed is a no-op.
 
@@ -86,7 +88,7 @@ fn now_secs() -> u64 {
 
 /// Applies `fragments` (name, text) as the running config. `probe_tx` receives the health
 /// events of the new probe set; the returned [`ProbeSet`] replaces the running one (`None`
-/// when nothing changed). On error nothing changed, and the error is also kept for `status`.
+/// when nothing changed). On error nothing changed.
 pub fn apply(
     s: &mut Shared,
     fragments: Fragments,
@@ -96,7 +98,6 @@ pub fn apply(
     let result = try_apply(s, fragments, source, probe_tx);
     match &result {
         Ok((o, _)) if o.changed => {
-            s.rejected = None;
             info!(
                 "config generation {} applied ({source}, version {}, {} µs){}",
                 o.generation,
@@ -110,11 +111,10 @@ pub fn apply(
                 }
             );
         }
-        Ok(_) => s.rejected = None,
+        Ok(_) => {}
         Err(e) => {
             warn!("config change rejected ({source}); the running config stays:\n{e}");
             s.metrics.rejected.inc();
-            s.rejected = Some(e.to_string());
         }
     }
     result
@@ -140,19 +140,15 @@ fn try_apply(
         ));
     }
     let started = Instant::now();
-    let cfg = fragments.load()?;
+    let cfg = running_agent(s, fragments.load()?);
     let (store, driver) = build(&cfg, s)?;
     let diff = Diff::between(&s.config, &cfg);
     let overrides = s.driver.override_requests(s.started.elapsed());
-    let generation = publish(s, &cfg, store, driver, started)?;
-    keep_overrides(s, overrides);
+    let generation = publish(s, &cfg, store, driver, started, overrides)?;
     let took_us = started.elapsed().as_micros() as u64;
     s.metrics.map_write.observe(started.elapsed().as_secs_f64());
     s.metrics.generation.set(generation as i64);
     s.metrics.applied.inc();
-    if cfg.agent != s.config.agent {
-        warn!("agent settings (api, pin_path, state_dir) change only on restart");
-    }
     let version = record(s, &fragments, source, generation);
     let mut all = targets(&cfg, &s.publisher);
     all.extend(decisions::state_probe_targets(&cfg));
@@ -178,11 +174,36 @@ fn try_apply(
     ))
 }
 
+/// `cfg` with the agent settings the running agent started with. They change only on restart:
+/// the API socket, the pin directory and the history store are open already, so an apply that
+/// took a new `state_dir` would write the audit log (and seed `ctl decisions`) elsewhere than
+/// the history, and `status` would look for the pinned links under another `pin_path`.
+fn running_agent(s: &Shared, mut cfg: Config) -> Config {
+    if cfg.agent != s.config.agent {
+        warn!(
+            "agent settings (api, pin_path, state_dir) change only on restart; this agent keeps \
+             api {}, pin_path {}, state_dir {}",
+            s.config.agent.api,
+            s.config.agent.pin_path.display(),
+            s.config.agent.state_dir.display()
+        );
+        cfg.agent = s.config.agent.clone();
+    }
+    cfg
+}
+
 /// The state store and decision groups of `cfg`, carrying over what the running ones know
 /// (pushed values, probe verdicts, each group's published action).
 fn build(cfg: &Config, s: &Shared) -> Result<(Store, Driver), ApplyError> {
     let mut store = Store::new(cfg).map_err(|e| ApplyError::Decisions(e.to_string()))?;
     store.carry_over(&s.store, &s.publisher);
+    // A pool without a health check has every backend up (the publisher makes it so): a down
+    // verdict its removed check left must not stay in the state either.
+    for p in cfg.pools.iter().filter(|p| p.health_check.is_none()) {
+        for b in &p.backends {
+            store.set_backend_health(&p.name, b.address, true);
+        }
+    }
     let audit = AuditFile::open(&cfg.agent.state_dir);
     let mut driver =
         Driver::new(cfg, &store, Some(audit)).map_err(|e| ApplyError::Decisions(e.to_string()))?;
@@ -190,24 +211,33 @@ fn build(cfg: &Config, s: &Shared) -> Result<(Store, Driver), ApplyError> {
     Ok((store, driver))
 }
 
-/// Writes `cfg` into the maps and makes `store` and `driver` the running ones. Returns the
-/// new generation.
+/// Writes `cfg` into the maps and makes `store` and `driver` the running ones, with
+/// `overrides` (those in force before) set again. Returns the new generation.
 fn publish(
     s: &mut Shared,
     cfg: &Config,
     store: Store,
-    mut driver: Driver,
+    driver: Driver,
     started: Instant,
+    overrides: Vec<(String, rules::engine::OverrideRequest)>,
 ) -> Result<u64, ApplyError> {
     let now = s.started.elapsed();
     let first = driver.initial_actions(&store, &s.publisher, now);
-    let Shared {
-        publisher, maps, ..
-    } = &mut *s;
-    let generation = publisher.apply_decided(maps, cfg, &first)?;
-    driver.on_change(&[], true, &store, publisher, maps, now, "apply", started);
+    let generation = s.publisher.apply_decided(&mut s.maps, cfg, &first)?;
     s.store = store;
     s.driver = driver;
+    // The overrides go back before the groups are evaluated: evaluated first, a resumed group
+    // under an override switched to its rules' choice and the override switched it back a
+    // moment later — new flows in between went to the pool the operator had forced them off.
+    keep_overrides(s, overrides);
+    let Shared {
+        publisher,
+        maps,
+        store,
+        driver,
+        ..
+    } = &mut *s;
+    driver.on_change(&[], true, store, publisher, maps, now, "apply", started);
     Ok(generation)
 }
 
@@ -292,7 +322,7 @@ pub fn start(
     probe_tx: &tokio::sync::mpsc::Sender<HealthEvent>,
 ) -> Result<ProbeSet, ApplyError> {
     if !s.running.hash.is_empty() && fragments.hash() == s.running.hash {
-        let cfg = fragments.load()?;
+        let cfg = running_agent(s, fragments.load()?);
         let (store, mut driver) = build(&cfg, s)?;
         let now = s.started.elapsed();
         let Shared {
@@ -343,20 +373,33 @@ pub struct Request {
     pub reply: tokio::sync::oneshot::Sender<Result<Outcome, String>>,
 }
 
-/// Reads the config directory and applies it (the watch and SIGHUP). Returns the new probe
-/// set when something was applied.
+/// Reads the config directory and applies it (SIGHUP). Returns the new probe set when
+/// something was applied.
 pub fn directory(
     shared: &std::sync::Mutex<Shared>,
     source: &str,
     probe_tx: &tokio::sync::mpsc::Sender<HealthEvent>,
 ) -> Option<ProbeSet> {
     let mut s = shared.lock().ok()?;
-    read_and_apply(&mut s, source, probe_tx).ok()?.1
+    read_and_apply(&mut s, source, false, probe_tx).ok()?.1
+}
+
+/// [`directory`] for the watch: applies the directory only when its fragments changed since it
+/// was last read. An event that changes no fragment (an editor's swap file, a README, the
+/// agent's own files in a state directory that is this one) then applies nothing — above all
+/// it does not apply the files again after a `ctl rollback`, which they differ from on purpose.
+pub fn watched(
+    shared: &std::sync::Mutex<Shared>,
+    probe_tx: &tokio::sync::mpsc::Sender<HealthEvent>,
+) -> Option<ProbeSet> {
+    let mut s = shared.lock().ok()?;
+    read_and_apply(&mut s, "watch", true, probe_tx).ok()?.1
 }
 
 fn read_and_apply(
     s: &mut Shared,
     source: &str,
+    only_if_changed: bool,
     probe_tx: &tokio::sync::mpsc::Sender<HealthEvent>,
 ) -> Result<(Outcome, Option<ProbeSet>), ApplyError> {
     // Every problem at once: unreadable fragments and the others' (`DirFragments::load`).
@@ -365,7 +408,26 @@ fn read_and_apply(
         Err(e) => Err(d.load().err().unwrap_or(e)),
     });
     match read {
-        Ok(fragments) => apply(s, fragments, source, probe_tx),
+        Ok(fragments) => {
+            let hash = fragments.hash();
+            if only_if_changed && hash == s.seen {
+                return Ok((
+                    Outcome {
+                        changed: false,
+                        version: s.running.version,
+                        generation: s.publisher.generation(),
+                        diff: Vec::new(),
+                        took_us: 0,
+                    },
+                    None,
+                ));
+            }
+            s.seen = hash;
+            let result = apply(s, fragments, source, probe_tx);
+            // What `status` says about the directory: its last read, applied or rejected.
+            s.rejected = result.as_ref().err().map(ToString::to_string);
+            result
+        }
         Err(e) => {
             warn!("config change rejected ({source}); the running config stays:\n{e}");
             s.metrics.rejected.inc();
@@ -386,7 +448,7 @@ pub fn serve(
         return None;
     };
     let result = match req.what {
-        What::Directory => read_and_apply(&mut s, "ctl apply", probe_tx),
+        What::Directory => read_and_apply(&mut s, "ctl apply", false, probe_tx),
         What::Rollback(n) => version_fragments(&s, n)
             .and_then(|files| apply(&mut s, files, &format!("rollback to {n}"), probe_tx)),
     };

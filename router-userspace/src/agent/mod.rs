@@ -40,7 +40,7 @@ use crate::{
     history::History,
     metrics::Metrics,
     probe::{HealthEvent, ProbeTarget},
-    publish::{Ledger, PublishError, Publisher},
+    publish::{Ledger, PublishError, Publisher, RestoreError},
     state::Store,
 };
 
@@ -145,6 +145,10 @@ pub struct Shared {
     pub history: History,
     /// Applies asked for through the API go to the event loop through here.
     pub apply_tx: mpsc::Sender<apply::Request>,
+    /// Content hash of the config directory's fragments when it was last read (by any entry
+    /// point): the watch applies the directory only when its fragments changed since, so after
+    /// a rollback an event that changes no fragment does not apply the files again.
+    pub seen: String,
 }
 
 /// The probes of `cfg`, each starting from the health `publisher` has for its backend (up for
@@ -173,10 +177,17 @@ fn targets(cfg: &Config, publisher: &Publisher) -> Vec<ProbeTarget> {
 
 /// Runs the agent until SIGINT/SIGTERM.
 pub async fn run(opts: Options) -> Result<(), AgentError> {
+    // Before anything else: until a handler is installed, SIGHUP's default action terminates
+    // the process, so a reload asked for while the agent starts (a configuration manager
+    // signalling right after a restart) killed it. Signals that arrive during the start are
+    // kept and handled by the event loop: a reload then, or an orderly exit.
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut hup = signal(SignalKind::hangup()).map_err(AgentError::Signal)?;
+    let mut term = signal(SignalKind::terminate()).map_err(AgentError::Signal)?;
     // Everything that can be checked is checked before the first change to the machine.
     let (fragments, cfg) = config::read_dir(&opts.config_dir)?.load()?;
     let history = History::open(&cfg.agent.state_dir)?;
-    let (watcher, mut watch_rx) = watch::watch(&opts.config_dir)?;
+    let (mut watch, mut watch_rx) = watch::Watch::new(&opts.config_dir)?;
     let listener = tokio::net::TcpListener::bind(cfg.agent.api)
         .await
         .map_err(|source| AgentError::Api {
@@ -189,6 +200,7 @@ pub async fn run(opts: Options) -> Result<(), AgentError> {
     // Maps pinned by an earlier agent are adopted and kept whatever happens; maps this run
     // pins are removed again if it fails to attach.
     let adopting_maps = attach::maps_pinned(&pin_dir);
+    attach::check_adoptable(&pin_dir)?;
     let mut ebpf = load::load(Some(&pin_dir))?;
     let mut maps = KernelMaps::take(&mut ebpf)?;
     let mut interfaces = Vec::new();
@@ -229,16 +241,18 @@ pub async fn run(opts: Options) -> Result<(), AgentError> {
         None
     };
     let epoch = Instant::now();
-    let (publisher, running, previous) = match resumed {
+    let (publisher, running, mut previous) = match resumed {
         Some(r) => r,
-        // Nothing published yet: the running config is the empty one, with this config's
-        // agent settings (they are not a change).
+        // Nothing published yet: the running config is the empty one.
         None => {
-            let mut empty = config::load_files(&[]).map_err(AgentError::Config)?;
-            empty.agent = cfg.agent.clone();
+            let empty = config::load_files(&[]).map_err(AgentError::Config)?;
             (Publisher::new(), Running::default(), empty)
         }
     };
+    // The agent settings this process runs with are the ones it started with (the API bound,
+    // the pins and history opened above), whatever a resumed version recorded: applies keep
+    // them (`apply::try_apply`), and they are not a change.
+    previous.agent = cfg.agent.clone();
     let store = Store::new(&previous).map_err(|e| AgentError::Decisions(e.to_string()))?;
     let driver =
         Driver::new(&previous, &store, None).map_err(|e| AgentError::Decisions(e.to_string()))?;
@@ -263,6 +277,7 @@ pub async fn run(opts: Options) -> Result<(), AgentError> {
         running,
         history,
         apply_tx,
+        seen: fragments.hash(),
     };
     let mut probes = match apply::start(&mut shared, fragments, &tx) {
         Ok(set) => set,
@@ -285,9 +300,6 @@ pub async fn run(opts: Options) -> Result<(), AgentError> {
     let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
     let api = tokio::spawn(crate::api::serve(listener, shared.clone()));
 
-    use tokio::signal::unix::{SignalKind, signal};
-    let mut hup = signal(SignalKind::hangup()).map_err(AgentError::Signal)?;
-    let mut term = signal(SignalKind::terminate()).map_err(AgentError::Signal)?;
     // When the directory has been quiet for the debounce after its last event.
     let mut settle: Option<tokio::time::Instant> = None;
     loop {
@@ -295,7 +307,11 @@ pub async fn run(opts: Options) -> Result<(), AgentError> {
             .lock()
             .ok()
             .and_then(|s| s.driver.next_deadline())
-            .map(|d| tokio::time::Instant::from_std(epoch + d));
+            // Engine time saturates (an override TTL or a `stable_for` of billions of years is
+            // valid input); an instant that far out does not exist, and `+` would panic and
+            // kill the agent. Such a deadline never comes.
+            .and_then(|d| epoch.checked_add(d))
+            .map(tokio::time::Instant::from_std);
         let timer = async {
             match deadline {
                 Some(d) => tokio::time::sleep_until(d).await,
@@ -316,14 +332,24 @@ pub async fn run(opts: Options) -> Result<(), AgentError> {
                 }
             }
             () = wake.notified() => {}
-            _ = tick.tick() => sampler.sample(&shared),
+            _ = tick.tick() => {
+                sampler.sample(&shared);
+                if watch.follow() {
+                    settle = Some(tokio::time::Instant::now() + watch::DEBOUNCE);
+                }
+            }
             Some(()) = watch_rx.recv() => {
                 settle = Some(tokio::time::Instant::now() + watch::DEBOUNCE);
             }
             () = settled => {
-                settle = None;
-                if let Some(set) = apply::directory(&shared, "watch", &tx) {
-                    probes = set;
+                if watch.writing().is_some() {
+                    // A fragment is still being written: read it once it is closed.
+                    settle = Some(tokio::time::Instant::now() + watch::DEBOUNCE);
+                } else {
+                    settle = None;
+                    if let Some(set) = apply::watched(&shared, &tx) {
+                        probes = set;
+                    }
                 }
             }
             _ = hup.recv() => {
@@ -340,7 +366,7 @@ pub async fn run(opts: Options) -> Result<(), AgentError> {
             _ = tokio::signal::ctrl_c() => break,
         }
     }
-    drop(watcher);
+    drop(watch);
     drop(probes);
     api.abort();
     // Keep `ebpf` alive until here: the maps and program stay pinned and attached after exit.
@@ -364,9 +390,22 @@ fn resume(history: &History, maps: &KernelMaps) -> Option<(Publisher, Running, C
             return None;
         }
     };
+    // Whether the maps are exactly that version's (or an unrecorded apply went further).
+    let mut exact = true;
     let restored = serde_json::from_str::<Ledger>(&latest.ledger)
         .map_err(|e| e.to_string())
-        .and_then(|l| Publisher::restore(&l, maps).map_err(|e| e.to_string()))
+        .and_then(|l| match Publisher::restore(&l, maps) {
+            Err(RestoreError::Generation { maps: m, ledger }) if m > ledger => {
+                warn!(
+                    "the pinned maps carry generation {m}, newer than version {}'s {ledger}: \
+                     an apply was not recorded; resuming from version {}'s slots",
+                    latest.info.number, latest.info.number
+                );
+                exact = false;
+                Publisher::restore_behind(&l, maps).map_err(|e| e.to_string())
+            }
+            r => r.map_err(|e| e.to_string()),
+        })
         .and_then(|p| {
             latest
                 .fragments()
@@ -383,7 +422,13 @@ fn resume(history: &History, maps: &KernelMaps) -> Option<(Publisher, Running, C
             );
             let running = Running {
                 version: Some(latest.info.number),
-                hash: latest.info.hash.clone(),
+                // Maps ahead of the version: no known hash, so the start applies the
+                // directory over them whatever it holds (`apply::start`).
+                hash: if exact {
+                    latest.info.hash.clone()
+                } else {
+                    String::new()
+                },
                 files: latest.info.files.clone(),
                 source: latest.info.source.clone(),
                 applied_at: latest.info.time,

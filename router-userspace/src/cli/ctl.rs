@@ -100,17 +100,25 @@ pub enum OverrideOp {
 
 async fn call(req: reqwest::RequestBuilder) -> Result<Value> {
     let resp = req.send().await.context("the agent did not answer")?;
-    let ok = resp.status().is_success();
-    let body: Value = resp.json().await.context("reading the agent's answer")?;
-    if !ok {
-        bail!(
-            "{}",
-            body.get("error")
-                .and_then(Value::as_str)
-                .unwrap_or("request refused")
-        );
+    let status = resp.status();
+    let text = resp.text().await.context("reading the agent's answer")?;
+    let body = serde_json::from_str::<Value>(&text);
+    if !status.is_success() {
+        // The agent's own refusals are `{"error": …}`; the router's (no such path, a path
+        // segment that is not a number) are plain text or empty: say what came back rather
+        // than that it is not JSON.
+        let error = body
+            .as_ref()
+            .ok()
+            .and_then(|b| b.get("error"))
+            .and_then(Value::as_str);
+        match (error, text.trim()) {
+            (Some(e), _) => bail!("{e}"),
+            (None, "") => bail!("the agent refused the request: {status}"),
+            (None, t) => bail!("the agent refused the request: {status}: {t}"),
+        }
     }
-    Ok(body)
+    body.context("the agent's answer is not JSON")
 }
 
 fn print_explain(v: &Value) {

@@ -155,23 +155,39 @@ const MAX_FRAGMENT_BYTES: u64 = 16 << 20;
 /// block and a device (`/dev/zero`) never end, hanging a reload; nor more than
 /// [`MAX_FRAGMENT_BYTES`].
 fn read_fragment(path: &Path) -> Result<String, String> {
-    use std::io::Read as _;
-    let meta = fs::metadata(path).map_err(|e| format!("cannot read: {e}"))?;
-    if !meta.is_file() {
+    use std::{io::Read as _, os::unix::fs::OpenOptionsExt as _};
+    let not_regular = |meta: &fs::Metadata| {
         let kind = if meta.is_dir() {
             "a directory"
         } else {
             "not a regular file"
         };
-        return Err(format!("cannot read: {kind}"));
+        format!("cannot read: {kind}")
+    };
+    // Checked before opening: opening some devices has effects of its own.
+    let meta = fs::metadata(path).map_err(|e| format!("cannot read: {e}"))?;
+    if !meta.is_file() {
+        return Err(not_regular(&meta));
     }
     let too_big = || format!("cannot read: larger than {} MiB", MAX_FRAGMENT_BYTES >> 20);
     if meta.len() > MAX_FRAGMENT_BYTES {
         return Err(too_big());
     }
+    // And checked again on what was opened: the name may have been swapped for a FIFO in
+    // between (the open would block until a writer came). `O_NONBLOCK` makes that open return
+    // at once, and changes nothing for a regular file.
+    let file = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+        .map_err(|e| format!("cannot read: {e}"))?;
+    let meta = file.metadata().map_err(|e| format!("cannot read: {e}"))?;
+    if !meta.is_file() {
+        return Err(not_regular(&meta));
+    }
     let mut text = String::new();
-    fs::File::open(path)
-        .and_then(|f| f.take(MAX_FRAGMENT_BYTES + 1).read_to_string(&mut text))
+    file.take(MAX_FRAGMENT_BYTES + 1)
+        .read_to_string(&mut text)
         .map_err(|e| format!("cannot read: {e}"))?;
     if text.len() as u64 > MAX_FRAGMENT_BYTES {
         return Err(too_big());
@@ -179,8 +195,9 @@ fn read_fragment(path: &Path) -> Result<String, String> {
     Ok(text)
 }
 
-/// Whether a directory entry named `name` is a fragment.
-fn is_fragment(name: &str) -> bool {
+/// Whether a directory entry named `name` is a fragment: `*.yaml`, not a dotfile or an editor
+/// leftover.
+pub fn is_fragment(name: &str) -> bool {
     name.ends_with(".yaml")
         && !name.starts_with('.') // dotfiles, Emacs lock files `.#x.yaml`, Vim `.x.yaml.swp`
         && !name.ends_with('~')
@@ -546,6 +563,64 @@ fn describe_load_error(error: &LoadError) -> (Option<Pos>, String) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A fragment swapped between a regular file and a FIFO while the directory is read over and
+    /// over: a read that checked the name, then opened a FIFO put in its place, would block the
+    /// agent's event loop for as long as no one writes to it. Each read must end.
+    #[test]
+    fn a_fragment_swapped_for_a_fifo_while_it_is_read_never_blocks() {
+        use std::sync::{
+            Arc,
+            atomic::{AtomicBool, AtomicUsize, Ordering},
+        };
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().to_owned();
+        let target = dir.join("10-web.yaml");
+        let stop = Arc::new(AtomicBool::new(false));
+        let swapper = {
+            let (dir, target, stop) = (dir.clone(), target.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let fifo = dir.join(".fifo");
+                let file = dir.join(".file");
+                let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+                while !stop.load(Ordering::Relaxed) {
+                    // SAFETY: mkfifo(3) on a NUL-terminated path.
+                    unsafe { libc::mkfifo(c.as_ptr(), 0o600) };
+                    let _ = fs::rename(&fifo, &target);
+                    let _ = fs::write(&file, "services: []\n");
+                    let _ = fs::rename(&file, &target);
+                }
+            })
+        };
+        let done = Arc::new(AtomicUsize::new(0));
+        let reader = {
+            let (dir, done) = (dir.clone(), done.clone());
+            std::thread::spawn(move || {
+                for _ in 0..3000 {
+                    let _ = read_dir(&dir);
+                    done.fetch_add(1, Ordering::Relaxed);
+                }
+            })
+        };
+        let mut last = (0, std::time::Instant::now());
+        let blocked = loop {
+            if reader.is_finished() {
+                break false;
+            }
+            let now = done.load(Ordering::Relaxed);
+            if now != last.0 {
+                last = (now, std::time::Instant::now());
+            } else if last.1.elapsed() > std::time::Duration::from_secs(3) {
+                break true;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        };
+        stop.store(true, Ordering::Relaxed);
+        swapper.join().unwrap();
+        // A blocked reader waits on a FIFO no path names any more: it is left behind.
+        assert!(!blocked, "a read blocked on a FIFO after {} reads", last.0);
+        reader.join().unwrap();
+    }
 
     #[test]
     fn fragment_names_skip_dotfiles_and_editor_leftovers() {

@@ -36,7 +36,7 @@ use std::fmt;
 pub use diff::Diff;
 pub use fragments::Fragments;
 pub use lint::lint;
-pub use load::{DirFragments, load_dir, load_files, read_dir};
+pub use load::{DirFragments, is_fragment, load_dir, load_files, read_dir};
 pub use model::{
     Agent, Backend, Backoff, CheckKind, Config, Forward, HashMode, HealthCheck, Pool, Protocol,
     Service, SplitShare, Target, WhenAllDown,

@@ -278,6 +278,32 @@ pub fn maps_pinned(pin_dir: &Path) -> bool {
     maps::ALL.iter().any(|name| pin_dir.join(name).exists())
 }
 
+/// The maps of the ABI not pinned under `pin_dir`.
+pub fn missing_map_pins(pin_dir: &Path) -> Vec<&'static str> {
+    maps::ALL
+        .iter()
+        .copied()
+        .filter(|name| !pin_dir.join(name).exists())
+        .collect()
+}
+
+/// Refuses to adopt the maps under `pin_dir` when a program is attached through its pinned
+/// links and some map is not pinned: loading would create a fresh map in its place, which the
+/// running program never reads ([`DataplaneError::AttachedPinsIncomplete`]). Without a link
+/// nothing runs on the old maps, and a missing one is simply created.
+pub fn check_adoptable(pin_dir: &Path) -> Result<(), DataplaneError> {
+    let attached = attached_interfaces(pin_dir);
+    let missing = missing_map_pins(pin_dir);
+    if attached.is_empty() || missing.is_empty() {
+        return Ok(());
+    }
+    Err(DataplaneError::AttachedPinsIncomplete {
+        pin_dir: pin_dir.to_owned(),
+        missing: missing.join(", "),
+        attached: attached.join(", "),
+    })
+}
+
 /// Removes the map pins under `pin_dir`, then the directory if that left it empty. The maps
 /// themselves go when their last user (a program, an agent) does. Best effort.
 pub fn remove_map_pins(pin_dir: &Path) {

@@ -169,6 +169,25 @@ pub enum DataplaneError {
         /// The missing maps, comma-separated.
         missing: String,
     },
+    /// A starting agent found the program attached through pinned links but one of its maps
+    /// no longer pinned. A map created under that name would not be the one the running program
+    /// reads: every change would be applied to a map nothing reads.
+    #[error(
+        "the pins under {pin_dir} are incomplete (not pinned: {missing}) while the program is \
+         attached through them on {attached}: the running program still uses the unpinned \
+         map(s), which cannot be opened again, and a new one would never reach it. The program \
+         keeps forwarding with the running config; to take it over again run `switchyard detach \
+         --iface IF` for each of those interfaces (new connections then meet no program until the \
+         next attach; connection tracking starts empty) and start the agent again"
+    )]
+    AttachedPinsIncomplete {
+        /// The pin directory.
+        pin_dir: PathBuf,
+        /// The missing maps, comma-separated.
+        missing: String,
+        /// Interfaces with a pinned link, comma-separated.
+        attached: String,
+    },
     /// Replacing the program behind a link failed.
     #[error(
         "replacing the program behind {link}: {source}{}",

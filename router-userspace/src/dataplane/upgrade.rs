@@ -28,7 +28,7 @@ use aya::programs::{
     links::{FdLink, PinnedLink},
     xdp::XdpLink,
 };
-use router_common::{ABI_VERSION, maps};
+use router_common::ABI_VERSION;
 
 use super::{DataplaneError, attach, layout, load};
 
@@ -70,11 +70,7 @@ pub fn preflight(pin_path: &Path, interfaces: &[String]) -> Result<PathBuf, Data
             });
         }
     }
-    let missing: Vec<&str> = maps::ALL
-        .iter()
-        .copied()
-        .filter(|name| !pin_dir.join(name).exists())
-        .collect();
+    let missing = attach::missing_map_pins(&pin_dir);
     if !missing.is_empty() {
         return Err(DataplaneError::PinsIncomplete {
             pin_dir,

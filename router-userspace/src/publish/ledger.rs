@@ -140,15 +140,51 @@ impl Publisher {
     /// [`RestoreError`] when the maps are not the ledger's generation or do not hold what it
     /// names; nothing is written either way.
     pub fn restore(ledger: &Ledger, maps: &dyn Readback) -> Result<Self, RestoreError> {
+        Self::restore_from(ledger, maps, false)
+    }
+
+    /// [`restore`](Self::restore) for maps that an apply wrote after `ledger` was recorded,
+    /// without a ledger of its own: its version could not be recorded (the history store
+    /// failed; decision 0008), or the agent died between the map writes and the record.
+    ///
+    /// That apply started from this ledger's publisher, so every slot the ledger names still
+    /// holds what it names unless that apply removed it: each backend slot must still hold the
+    /// ledger's address, and a service no longer in `SERVICES` is left out. Slots that apply
+    /// took are free here; applying the same config again takes the same ones (allocation
+    /// starts from the ledger's cursors). The generation is the maps', so the next apply moves
+    /// past it. Apply the config over the result at once: until then the publisher does not
+    /// know what that apply added.
+    ///
+    /// Without this, the agent renumbers: every tracked flow whose backend slot changes is
+    /// moved to another backend.
+    ///
+    /// # Errors
+    ///
+    /// [`RestoreError`] when the maps are not newer than the ledger or a slot it names holds
+    /// something else; nothing is written either way.
+    pub fn restore_behind(ledger: &Ledger, maps: &dyn Readback) -> Result<Self, RestoreError> {
+        Self::restore_from(ledger, maps, true)
+    }
+
+    fn restore_from(
+        ledger: &Ledger,
+        maps: &dyn Readback,
+        behind: bool,
+    ) -> Result<Self, RestoreError> {
         let config = maps.read_config()?;
-        if config.generation != ledger.generation {
+        let fits = if behind {
+            config.generation > ledger.generation
+        } else {
+            config.generation == ledger.generation
+        };
+        if !fits {
             return Err(RestoreError::Generation {
                 maps: config.generation,
                 ledger: ledger.generation,
             });
         }
         let mut p = Publisher::new();
-        p.generation = ledger.generation;
+        p.generation = config.generation;
         let in_map: std::collections::HashMap<_, _> = maps.read_services().into_iter().collect();
         for (name, s) in &ledger.services {
             let key = router_common::ServiceKey {
@@ -157,9 +193,16 @@ impl Publisher {
                 proto: s.proto,
                 family: s.family,
             };
-            let value = *in_map.get(&key).ok_or_else(|| {
-                RestoreError::Mismatch(format!("service {name} is not in SERVICES"))
-            })?;
+            let value = match in_map.get(&key) {
+                Some(v) => *v,
+                // Removed by the unrecorded apply: its slots are free.
+                None if behind => continue,
+                None => {
+                    return Err(RestoreError::Mismatch(format!(
+                        "service {name} is not in SERVICES"
+                    )));
+                }
+            };
             take(&mut p.service_slots, value.id, "service", MAX_SERVICES)?;
             let word = maps.read_decision(value.decision)?;
             p.services
@@ -172,6 +215,13 @@ impl Publisher {
             for &(address, slot, weight) in &lp.backends {
                 take(&mut p.backend_slots, slot, "backend", MAX_BACKENDS)?;
                 let entry = maps.read_backend(slot)?;
+                // A slot is written before any table names it and keeps its address until
+                // it is taken again: another address means another writer.
+                if entry.addr != super::addr16(address) {
+                    return Err(RestoreError::Mismatch(format!(
+                        "backend slot {slot} of pool {name} does not hold {address}"
+                    )));
+                }
                 backends.push(BackendState {
                     address,
                     slot,

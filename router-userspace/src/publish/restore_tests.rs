@@ -161,3 +161,60 @@ fn a_renamed_pool_keeps_its_backends_slots_so_tracked_flows_stay() {
         assert!(!down, "slot {slot} was marked down: {:?}", dp.log);
     }
 }
+
+/// The config after [`running`]'s: a backend added to dc2 and dc1's first backend removed.
+fn grown() -> crate::config::Config {
+    let mut next = web_failover(SwitchPolicy::default());
+    for pool in &mut next.pools {
+        if pool.name == "dc2" {
+            let mut extra = pool.backends[0].clone();
+            extra.address = "198.18.2.99".parse().unwrap();
+            pool.backends.push(extra);
+        }
+        if pool.name == "dc1" {
+            pool.backends.remove(0);
+        }
+    }
+    next
+}
+
+#[test]
+fn maps_ahead_of_the_ledger_resume_from_it_and_the_same_config_takes_the_same_slots() {
+    let (mut p, mut dp) = running();
+    let ledger = p.ledger();
+    // An apply whose version was never recorded.
+    p.apply(&mut dp, &grown()).expect("unrecorded apply");
+    assert!(matches!(
+        Publisher::restore(&ledger, &dp),
+        Err(RestoreError::Generation { .. })
+    ));
+    let mut r = Publisher::restore_behind(&ledger, &dp).expect("restore behind");
+    assert_eq!(r.generation(), p.generation());
+    let mut again = dp.clone();
+    r.apply(&mut again, &grown()).expect("apply again");
+    assert!(r.generation() > p.generation());
+    let (a, b) = (p.ledger(), r.ledger());
+    assert_eq!(a.pools, b.pools, "the same slots for the same config");
+    assert_eq!(a.services, b.services);
+    assert_eq!(a.groups, b.groups);
+    assert_eq!(again.backends, dp.backends);
+}
+
+#[test]
+fn maps_ahead_are_refused_when_a_slot_holds_another_backend() {
+    let (mut p, mut dp) = running();
+    let ledger = p.ledger();
+    p.apply(&mut dp, &grown()).expect("unrecorded apply");
+    let slot = ledger.pools["dc2"].backends[0].1;
+    dp.backends.get_mut(&slot).expect("slot").addr[3] ^= 0xff;
+    assert!(matches!(
+        Publisher::restore_behind(&ledger, &dp),
+        Err(RestoreError::Mismatch(_))
+    ));
+    // Not ahead at all: the exact restore's business.
+    let (p, dp) = running();
+    assert!(matches!(
+        Publisher::restore_behind(&p.ledger(), &dp),
+        Err(RestoreError::Generation { .. })
+    ));
+}

@@ -23,6 +23,23 @@ fn pool(name: &str, addrs: &[(&str, u32)]) -> CfgPool {
     }
 }
 
+/// `p` with a TCP health check (health verdicts come only from a check).
+fn checked(mut p: CfgPool) -> CfgPool {
+    let every = std::time::Duration::from_millis(100);
+    p.health_check = Some(crate::config::HealthCheck {
+        kind: crate::config::CheckKind::Tcp { port: 80 },
+        interval: every,
+        timeout: every,
+        unhealthy_threshold: 1,
+        healthy_threshold: 1,
+        backoff: crate::config::Backoff {
+            factor: 1.0,
+            max: every,
+        },
+    });
+    p
+}
+
 fn service(name: &str, port: u16, to: Target) -> CfgService {
     CfgService {
         name: name.into(),
@@ -182,7 +199,10 @@ fn weight_zero_drains_health_survives_reapply() {
     let mut p = Publisher::new();
     let mut cfg = config(
         vec![],
-        vec![pool("dc1", &[("198.18.1.11", 100), ("198.18.1.12", 100)])],
+        vec![checked(pool(
+            "dc1",
+            &[("198.18.1.11", 100), ("198.18.1.12", 100)],
+        ))],
     );
     p.apply(&mut dp, &cfg).unwrap();
     p.set_health(&mut dp, "dc1", "198.18.1.12".parse().unwrap(), false)
@@ -195,6 +215,30 @@ fn weight_zero_drains_health_survives_reapply() {
         dp.backends[&b[1].slot].state, BACKEND_DOWN,
         "health kept across apply"
     );
+}
+
+#[test]
+fn removing_the_health_check_brings_down_backends_up() {
+    let mut dp = MemoryDataplane::default();
+    let mut p = Publisher::new();
+    let mut cfg = config(
+        vec![],
+        vec![checked(pool(
+            "dc1",
+            &[("198.18.1.11", 100), ("198.18.1.12", 100)],
+        ))],
+    );
+    p.apply(&mut dp, &cfg).unwrap();
+    p.set_health(&mut dp, "dc1", "198.18.1.12".parse().unwrap(), false)
+        .unwrap();
+    cfg.pools[0].health_check = None;
+    p.apply(&mut dp, &cfg).unwrap();
+    let pool = &p.pools()["dc1"];
+    let down = &pool.backends[1];
+    assert!(down.healthy, "nothing would ever probe it up");
+    assert_eq!(dp.backends[&down.slot].state, BACKEND_UP);
+    let live = dp.tables[&(pool.slot, pool.active)].clone();
+    assert_eq!(owners(&live).len(), 2, "back in the table");
 }
 
 #[test]
