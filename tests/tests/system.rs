@@ -185,9 +185,11 @@ fn ipv6_tcp_and_udp_are_balanced_over_the_v6_pool() -> Result<()> {
                 .all(|b| b.healthy && b.probe.as_ref().is_some_and(|p| p.last_ok))
     })?;
     println!("IPv6 health checks: all three backends probed healthy after {took:?}");
-    let tally = client::tcp_tally(topo.client(), vip_v6(80), 600)?;
+    // As many as the IPv4 tests: 600 connections flaked against the ±5 pp bound (6.3 pp seen
+    // once in a full run; the kernel's sequential source ports make small samples lumpy).
+    let tally = client::tcp_tally(topo.client(), vip_v6(80), CONNECTIONS)?;
     ensure!(
-        client::total(&tally) == 600,
+        client::total(&tally) == CONNECTIONS,
         "v6 connections failed: {tally:?}"
     );
     check_shares("TCP v6", &tally, &[100, 100, 100])?;
