@@ -565,55 +565,47 @@ fn publish_pool(
         .filter(|b| b.healthy && b.weight > 0)
         .map(|b| (b.slot, b.address, b.weight))
         .collect();
-    let unchanged = pool.live.is_some() && pool.built_from.as_ref() == Some(&input);
-    if unchanged {
-        if flags_changed {
+    // Same members as the live table: it stands, unbuilt. Otherwise build, and write only a
+    // table that differs (the inactive half, then one flip, which also carries the flags).
+    if !(pool.live.is_some() && pool.built_from.as_ref() == Some(&input)) {
+        let members: Vec<MaglevBackend> = input
+            .iter()
+            .map(|&(id, address, weight)| MaglevBackend {
+                id,
+                key: address.to_string(),
+                weight,
+            })
+            .collect();
+        let table =
+            maglev::build(&members, MAGLEV_SIZE).map_err(|source| PublishError::Maglev {
+                pool: name.to_owned(),
+                source,
+            })?;
+        pool.built_from = Some(input);
+        if pool.live.as_ref() != Some(&table) {
+            let half = pool.active ^ 1;
+            dp.write_table(pool.slot, half, &table)?;
             dp.set_pool(
                 pool.slot,
                 Pool {
-                    active: pool.active,
+                    active: half,
                     flags: pool.flags,
                 },
             )?;
+            pool.active = half;
+            pool.live = Some(table);
+            return Ok(());
         }
-        return Ok(());
     }
-    let members: Vec<MaglevBackend> = input
-        .iter()
-        .map(|&(id, address, weight)| MaglevBackend {
-            id,
-            key: address.to_string(),
-            weight,
-        })
-        .collect();
-    let table = maglev::build(&members, MAGLEV_SIZE).map_err(|source| PublishError::Maglev {
-        pool: name.to_owned(),
-        source,
-    })?;
-    pool.built_from = Some(input);
-    if pool.live.as_ref() == Some(&table) {
-        if flags_changed {
-            dp.set_pool(
-                pool.slot,
-                Pool {
-                    active: pool.active,
-                    flags: pool.flags,
-                },
-            )?;
-        }
-        return Ok(());
+    if flags_changed {
+        dp.set_pool(
+            pool.slot,
+            Pool {
+                active: pool.active,
+                flags: pool.flags,
+            },
+        )?;
     }
-    let half = pool.active ^ 1;
-    dp.write_table(pool.slot, half, &table)?;
-    dp.set_pool(
-        pool.slot,
-        Pool {
-            active: half,
-            flags: pool.flags,
-        },
-    )?;
-    pool.active = half;
-    pool.live = Some(table);
     Ok(())
 }
 

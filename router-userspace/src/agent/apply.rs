@@ -80,6 +80,17 @@ pub struct Outcome {
     pub took_us: u64,
 }
 
+/// The outcome of an apply that found nothing to do.
+fn unchanged(s: &Shared) -> Outcome {
+    Outcome {
+        changed: false,
+        version: s.running.version,
+        generation: s.publisher.generation(),
+        diff: Vec::new(),
+        took_us: 0,
+    }
+}
+
 fn now_secs() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -128,16 +139,7 @@ fn try_apply(
 ) -> Result<(Outcome, Option<ProbeSet>), ApplyError> {
     let hash = fragments.hash();
     if hash == s.running.hash {
-        return Ok((
-            Outcome {
-                changed: false,
-                version: s.running.version,
-                generation: s.publisher.generation(),
-                diff: Vec::new(),
-                took_us: 0,
-            },
-            None,
-        ));
+        return Ok((unchanged(s), None));
     }
     let started = Instant::now();
     let cfg = running_agent(s, fragments.load()?);
@@ -411,16 +413,7 @@ fn read_and_apply(
         Ok(fragments) => {
             let hash = fragments.hash();
             if only_if_changed && hash == s.seen {
-                return Ok((
-                    Outcome {
-                        changed: false,
-                        version: s.running.version,
-                        generation: s.publisher.generation(),
-                        diff: Vec::new(),
-                        took_us: 0,
-                    },
-                    None,
-                ));
+                return Ok((unchanged(s), None));
             }
             s.seen = hash;
             let result = apply(s, fragments, source, probe_tx);
