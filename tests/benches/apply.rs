@@ -140,7 +140,7 @@ fn apply(dir: &Path, run: &mut Running, dp: &mut dyn Dataplane) -> Result<Stages
     let cfg = fragments.load()?;
     let t2 = Instant::now();
     let mut store = Store::new(&cfg)?;
-    store.carry_over(&run.store, &run.publisher);
+    store.carry_over(&run.store, &run.publisher, &cfg);
     let mut driver = Driver::new(&cfg, &store, None)?;
     let now = run.started.elapsed();
     driver.resume(&cfg, &run.publisher, now);

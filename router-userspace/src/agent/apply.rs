@@ -152,10 +152,8 @@ fn try_apply(
     s.metrics.generation.set(generation as i64);
     s.metrics.applied.inc();
     let version = record(s, &fragments, source, generation);
-    let mut all = targets(&cfg, &s.publisher);
-    all.extend(decisions::state_probe_targets(&cfg));
-    let probes = probe::spawn(all, probe_tx.clone());
     s.config = cfg;
+    let probes = spawn_probes(s, probe_tx);
     s.probes.clear();
     s.running = Running {
         version,
@@ -198,14 +196,7 @@ fn running_agent(s: &Shared, mut cfg: Config) -> Config {
 /// (pushed values, probe verdicts, each group's published action).
 fn build(cfg: &Config, s: &Shared) -> Result<(Store, Driver), ApplyError> {
     let mut store = Store::new(cfg).map_err(|e| ApplyError::Decisions(e.to_string()))?;
-    store.carry_over(&s.store, &s.publisher);
-    // A pool without a health check has every backend up (the publisher makes it so): a down
-    // verdict its removed check left must not stay in the state either.
-    for p in cfg.pools.iter().filter(|p| p.health_check.is_none()) {
-        for b in &p.backends {
-            store.set_backend_health(&p.name, b.address, true);
-        }
-    }
+    store.carry_over(&s.store, &s.publisher, cfg);
     let audit = AuditFile::open(&cfg.agent.state_dir);
     let mut driver =
         Driver::new(cfg, &store, Some(audit)).map_err(|e| ApplyError::Decisions(e.to_string()))?;
@@ -308,10 +299,11 @@ pub fn version_fragments(s: &Shared, n: u64) -> Result<Fragments, ApplyError> {
 }
 
 /// Whether the fragments in the config directory differ from the running config (a rollback,
-/// or a change that was rejected). `None` when the directory cannot be read.
+/// or a change that was rejected), as of the agent's last read of the directory (the watch
+/// reads it after every change). `None` when that read failed. Answered from the hash kept at
+/// the read, so `status` does not read and hash the directory on every request.
 pub fn differs_from_files(s: &Shared) -> Option<bool> {
-    let fragments = config::read_dir(&s.config_dir).ok()?.fragments().ok()?;
-    Some(fragments.hash() != s.running.hash)
+    (!s.seen.is_empty()).then(|| s.seen != s.running.hash)
 }
 
 /// The first apply of a starting agent. When it resumed the pinned maps and the directory
@@ -349,12 +341,19 @@ pub fn start(
             s.running.version.unwrap_or(0),
             s.publisher.generation()
         );
-    } else {
-        apply(s, fragments, "start", probe_tx)?;
+    } else if let (_, Some(probes)) = apply(s, fragments, "start", probe_tx)? {
+        // The apply started the probes of what it applied.
+        return Ok(probes);
     }
+    Ok(spawn_probes(s, probe_tx))
+}
+
+/// The probes of the running config (backends and `state:` probes), each backend starting
+/// from the health the publisher has for it.
+fn spawn_probes(s: &Shared, probe_tx: &tokio::sync::mpsc::Sender<HealthEvent>) -> ProbeSet {
     let mut all = targets(&s.config, &s.publisher);
     all.extend(decisions::state_probe_targets(&s.config));
-    Ok(probe::spawn(all, probe_tx.clone()))
+    probe::spawn(all, probe_tx.clone())
 }
 
 /// What an API caller asks the event loop to apply.
@@ -425,6 +424,8 @@ fn read_and_apply(
             warn!("config change rejected ({source}); the running config stays:\n{e}");
             s.metrics.rejected.inc();
             s.rejected = Some(e.to_string());
+            // Unread: the next read applies whatever it finds, and `status` says so.
+            s.seen.clear();
             Err(e.into())
         }
     }

@@ -147,7 +147,8 @@ pub struct Shared {
     pub apply_tx: mpsc::Sender<apply::Request>,
     /// Content hash of the config directory's fragments when it was last read (by any entry
     /// point): the watch applies the directory only when its fragments changed since, so after
-    /// a rollback an event that changes no fragment does not apply the files again.
+    /// a rollback an event that changes no fragment does not apply the files again; `status`
+    /// compares it with the running hash. Empty when the last read failed.
     pub seen: String,
 }
 

@@ -193,11 +193,11 @@ fn all_backends_down_empties_the_table() {
     );
 }
 
-#[test]
-fn weight_zero_drains_health_survives_reapply() {
+/// A health-checked pool `dc1` of two backends, published; the second one then went down.
+fn checked_pool_with_one_backend_down() -> (Publisher, MemoryDataplane, Config) {
     let mut dp = MemoryDataplane::default();
     let mut p = Publisher::new();
-    let mut cfg = config(
+    let cfg = config(
         vec![],
         vec![checked(pool(
             "dc1",
@@ -207,6 +207,12 @@ fn weight_zero_drains_health_survives_reapply() {
     p.apply(&mut dp, &cfg).unwrap();
     p.set_health(&mut dp, "dc1", "198.18.1.12".parse().unwrap(), false)
         .unwrap();
+    (p, dp, cfg)
+}
+
+#[test]
+fn weight_zero_drains_health_survives_reapply() {
+    let (mut p, mut dp, mut cfg) = checked_pool_with_one_backend_down();
     cfg.pools[0].backends[0].weight = 0;
     p.apply(&mut dp, &cfg).unwrap();
     let b = &p.pools()["dc1"].backends;
@@ -219,18 +225,7 @@ fn weight_zero_drains_health_survives_reapply() {
 
 #[test]
 fn removing_the_health_check_brings_down_backends_up() {
-    let mut dp = MemoryDataplane::default();
-    let mut p = Publisher::new();
-    let mut cfg = config(
-        vec![],
-        vec![checked(pool(
-            "dc1",
-            &[("198.18.1.11", 100), ("198.18.1.12", 100)],
-        ))],
-    );
-    p.apply(&mut dp, &cfg).unwrap();
-    p.set_health(&mut dp, "dc1", "198.18.1.12".parse().unwrap(), false)
-        .unwrap();
+    let (mut p, mut dp, mut cfg) = checked_pool_with_one_backend_down();
     cfg.pools[0].health_check = None;
     p.apply(&mut dp, &cfg).unwrap();
     let pool = &p.pools()["dc1"];

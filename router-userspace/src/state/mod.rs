@@ -251,9 +251,15 @@ impl Store {
     /// Takes over from `old` (the store of the config being replaced) the values that do not
     /// come from the config: pushed values (`ctl state set`) and state probes' last verdicts,
     /// for each variable that keeps its name, source and type; and the backend health the
-    /// publisher has, for the pools that stay. A reload must not reset `maintenance_mode` or
-    /// forget that a probe failed.
-    pub fn carry_over(&mut self, old: &Store, publisher: &crate::publish::Publisher) {
+    /// publisher has, for the pools of `cfg` that stay and still have a health check (a pool
+    /// without one has every backend up, as the publisher makes it). A reload must not reset
+    /// `maintenance_mode` or forget that a probe failed.
+    pub fn carry_over(
+        &mut self,
+        old: &Store,
+        publisher: &crate::publish::Publisher,
+        cfg: &crate::config::Config,
+    ) {
         let kept: Vec<(Slot, Value)> = self
             .vars
             .iter()
@@ -272,7 +278,12 @@ impl Store {
         for (slot, value) in kept {
             self.set_and_derive(slot, value);
         }
-        for (pool, state) in publisher.pools() {
+        let checked = |pool: &str| {
+            cfg.pools
+                .iter()
+                .any(|p| p.name == pool && p.health_check.is_some())
+        };
+        for (pool, state) in publisher.pools().iter().filter(|(p, _)| checked(p)) {
             for b in state.backends.iter().filter(|b| !b.healthy) {
                 self.set_backend_health(pool, b.address, false);
             }
