@@ -25,7 +25,7 @@ pub use reason::{Reason, Verdict};
 
 /// Version of the map layout. Maps are pinned under `<pin_path>/v<ABI_VERSION>/`; an agent
 /// refuses to adopt pinned maps of another version rather than reading them with the wrong shape.
-pub const ABI_VERSION: u32 = 2;
+pub const ABI_VERSION: u32 = 3;
 
 /// Entries in one Maglev lookup table: a prime, as the Maglev paper (§3.4) requires, large
 /// enough that each of a few hundred backends gets hundreds of slots.
@@ -36,8 +36,8 @@ pub const MAGLEV_SIZE: u32 = 65_537;
 pub const MAX_POOLS: u32 = 64;
 /// Backend slots, shared by all pools. A change holds the slots of its new backends beside the
 /// running ones until it is live, so this is twice a large configuration (5,000 backends) with
-/// room for its changes. Cost per slot: `BACKENDS` 24 bytes, and per CPU `BACKEND_STATS` 16 and
-/// the program's next-hop cache 48 bytes (512 KiB per CPU in all).
+/// room for its changes. Cost per slot: `BACKENDS` 32 bytes, `NEXT_HOPS` 2 × 24 bytes, and per
+/// CPU `BACKEND_STATS` 16 bytes (128 KiB per CPU in all).
 pub const MAX_BACKENDS: u32 = 8_192;
 /// Service slots (one per virtual IP, port and protocol), shared with decision groups (one slot
 /// each). Twice a large configuration (1,000 services and their groups), so that one apply can
@@ -144,10 +144,23 @@ pub struct Backend {
     pub family: u32,
     /// `BACKEND_UP`, `BACKEND_DRAINING` or `BACKEND_DOWN`.
     pub state: u32,
+    /// Which of the slot's two `NEXT_HOPS` entries is live (0 or 1, see [`next_hop_index`]):
+    /// the agent writes a changed next hop into the other one, then flips this word, so no
+    /// packet reads a next hop half-written.
+    pub hop: u32,
+    /// Zero.
+    pub _pad: u32,
+}
+
+/// Index in `NEXT_HOPS` of half `half` of backend slot `slot`'s next hop.
+#[inline(always)]
+pub const fn next_hop_index(slot: u32, half: u32) -> u32 {
+    slot * 2 + (half & 1)
 }
 
 /// A flow's 5-tuple (plus family): the key of `CONNTRACK` and `NAT_REVERSE`, and the input of
-/// [`flow_hash`]. For a first fragment the source port is zero.
+/// [`flow_hash`]. A first fragment carries the whole 5-tuple and is keyed like the flow's
+/// unfragmented datagrams.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
 pub struct FlowKey {
@@ -177,8 +190,10 @@ pub struct FlowEntry {
     pub service: u32,
 }
 
-/// The value of `NAT_REVERSE`, keyed by the 5-tuple a NAT backend's reply carries:
-/// what to restore as its source.
+/// The value of `NAT_REVERSE`, keyed by the 5-tuple a NAT backend's reply carries: what to
+/// restore as its source, and the way back to the client. The reply leaves by the interface the
+/// request arrived on, towards the MAC it came from (the client, or the router in front of the
+/// balancer): the program needs no route lookup and the host no IP forwarding.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub struct NatEntry {
@@ -186,8 +201,31 @@ pub struct NatEntry {
     pub vip: [u8; 16],
     /// Service slot.
     pub service: u32,
-    /// Zero.
-    pub _pad: u32,
+    /// Interface the request arrived on, where the reply leaves.
+    pub ifindex: u32,
+    /// The reply's Ethernet destination then source: the request's source MAC, then the MAC
+    /// it was addressed to (the first 12 bytes of the reply's Ethernet header).
+    pub macs: [u8; 12],
+}
+
+/// [`NextHop`] flag: the entry holds a resolved next hop. A slot without it has none: the
+/// program drops its packets (`no_next_hop`).
+pub const NH_F_RESOLVED: u32 = 1 << 0;
+
+/// The value of `NEXT_HOPS`, two per backend slot ([`next_hop_index`]): how to reach the backend, as the agent
+/// resolved it over netlink (the route's egress interface, that interface's MAC, and the
+/// neighbour entry of the backend on a shared segment or of the route's gateway). The program
+/// copies `macs` into the Ethernet header and sends the frame out of `ifindex`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct NextHop {
+    /// Egress interface.
+    pub ifindex: u32,
+    /// `NH_F_*` bits.
+    pub flags: u32,
+    /// Destination MAC (the backend's or its gateway's) then source MAC (the egress
+    /// interface's): the first 12 bytes of the Ethernet header.
+    pub macs: [u8; 12],
 }
 
 /// Key of `FRAGMENTS`: one fragmented datagram (RFC 791 §2.3 / RFC 8200 §4.5 identification).
@@ -317,6 +355,7 @@ mod pod {
     unsafe impl aya::Pod for super::FlowKey {}
     unsafe impl aya::Pod for super::FlowEntry {}
     unsafe impl aya::Pod for super::NatEntry {}
+    unsafe impl aya::Pod for super::NextHop {}
     unsafe impl aya::Pod for super::FragKey {}
     unsafe impl aya::Pod for super::FragEntry {}
     unsafe impl aya::Pod for super::Traffic {}
@@ -343,9 +382,10 @@ mod tests {
         assert_eq!(size_of::<Pool>(), 8);
         assert_eq!(offset_of!(Pool, flags), 4);
 
-        assert_eq!(size_of::<Backend>(), 24);
+        assert_eq!(size_of::<Backend>(), 32);
         assert_eq!(offset_of!(Backend, family), 16);
         assert_eq!(offset_of!(Backend, state), 20);
+        assert_eq!(offset_of!(Backend, hop), 24);
 
         assert_eq!(size_of::<FlowKey>(), 40);
         assert_eq!(offset_of!(FlowKey, dst), 16);
@@ -355,8 +395,14 @@ mod tests {
         assert_eq!(offset_of!(FlowKey, family), 37);
 
         assert_eq!(size_of::<FlowEntry>(), 8);
-        assert_eq!(size_of::<NatEntry>(), 24);
+        assert_eq!(size_of::<NatEntry>(), 36);
         assert_eq!(offset_of!(NatEntry, service), 16);
+        assert_eq!(offset_of!(NatEntry, ifindex), 20);
+        assert_eq!(offset_of!(NatEntry, macs), 24);
+
+        assert_eq!(size_of::<NextHop>(), 20);
+        assert_eq!(offset_of!(NextHop, flags), 4);
+        assert_eq!(offset_of!(NextHop, macs), 8);
 
         assert_eq!(size_of::<FragKey>(), 40);
         assert_eq!(offset_of!(FragKey, id), 32);

@@ -8,6 +8,7 @@
 //! | `POOLS` | array | pool slot → [`Pool`] | agent → program | [`MAX_POOLS`] |
 //! | `MAGLEV` | array | [`maglev_index`] → backend slot `u32` | agent → program | `MAX_POOLS·2·MAGLEV_SIZE` |
 //! | `BACKENDS` | array | backend slot → [`Backend`] | agent → program | [`MAX_BACKENDS`] |
+//! | `NEXT_HOPS` | array | [`next_hop_index`] → [`NextHop`] | agent → program | `MAX_BACKENDS·2` |
 //! | `CONNTRACK` | LRU hash | [`FlowKey`] → [`FlowEntry`] | program → program, agent (read) | [`CONNTRACK_SIZE`] |
 //! | `NAT_REVERSE` | LRU hash | reply [`FlowKey`] → [`NatEntry`] | program → program | [`CONNTRACK_SIZE`] |
 //! | `FRAGMENTS` | LRU hash | [`FragKey`] → [`FragEntry`] | program → program | [`FRAGMENT_SIZE`] |
@@ -23,6 +24,8 @@
 //! [`Pool`]: crate::Pool
 //! [`maglev_index`]: crate::maglev_index
 //! [`Backend`]: crate::Backend
+//! [`NextHop`]: crate::NextHop
+//! [`next_hop_index`]: crate::next_hop_index
 //! [`FlowKey`]: crate::FlowKey
 //! [`FlowEntry`]: crate::FlowEntry
 //! [`NatEntry`]: crate::NatEntry
@@ -50,6 +53,8 @@ pub const POOLS: &str = "POOLS";
 pub const MAGLEV: &str = "MAGLEV";
 /// Backends by slot.
 pub const BACKENDS: &str = "BACKENDS";
+/// Each backend slot's next hop (egress interface and MACs).
+pub const NEXT_HOPS: &str = "NEXT_HOPS";
 /// Connection tracking.
 pub const CONNTRACK: &str = "CONNTRACK";
 /// NAT reply rewriting.
@@ -68,12 +73,13 @@ pub const BACKEND_STATS: &str = "BACKEND_STATS";
 pub const CONFIG: &str = "CONFIG";
 
 /// Every map the program defines, for pinning and `switchyard maps`.
-pub const ALL: [&str; 13] = [
+pub const ALL: [&str; 14] = [
     SERVICES,
     DECISIONS,
     POOLS,
     MAGLEV,
     BACKENDS,
+    NEXT_HOPS,
     CONNTRACK,
     NAT_REVERSE,
     FRAGMENTS,

@@ -67,8 +67,9 @@ pub enum Reason {
     AllDownPass = 12,
     /// The decided pools were empty; the fallback (last known good) pool was used.
     FallbackPool = 13,
-    /// `bpf_fib_lookup` found no route or no neighbour for the backend: dropped.
-    NoRoute = 14,
+    /// The chosen backend's slot has no resolved next hop in `NEXT_HOPS` (the agent could not
+    /// resolve its neighbour, or has not yet): dropped.
+    NoNextHop = 14,
     /// The route leaves through an interface missing from `TX_PORTS`: dropped.
     NoTxPort = 15,
     /// The service's decision or pool slot is missing or invalid (agent mid-apply): dropped.
@@ -94,7 +95,7 @@ impl Reason {
         Reason::NoBackend,
         Reason::AllDownPass,
         Reason::FallbackPool,
-        Reason::NoRoute,
+        Reason::NoNextHop,
         Reason::NoTxPort,
         Reason::BadState,
     ];
@@ -116,7 +117,7 @@ impl Reason {
             Reason::NoBackend => "no_backend",
             Reason::AllDownPass => "all_down_pass",
             Reason::FallbackPool => "fallback_pool",
-            Reason::NoRoute => "no_route",
+            Reason::NoNextHop => "no_next_hop",
             Reason::NoTxPort => "no_tx_port",
             Reason::BadState => "bad_state",
         }

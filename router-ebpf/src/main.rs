@@ -4,8 +4,9 @@
 //! action and the [`Reason`] for it, and the entry counts it before returning. The packet path
 //! is described in docs/architecture.md; the maps in `router_common::maps`.
 //!
-//! Kernel contract: native XDP on veth and real NICs, `bpf_fib_lookup` (4.18, GPL-only: hence
-//! the licence), `BPF_MAP_TYPE_DEVMAP_HASH` (5.4), BTF-defined maps (5.2), LRU hash (4.10).
+//! Kernel contract: native XDP on veth and real NICs, `BPF_MAP_TYPE_DEVMAP_HASH` (5.4),
+//! BTF-defined maps (5.2), LRU hash (4.10). The program calls no route lookup: next hops come
+//! from maps the agent writes (`NEXT_HOPS`) or the program records (`NAT_REVERSE`).
 #![no_std]
 #![no_main]
 // The `#[xdp]` macro generates the exported entry symbol without its doc comment.
@@ -94,16 +95,10 @@ fn process(ctx: &XdpContext) -> Outcome {
         // Rewriting the quoted header of a NAT flow is not implemented: the kernel gets it.
         return Outcome::unforwarded(Reason::NoService, svc.id);
     }
-    // All fragments of a datagram must reach one backend, and later ones carry no ports: the
-    // whole datagram is balanced on addresses and the service's port. (The port stays so the
-    // conntrack entry is the service's own: with both ports zeroed, one client's fragmented
-    // datagrams to two services on one VIP shared an entry, and the second service's went to
-    // the first one's backend.)
-    let mut flow = pkt.flow;
-    if pkt.frag == frag::FIRST {
-        flow.sport = 0;
-    }
-    let choice = match select(&flow, &svc, !pkt.is_icmp()) {
+    // A first fragment carries the whole 5-tuple: it is balanced (and tracked) as its flow, so
+    // a fragmented datagram reaches the backend of the flow's whole datagrams; the later
+    // fragments, which carry no ports, follow its choice through `FRAGMENTS`.
+    let choice = match select(&pkt.flow, &svc, !pkt.is_icmp()) {
         Ok(c) => c,
         Err(reason) => return Outcome::unforwarded(reason, svc.id),
     };
@@ -128,7 +123,7 @@ fn process(ctx: &XdpContext) -> Outcome {
         return Outcome::unforwarded(r, svc.id);
     }
     finish(
-        forward::send(ctx, pkt, &choice.backend.addr, choice.id),
+        forward::to_backend(ctx, choice.id, choice.backend.hop),
         reason,
         svc.id,
         choice.id,
@@ -183,14 +178,16 @@ fn later_fragment(ctx: &XdpContext, pkt: &Packet) -> Outcome {
         return Outcome::unforwarded(r, entry.service);
     }
     finish(
-        forward::send(ctx, pkt, &backend.addr, entry.backend),
+        forward::to_backend(ctx, entry.backend, backend.hop),
         Reason::Fragment,
         entry.service,
         entry.backend,
     )
 }
 
-/// Rewrites a request of a NAT service towards `backend` and records how to restore its replies.
+/// Rewrites a request of a NAT service towards `backend` and records how to restore its replies
+/// and where to send them: back out of the interface the request came in on, to the MAC it
+/// came from.
 #[inline(always)]
 fn nat_request(
     ctx: &XdpContext,
@@ -209,7 +206,8 @@ fn nat_request(
         let entry = NatEntry {
             vip: pkt.flow.dst,
             service,
-            _pad: 0,
+            ifindex: ctx.ingress_ifindex() as u32,
+            macs: forward::reversed_macs(ctx)?,
         };
         // Refreshes the entry too, so it ages like the flow (both maps are LRU).
         let _ = NAT_REVERSE.insert(reply, entry, 0);
@@ -218,7 +216,7 @@ fn nat_request(
 }
 
 /// A packet for no service may be a NAT backend's reply: restore the virtual IP as its source
-/// and send it to the client. Anything else is passed untouched.
+/// and send it back the way its request came. Anything else is passed untouched.
 #[inline(always)]
 fn nat_reply(ctx: &XdpContext, pkt: &Packet) -> Outcome {
     if pkt.is_icmp() || pkt.frag != frag::NONE {
@@ -231,7 +229,7 @@ fn nat_reply(ctx: &XdpContext, pkt: &Packet) -> Outcome {
         return Outcome::unforwarded(r, entry.service);
     }
     finish(
-        forward::send(ctx, pkt, &pkt.flow.dst, NO_BACKEND),
+        forward::emit(ctx, entry.ifindex, forward::macs(&entry.macs)),
         Reason::NatReply,
         entry.service,
         NONE,

@@ -12,7 +12,7 @@ use aya_ebpf::{
 use router_common::{
     Backend, CONNTRACK_SIZE, Config, FRAGMENT_SIZE, FlowEntry, FlowKey, FragEntry, FragKey,
     MAGLEV_SIZE, MAX_BACKENDS, MAX_DECISIONS, MAX_POOLS, MAX_SERVICES, MAX_TX_PORTS, NatEntry,
-    Pool, Reason, Service, ServiceKey, Traffic, Verdict,
+    NextHop, Pool, Reason, Service, ServiceKey, Traffic, Verdict,
 };
 
 /// Services by `(VIP, port, protocol, family)`.
@@ -40,12 +40,17 @@ pub static MAGLEV: Array<u32, { (MAX_POOLS * 2 * MAGLEV_SIZE) as usize }, BPF_F_
 #[btf_map]
 pub static BACKENDS: Array<Backend, { MAX_BACKENDS as usize }> = Array::new();
 
+/// Next hops, two per backend slot (`router_common::next_hop_index`; the slot's `Backend.hop`
+/// names the live one): egress interface and MACs, written by the agent.
+#[btf_map]
+pub static NEXT_HOPS: Array<NextHop, { (MAX_BACKENDS * 2) as usize }> = Array::new();
+
 /// Connection tracking: a flow's 5-tuple → its backend.
 #[btf_map]
 pub static CONNTRACK: LruHashMap<FlowKey, FlowEntry, { CONNTRACK_SIZE as usize }> =
     LruHashMap::new();
 
-/// NAT replies: the reply's 5-tuple → the VIP to restore as its source.
+/// NAT replies: the reply's 5-tuple → the VIP to restore as its source and the way back.
 #[btf_map]
 pub static NAT_REVERSE: LruHashMap<FlowKey, NatEntry, { CONNTRACK_SIZE as usize }> =
     LruHashMap::new();
@@ -80,12 +85,3 @@ pub static CONFIG: Array<Config, 1> = Array::new();
 /// ABI: the agent neither reads nor pins it.
 #[btf_map]
 pub static SCRATCH: PerCpuArray<crate::parse::Packet, 1> = PerCpuArray::new();
-
-/// Per-CPU cache of each backend slot's next hop (`forward::NextHop`), so a forwarded packet
-/// does not call `bpf_fib_lookup` every time. Not part of the ABI: private to the loaded
-/// program (neither pinned nor written by the agent), so a new program starts with it empty.
-/// Entries check themselves (backend address, family, ingress interface, expiry), so the agent
-/// never needs to invalidate them.
-#[btf_map]
-pub static NEXTHOP: PerCpuArray<crate::forward::NextHop, { MAX_BACKENDS as usize }> =
-    PerCpuArray::new();

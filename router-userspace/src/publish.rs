@@ -24,8 +24,9 @@ use std::{
 
 use router_common::{
     ABI_VERSION, BACKEND_DOWN, BACKEND_DRAINING, BACKEND_UP, Backend, Decision, FAMILY_V4,
-    FAMILY_V6, MAGLEV_SIZE, MAX_BACKENDS, MAX_POOLS, MAX_SERVICES, NO_POOL, POOL_F_ALL_DOWN_PASS,
-    PROTO_TCP, PROTO_UDP, Pool, SPLIT_SCALE, SVC_F_HASH_SOURCE, SVC_F_NAT, Service, ServiceKey,
+    FAMILY_V6, MAGLEV_SIZE, MAX_BACKENDS, MAX_POOLS, MAX_SERVICES, NO_POOL, NextHop,
+    POOL_F_ALL_DOWN_PASS, PROTO_TCP, PROTO_UDP, Pool, SPLIT_SCALE, SVC_F_HASH_SOURCE, SVC_F_NAT,
+    Service, ServiceKey, next_hop_index,
 };
 
 use crate::{
@@ -108,11 +109,24 @@ pub struct BackendState {
     pub weight: u32,
     /// Last health verdict (true until a health check says otherwise).
     pub healthy: bool,
+    /// Whether its next hop is resolved (always, for a publisher that does not manage next
+    /// hops): a backend takes new flows only when it is healthy and reachable.
+    pub reachable: bool,
+    /// The next hop the slot's live `NEXT_HOPS` half holds (`None`: none written, or an
+    /// unresolved entry).
+    pub hop: Option<NextHop>,
+    /// Which `NEXT_HOPS` half of the slot is live.
+    pub half: u32,
 }
 
 impl BackendState {
+    /// Takes new flows: healthy and reachable.
+    pub fn usable(&self) -> bool {
+        self.healthy && self.reachable
+    }
+
     fn entry(&self) -> Backend {
-        let state = match (self.healthy, self.weight) {
+        let state = match (self.usable(), self.weight) {
             (false, _) => BACKEND_DOWN,
             (true, 0) => BACKEND_DRAINING,
             (true, _) => BACKEND_UP,
@@ -121,7 +135,27 @@ impl BackendState {
             addr: addr16(self.address),
             family: family(self.address) as u32,
             state,
+            hop: self.half,
+            _pad: 0,
         }
+    }
+
+    /// Makes the slot's live `NEXT_HOPS` half hold `hop` (a zeroed, unresolved entry for
+    /// `None`): written into the other half, which becomes live with the next write of the
+    /// backend's entry ([`entry`](Self::entry) carries the half). Returns whether it wrote.
+    fn write_hop(
+        &mut self,
+        dp: &mut dyn Dataplane,
+        hop: Option<NextHop>,
+    ) -> Result<bool, PublishError> {
+        if self.hop == hop {
+            return Ok(false);
+        }
+        let half = self.half ^ 1;
+        dp.set_next_hop(next_hop_index(self.slot, half), hop.unwrap_or_default())?;
+        self.half = half;
+        self.hop = hop;
+        Ok(true)
     }
 }
 
@@ -144,9 +178,9 @@ pub struct PoolState {
 }
 
 impl PoolState {
-    /// Backends that receive new flows.
+    /// Backends that receive new flows (healthy and reachable).
     pub fn healthy_count(&self) -> usize {
-        self.backends.iter().filter(|b| b.healthy).count()
+        self.backends.iter().filter(|b| b.usable()).count()
     }
 }
 
@@ -171,6 +205,12 @@ pub struct Publisher {
     pool_slots: Slots,
     backend_slots: Slots,
     groups: BTreeMap<String, decide::GroupState>,
+    /// Each backend address's next hop as last reported ([`Publisher::set_next_hops`]):
+    /// `Some` resolved, `None` unresolved.
+    hops: BTreeMap<IpAddr, Option<NextHop>>,
+    /// Whether a backend whose address has no reported next hop is unreachable (the agent,
+    /// which resolves next hops) or reachable (a publisher whose next hops nobody manages).
+    require_hops: bool,
 }
 
 impl Default for Publisher {
@@ -219,7 +259,102 @@ impl Publisher {
             pool_slots: Slots::new(MAX_POOLS),
             backend_slots: Slots::new(MAX_BACKENDS),
             groups: BTreeMap::new(),
+            hops: BTreeMap::new(),
+            require_hops: false,
         }
+    }
+
+    /// This publisher, with next hops managed: a backend takes new flows only once
+    /// [`set_next_hops`](Self::set_next_hops) reported its next hop resolved.
+    #[must_use]
+    pub fn requiring_next_hops(mut self) -> Self {
+        self.require_hops = true;
+        let hops = &self.hops;
+        for b in self.pools.values_mut().flat_map(|p| p.backends.iter_mut()) {
+            let reachable = matches!(hops.get(&b.address), Some(Some(_)));
+            if !reachable && b.reachable {
+                // A restored backend whose slot holds no resolved next hop: a down entry is
+                // explained by that, so its health is unknown, and unknown is healthy (as for
+                // a new backend) until a probe says otherwise.
+                b.reachable = false;
+                b.healthy = true;
+            }
+        }
+        self
+    }
+
+    /// The next hop last reported for `address`: `Some(Some(_))` resolved, `Some(None)`
+    /// unresolved, `None` never reported.
+    pub fn next_hop(&self, address: IpAddr) -> Option<Option<NextHop>> {
+        self.hops.get(&address).copied()
+    }
+
+    /// Whether a backend at `address` is reachable by what is known of its next hop.
+    fn reachable(&self, address: IpAddr) -> bool {
+        match self.hops.get(&address) {
+            Some(hop) => hop.is_some(),
+            None => !self.require_hops,
+        }
+    }
+
+    /// Records next hops (`Some` resolved, `None` unresolved) and writes them into every slot
+    /// of their addresses; a backend that became reachable or unreachable changes its pools'
+    /// tables. Order per pool: a backend's next hop is written before the table names it;
+    /// one that becomes unreachable leaves the table before its entry goes down (its tracked
+    /// flows then re-select), and its last next hop stays in the map. Returns the pools whose
+    /// usable backends changed.
+    ///
+    /// # Errors
+    ///
+    /// [`PublishError`] when a map write fails; the publisher then holds what it wrote.
+    pub fn set_next_hops(
+        &mut self,
+        dp: &mut dyn Dataplane,
+        hops: &[(IpAddr, Option<NextHop>)],
+    ) -> Result<Vec<String>, PublishError> {
+        for &(address, hop) in hops {
+            self.hops.insert(address, hop);
+        }
+        let mut changed = Vec::new();
+        for (name, pool) in &mut self.pools {
+            let mut up = Vec::new();
+            let mut down = Vec::new();
+            for b in &mut pool.backends {
+                let Some(&(_, hop)) = hops.iter().rev().find(|(a, _)| *a == b.address) else {
+                    continue;
+                };
+                let was = b.usable();
+                // An unresolved next hop keeps the last resolved one in the map: tracked flows
+                // re-select (the entry goes down), and nothing half-known is published.
+                let wrote = match hop {
+                    Some(_) => b.write_hop(dp, hop)?,
+                    None => false,
+                };
+                b.reachable = hop.is_some();
+                if b.usable() && !was {
+                    up.push(b.slot);
+                } else if was && !b.usable() {
+                    down.push(b.slot);
+                } else if wrote {
+                    // Same usability, new next hop: the entry flips to the half just written.
+                    dp.set_backend(b.slot, b.entry())?;
+                }
+            }
+            if up.is_empty() && down.is_empty() {
+                continue;
+            }
+            // Up: the entry (with its next hop's half) is valid before the table names it.
+            for b in pool.backends.iter().filter(|b| up.contains(&b.slot)) {
+                dp.set_backend(b.slot, b.entry())?;
+            }
+            publish_pool(dp, name, pool, false)?;
+            // Down: out of the table first, then tracked flows re-select.
+            for b in pool.backends.iter().filter(|b| down.contains(&b.slot)) {
+                dp.set_backend(b.slot, b.entry())?;
+            }
+            changed.push(name.clone());
+        }
+        Ok(changed)
     }
 
     /// Generation of the last applied config (0 before the first).
@@ -294,15 +429,24 @@ impl Publisher {
                         },
                         Some(prev.entry()),
                     ),
-                    None => (
-                        BackendState {
+                    None => {
+                        let mut fresh = BackendState {
                             address: b.address,
                             slot: self.backend_slots.take("backend")?,
                             weight: b.weight,
                             healthy: true,
-                        },
-                        None,
-                    ),
+                            reachable: self.reachable(b.address),
+                            hop: None,
+                            half: 0,
+                        };
+                        // A taken slot may hold an earlier backend's next hop: its live half
+                        // gets this address's (or an unresolved entry) before anything names it.
+                        let hop = self.hops.get(&b.address).copied().flatten();
+                        dp.set_next_hop(next_hop_index(fresh.slot, 1), hop.unwrap_or_default())?;
+                        fresh.hop = hop;
+                        fresh.half = 1;
+                        (fresh, None)
+                    }
                 };
                 // Only what differs is written: a restarted agent that resumed the maps rewrites
                 // nothing for an unchanged backend.
@@ -551,7 +695,7 @@ impl Publisher {
     }
 }
 
-/// Builds `pool`'s table from its healthy, weighted backends; when it differs from the live one
+/// Builds `pool`'s table from its usable (healthy and reachable), weighted backends; when it differs from the live one
 /// (or the flags changed), writes the inactive half and flips.
 fn publish_pool(
     dp: &mut dyn Dataplane,
@@ -562,7 +706,7 @@ fn publish_pool(
     let input: Vec<(u32, IpAddr, u32)> = pool
         .backends
         .iter()
-        .filter(|b| b.healthy && b.weight > 0)
+        .filter(|b| b.usable() && b.weight > 0)
         .map(|b| (b.slot, b.address, b.weight))
         .collect();
     // Same members as the live table: it stands, unbuilt. Otherwise build, and write only a

@@ -1,6 +1,8 @@
 //! The program under `BPF_PROG_TEST_RUN`: the real object, loaded with private (unpinned) maps,
 //! filled by the real publisher from a config, and run on crafted frames inside the lb
-//! namespace of a standard [`Topology`], so `bpf_fib_lookup` sees real routes and neighbours.
+//! namespace of a standard [`Topology`] (so redirects name real interfaces). Each backend of
+//! the topology gets the next hop the agent would resolve for it (its veth's ifindex, its fixed
+//! MAC and the lb side's), written through the publisher.
 //!
 //! The topology's interfaces are only used as routing context: nothing is attached, and in
 //! test-run mode `XDP_TX` / `XDP_REDIRECT` are verdicts, not transmissions.
@@ -12,7 +14,7 @@ use aya::{
     Ebpf,
     programs::{TestRun as _, TestRunOptions, Xdp},
 };
-use router_common::{Reason, Traffic};
+use router_common::{NH_F_RESOLVED, NextHop, Reason, Traffic};
 use switchyard::{
     config::{Backend, Config, Pool, WhenAllDown},
     dataplane::{attach::ifindex, counters, load, maps::KernelMaps},
@@ -20,7 +22,9 @@ use switchyard::{
 };
 
 use crate::{
-    addrs::{LB_CLIENT_IF, lb_backend_if},
+    addrs::{
+        LB_CLIENT_IF, backend_mac, backend_v4, backend_v6, lb_backend_if, lb_backend_side_mac,
+    },
     netns::Topology,
 };
 
@@ -52,8 +56,7 @@ impl Lab {
         let topo = Topology::builder().backends(backends).build()?;
         let mut ebpf = load::load(None)?;
         let mut maps = KernelMaps::take(&mut ebpf)?;
-        let mut publisher = Publisher::new();
-        publisher.apply(&mut maps, cfg)?;
+        let mut publisher = Publisher::new().requiring_next_hops();
         let mut names = vec![LB_CLIENT_IF.to_string()];
         names.extend((1..=backends).map(lb_backend_if));
         // Device maps resolve an ifindex in the writer's namespace: write from inside the lb.
@@ -66,6 +69,14 @@ impl Lab {
             }
             Ok(index)
         })??;
+        let mut hops = Vec::new();
+        for i in 1..=backends {
+            let hop = next_hop(index[&lb_backend_if(i)], i);
+            hops.push((backend_v4(i).into(), Some(hop)));
+            hops.push((backend_v6(i).into(), Some(hop)));
+        }
+        publisher.set_next_hops(&mut maps, &hops)?;
+        publisher.apply(&mut maps, cfg)?;
         Ok(Self {
             topo,
             maps,
@@ -153,11 +164,30 @@ impl Lab {
         }
     }
 
+    /// Reports next hops through the publisher, as the agent's resolver does.
+    pub fn set_next_hops(&mut self, hops: &[(std::net::IpAddr, Option<NextHop>)]) -> Result<()> {
+        self.publisher.set_next_hops(&mut self.maps, hops)?;
+        Ok(())
+    }
+
     /// Records a health verdict through the publisher.
     pub fn set_health(&mut self, pool: &str, address: &str, healthy: bool) -> Result<()> {
         self.publisher
             .set_health(&mut self.maps, pool, address.parse()?, healthy)?;
         Ok(())
+    }
+}
+
+/// Backend `i`'s resolved next hop: out of `ifindex` (the lb's veth towards it), to its MAC,
+/// from the lb side's.
+pub fn next_hop(ifindex: u32, i: usize) -> NextHop {
+    let mut macs = [0u8; 12];
+    macs[..6].copy_from_slice(&backend_mac(i));
+    macs[6..].copy_from_slice(&lb_backend_side_mac(i));
+    NextHop {
+        ifindex,
+        flags: NH_F_RESOLVED,
+        macs,
     }
 }
 

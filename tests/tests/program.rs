@@ -506,6 +506,53 @@ fn all_fragments_of_a_datagram_reach_one_backend() -> Result<()> {
     Ok(())
 }
 
+/// A fragmented datagram belongs to its flow: its first fragment (which carries the ports) goes
+/// to the backend of the flow's whole datagrams, and so do its later fragments, in both
+/// orders of arrival (the flow's small datagrams first, or its fragmented one first).
+#[test]
+fn a_fragmented_datagram_reaches_the_backend_of_its_flow() -> Result<()> {
+    let Some(mut lab) = lab("fx-fragflow") else {
+        return Ok(());
+    };
+    let big = [9u8; 400];
+    let small = [1u8; 8];
+    for (family, client, vip) in [("v4", c4(), v4()), ("v6", c6(), v6())] {
+        let mut backends = std::collections::BTreeSet::new();
+        for port in 0..40u16 {
+            let sport = 30000 + port;
+            let whole = packets::udp_with(client, sport, vip, 53, &small);
+            let full = packets::udp_with(client, sport, vip, 53, &big);
+            let id = u32::from(port) + 100;
+            let (first, later) = if family == "v4" {
+                packets::fragment_v4(&full, 64, id as u16)?
+            } else {
+                packets::fragment_v6(&full, 64, id)?
+            };
+            // Even ports: the whole datagram first; odd ports: the fragments first.
+            let order: [&[u8]; 3] = if port % 2 == 0 {
+                [&whole, &first, &later]
+            } else {
+                [&first, &later, &whole]
+            };
+            let got: Vec<usize> = order
+                .iter()
+                .map(|f| backend_by_mac(&lab.run(f)?.out))
+                .collect::<Result<_>>()?;
+            ensure!(
+                got.iter().all(|b| *b == got[0]),
+                "{family} port {sport}: whole datagram and fragments on backends {got:?}"
+            );
+            backends.insert(got[0]);
+            lab_flush_conntrack(&mut lab);
+        }
+        ensure!(
+            backends.len() > 1,
+            "{family}: 40 flows all on backend {backends:?}: the port is not in the hash"
+        );
+    }
+    Ok(())
+}
+
 #[test]
 fn icmp_too_big_errors_reach_the_backend_of_the_flow_they_quote() -> Result<()> {
     let Some(lab) = lab("fx-icmp") else {
@@ -642,84 +689,99 @@ fn a_split_sends_flows_to_both_pools() -> Result<()> {
     Ok(())
 }
 
-/// Regression for the next-hop cache (`NEXTHOP`, router-ebpf/src/forward.rs): a backend whose
-/// neighbour entry changes gets the new MAC once the cached entry has expired (1 s), and a
-/// backend slot that is given another address is looked up afresh at once.
-///
-/// Not timing-sensitive: the cache is per CPU, so the test thread (and the namespace threads it
-/// spawns, which run the program) is pinned to one CPU; the entry expires 1 s after the lookup
-/// that filled it, which ran before `filled` was taken, so "still cached" is only asserted when
-/// the second run finished well inside that second, and "followed" after sleeping past it.
+/// `NEXT_HOPS` fixtures: a resolved next hop gives the frame its MACs (hit); a changed one is
+/// used from the next packet on, tracked flows included (changed); an unresolved backend takes
+/// no new flows, and a packet that still reaches a slot without a resolved next hop is dropped
+/// with `no_next_hop` (miss).
 #[test]
-fn a_changed_next_hop_is_followed_after_the_cache_refresh() -> Result<()> {
-    use std::time::{Duration, Instant};
-
-    use router_tests::bench::host;
+fn next_hops_come_from_the_map_the_agent_writes() -> Result<()> {
+    use router_tests::lab::next_hop;
     use switchyard::dataplane::Dataplane as _;
 
-    /// The program's `NEXTHOP_TTL_NS`.
-    const REFRESH: Duration = Duration::from_secs(1);
     const NEW_MAC: [u8; 6] = [0x02, 0x5e, 0x00, 0x00, 0x00, 0x42];
 
     let Some(mut lab) = lab("fx-nexthop") else {
         return Ok(());
     };
-    host::pin(0, 0)?;
+    // Hit: the backend's MAC, the lb side's, out of the backend's veth.
     let frame = packets::tcp(c4(), 47000, v4(), 80);
-    let filled = Instant::now();
-    let b = forwarded(&lab, &frame)?;
-    lab.topo.lb().ip(&[
-        "neigh",
-        "replace",
-        &backend_v4(b).to_string(),
-        "lladdr",
-        &addrs::mac_string(NEW_MAC),
-        "dev",
-        &addrs::lb_backend_if(b),
-        "nud",
-        "permanent",
-    ])?;
     let run = lab.run(&frame)?;
-    let changed = Instant::now();
+    ensure!(run.action == XDP_REDIRECT, "action {}", run.action);
     let seen = inspect(&run.out)?;
-    if changed - filled < REFRESH * 9 / 10 {
-        ensure!(
-            seen.dst_mac == backend_mac(b),
-            "the next hop was looked up again within the refresh interval: {:02x?}",
-            seen.dst_mac
-        );
-    } else {
-        println!("slow machine: not checking that the cached next hop was used");
-    }
-    std::thread::sleep(REFRESH + Duration::from_millis(100));
+    let b = backend_of(&seen)?;
+    ensure!(
+        seen.dst_mac == backend_mac(b),
+        "destination MAC {:02x?}",
+        seen.dst_mac
+    );
+    ensure!(
+        seen.src_mac == addrs::lb_backend_side_mac(b),
+        "source MAC {:02x?}",
+        seen.src_mac
+    );
+
+    // Changed: the tracked flow's next packet carries the new MAC at once.
+    let ifindex = lab.ifindex(&addrs::lb_backend_if(b))?;
+    let mut moved = next_hop(ifindex, b);
+    moved.macs[..6].copy_from_slice(&NEW_MAC);
+    lab.set_next_hops(&[(backend_v4(b).into(), Some(moved))])?;
     let seen = inspect(&lab.run(&frame)?.out)?;
     ensure!(
         seen.dst_mac == NEW_MAC,
-        "the neighbour change was not followed after the refresh interval: {:02x?}",
+        "the changed next hop was not used: {:02x?}",
         seen.dst_mac
     );
 
-    // The flow's backend slot now names another backend: its cached next hop (fresh: it was
-    // just looked up) must not be used for the new address.
-    let other = b % BACKENDS + 1;
-    let slot = lab
-        .maps
-        .conntrack
-        .iter()
-        .filter_map(Result::ok)
-        .map(|(_, entry)| entry.backend)
-        .next()
-        .context("the flow is not tracked")?;
-    let mut backend = lab.maps.backend(slot)?;
-    backend.addr = [0; 16];
-    backend.addr[..4].copy_from_slice(&backend_v4(other).octets());
-    lab.maps.set_backend(slot, backend)?;
-    let seen = inspect(&lab.run(&frame)?.out)?;
+    // Miss: unresolved, the backend leaves the table; its tracked flow re-selects and new flows
+    // never reach it.
+    lab.set_next_hops(&[(backend_v4(b).into(), None)])?;
+    let (action, reasons) = lab.explain(&frame)?;
     ensure!(
-        seen.dst_mac == backend_mac(other),
-        "a slot's new address got the old address's next hop: {:02x?} (backend {other} is {:02x?})",
-        seen.dst_mac,
-        backend_mac(other)
+        action == XDP_REDIRECT && reasons.contains(&Reason::Reselected),
+        "the tracked flow of an unresolved backend: action {action}, {reasons:?}"
+    );
+    for port in 47100..47300u16 {
+        let got = forwarded(&lab, &packets::tcp(c4(), port, v4(), 80))?;
+        ensure!(got != b, "port {port} reached the unresolved backend {b}");
+    }
+    // A slot whose live next hop is unresolved (its entry written by hand, as a program that
+    // runs before the agent's first resolution sees it) drops with its own reason.
+    let slot = lab
+        .publisher
+        .pools()
+        .values()
+        .flat_map(|p| p.backends.iter())
+        .find(|x| x.address == IpAddr::from(backend_v4(b)))
+        .map(|x| x.slot)
+        .context("no slot for the backend")?;
+    let mut entry = lab.maps.backend(slot)?;
+    entry.state = router_common::BACKEND_UP;
+    lab.maps.set_backend(slot, entry)?;
+    lab.maps.set_next_hop(
+        router_common::next_hop_index(slot, entry.hop),
+        router_common::NextHop::default(),
+    )?;
+    let flow = packets::tcp(c4(), 47001, v4(), 80);
+    lab.maps.conntrack.insert(
+        router_common::FlowKey {
+            src: switchyard::publish::addr16(c4()),
+            dst: switchyard::publish::addr16(v4()),
+            sport: 47001u16.to_be(),
+            dport: 80u16.to_be(),
+            proto: router_common::PROTO_TCP,
+            family: router_common::FAMILY_V4,
+            _pad: [0; 2],
+        },
+        router_common::FlowEntry {
+            backend: slot,
+            service: 0,
+        },
+        0,
+    )?;
+    let (action, reasons) = lab.explain(&flow)?;
+    ensure!(
+        action == XDP_DROP && reasons == [Reason::NoNextHop],
+        "a slot without a next hop: action {action}, {reasons:?}"
     );
     Ok(())
 }

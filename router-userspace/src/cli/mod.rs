@@ -138,7 +138,7 @@ pub fn render(s: &Status) -> String {
 }
 
 /// What each pinned map holds, for `switchyard maps`.
-pub const MAP_HELP: [(&str, &str); 13] = [
+pub const MAP_HELP: [(&str, &str); 14] = [
     (
         maps::SERVICES,
         "services: (VIP, port, protocol) → slot, decision slot, flags",
@@ -154,7 +154,11 @@ pub const MAP_HELP: [(&str, &str); 13] = [
     ),
     (
         maps::BACKENDS,
-        "backends: address, family, state (up/draining/down)",
+        "backends: address, family, state (up/draining/down), live next-hop half",
+    ),
+    (
+        maps::NEXT_HOPS,
+        "next hops: 2 per backend slot → egress ifindex, resolved flag, dst MAC, src MAC",
     ),
     (
         maps::CONNTRACK,
@@ -162,7 +166,7 @@ pub const MAP_HELP: [(&str, &str); 13] = [
     ),
     (
         maps::NAT_REVERSE,
-        "NAT replies: reply 5-tuple → virtual IP (LRU)",
+        "NAT replies: reply 5-tuple → virtual IP, ingress ifindex, MACs back (LRU)",
     ),
     (maps::FRAGMENTS, "fragmented datagrams in flight (LRU)"),
     (maps::TX_PORTS, "interfaces the program may redirect to"),

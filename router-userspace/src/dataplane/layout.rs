@@ -190,6 +190,19 @@ pub fn all() -> Vec<MapLayout> {
                 addr: "network order, IPv4 in the first 4 bytes",
                 family: "4 or 6",
                 state: "0 down, 1 up, 2 draining",
+                hop: "live NEXT_HOPS half, 0 or 1",
+                _pad,
+            }),
+        },
+        MapLayout {
+            name: maps::NEXT_HOPS,
+            kind: "array",
+            entries: MAX_BACKENDS * 2,
+            key: Layout::scalar::<u32>("backend slot·2 + half (BACKENDS hop)"),
+            value: record!(NextHop {
+                ifindex: "egress interface",
+                flags: "NH_F_RESOLVED 1; 0 = no next hop (packets dropped: no_next_hop)",
+                macs: "destination MAC (backend or gateway), then the egress interface's MAC",
             }),
         },
         MapLayout {
@@ -210,7 +223,8 @@ pub fn all() -> Vec<MapLayout> {
             value: record!(NatEntry {
                 vip: "network order",
                 service: "service slot",
-                _pad,
+                ifindex: "interface the request came in on, where the reply leaves",
+                macs: "reply's destination MAC (the request's source), then its source MAC",
             }),
         },
         MapLayout {

@@ -8,8 +8,8 @@ use aya::{
 };
 use memmap2::{MmapMut, MmapOptions};
 use router_common::{
-    Backend, Config, FlowEntry, FlowKey, MAGLEV_SIZE, MAX_POOLS, Pool, Service, ServiceKey,
-    Traffic, maglev_index, maps,
+    Backend, Config, FlowEntry, FlowKey, MAGLEV_SIZE, MAX_POOLS, NextHop, Pool, Service,
+    ServiceKey, Traffic, maglev_index, maps,
 };
 
 use super::{Dataplane, DataplaneError};
@@ -26,6 +26,7 @@ pub struct KernelMaps {
     decisions: Array<MapData, u64>,
     pools: Array<MapData, Pool>,
     backends: Array<MapData, Backend>,
+    next_hops: Array<MapData, NextHop>,
     config: Array<MapData, Config>,
     /// Redirect targets (ifindex → ifindex).
     pub tx_ports: DevMapHash<MapData>,
@@ -85,6 +86,7 @@ impl KernelMaps {
             decisions: typed(maps::DECISIONS, take(maps::DECISIONS)?)?,
             pools: typed(maps::POOLS, take(maps::POOLS)?)?,
             backends: typed(maps::BACKENDS, take(maps::BACKENDS)?)?,
+            next_hops: typed(maps::NEXT_HOPS, take(maps::NEXT_HOPS)?)?,
             config: typed(maps::CONFIG, take(maps::CONFIG)?)?,
             tx_ports: typed(maps::TX_PORTS, take(maps::TX_PORTS)?)?,
             reason_stats: typed(maps::REASON_STATS, take(maps::REASON_STATS)?)?,
@@ -107,6 +109,7 @@ impl KernelMaps {
             decisions: typed(maps::DECISIONS, map(maps::DECISIONS, Map::Array)?)?,
             pools: typed(maps::POOLS, map(maps::POOLS, Map::Array)?)?,
             backends: typed(maps::BACKENDS, map(maps::BACKENDS, Map::Array)?)?,
+            next_hops: typed(maps::NEXT_HOPS, map(maps::NEXT_HOPS, Map::Array)?)?,
             config: typed(maps::CONFIG, map(maps::CONFIG, Map::Array)?)?,
             tx_ports: typed(maps::TX_PORTS, map(maps::TX_PORTS, Map::DevMapHash)?)?,
             reason_stats: typed(
@@ -142,6 +145,13 @@ impl KernelMaps {
             .map_err(|e| DataplaneError::map(maps::BACKENDS, e))
     }
 
+    /// Backend slot `slot`'s next hop.
+    pub fn next_hop(&self, slot: u32) -> Result<NextHop, DataplaneError> {
+        self.next_hops
+            .get(&slot, 0)
+            .map_err(|e| DataplaneError::map(maps::NEXT_HOPS, e))
+    }
+
     /// Pool slot `slot`.
     pub fn pool(&self, slot: u32) -> Result<Pool, DataplaneError> {
         self.pools
@@ -169,6 +179,12 @@ impl Dataplane for KernelMaps {
         self.backends
             .set(slot, backend, 0)
             .map_err(|e| DataplaneError::map(maps::BACKENDS, e))
+    }
+
+    fn set_next_hop(&mut self, slot: u32, hop: NextHop) -> Result<(), DataplaneError> {
+        self.next_hops
+            .set(slot, hop, 0)
+            .map_err(|e| DataplaneError::map(maps::NEXT_HOPS, e))
     }
 
     fn write_table(&mut self, pool: u32, half: u32, table: &[u32]) -> Result<(), DataplaneError> {
@@ -237,6 +253,10 @@ impl super::Readback for KernelMaps {
 
     fn read_pool(&self, slot: u32) -> Result<Pool, DataplaneError> {
         self.pool(slot)
+    }
+
+    fn read_next_hop(&self, slot: u32) -> Result<NextHop, DataplaneError> {
+        self.next_hop(slot)
     }
 
     fn read_decision(&self, slot: u32) -> Result<u64, DataplaneError> {

@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 
-use router_common::{Backend, Config, MAGLEV_SIZE, Pool, Service, ServiceKey};
+use router_common::{Backend, Config, MAGLEV_SIZE, NextHop, Pool, Service, ServiceKey};
 
 use super::{Dataplane, DataplaneError};
 
@@ -12,6 +12,8 @@ use super::{Dataplane, DataplaneError};
 pub enum Write {
     /// `set_backend(slot, …)`.
     Backend(u32, Backend),
+    /// `set_next_hop(slot, …)`.
+    NextHop(u32, NextHop),
     /// `write_table(pool, half, …)`.
     Table(u32, u32),
     /// `set_pool(slot, …)`.
@@ -31,6 +33,8 @@ pub enum Write {
 pub struct MemoryDataplane {
     /// Backend slots written.
     pub backends: HashMap<u32, Backend>,
+    /// Next hops written, by backend slot.
+    pub next_hops: HashMap<u32, NextHop>,
     /// Tables by (pool, half).
     pub tables: HashMap<(u32, u32), Vec<u32>>,
     /// Pool slots written.
@@ -57,6 +61,12 @@ impl Dataplane for MemoryDataplane {
     fn set_backend(&mut self, slot: u32, backend: Backend) -> Result<(), DataplaneError> {
         self.backends.insert(slot, backend);
         self.log.push(Write::Backend(slot, backend));
+        Ok(())
+    }
+
+    fn set_next_hop(&mut self, slot: u32, hop: NextHop) -> Result<(), DataplaneError> {
+        self.next_hops.insert(slot, hop);
+        self.log.push(Write::NextHop(slot, hop));
         Ok(())
     }
 
@@ -113,6 +123,10 @@ impl super::Readback for MemoryDataplane {
 
     fn read_backend(&self, slot: u32) -> Result<Backend, DataplaneError> {
         Ok(self.backends.get(&slot).copied().unwrap_or_default())
+    }
+
+    fn read_next_hop(&self, slot: u32) -> Result<NextHop, DataplaneError> {
+        Ok(self.next_hops.get(&slot).copied().unwrap_or_default())
     }
 
     fn read_pool(&self, slot: u32) -> Result<Pool, DataplaneError> {

@@ -16,7 +16,7 @@ pub mod upgrade;
 
 use std::path::PathBuf;
 
-use router_common::{Backend, Config, Pool, Service, ServiceKey};
+use router_common::{Backend, Config, NextHop, Pool, Service, ServiceKey};
 
 /// How to move from pinned maps of another layout to this binary's (decision 0007).
 pub const UPGRADE_PATH: &str = "Upgrade path: drain the traffic, run `switchyard detach --iface \
@@ -234,6 +234,8 @@ impl DataplaneError {
 pub trait Dataplane {
     /// Writes backend slot `slot`.
     fn set_backend(&mut self, slot: u32, backend: Backend) -> Result<(), DataplaneError>;
+    /// Writes backend slot `slot`'s next hop.
+    fn set_next_hop(&mut self, slot: u32, hop: NextHop) -> Result<(), DataplaneError>;
     /// Writes half `half` (0 or 1) of pool `pool`'s Maglev table; `table` has
     /// `router_common::MAGLEV_SIZE` entries.
     fn write_table(&mut self, pool: u32, half: u32, table: &[u32]) -> Result<(), DataplaneError>;
@@ -258,6 +260,8 @@ pub trait Readback {
     fn read_services(&self) -> Vec<(ServiceKey, Service)>;
     /// Backend slot `slot`.
     fn read_backend(&self, slot: u32) -> Result<Backend, DataplaneError>;
+    /// Backend slot `slot`'s next hop.
+    fn read_next_hop(&self, slot: u32) -> Result<NextHop, DataplaneError>;
     /// Pool slot `slot`.
     fn read_pool(&self, slot: u32) -> Result<Pool, DataplaneError>;
     /// Decision word `slot`.

@@ -222,11 +222,24 @@ impl Publisher {
                         "backend slot {slot} of pool {name} does not hold {address}"
                     )));
                 }
+                // The live next hop is known again (reachability follows from it once next
+                // hops are required: `Publisher::requiring_next_hops`).
+                let half = entry.hop & 1;
+                let hop = maps
+                    .read_next_hop(router_common::next_hop_index(slot, half))
+                    .ok()
+                    .filter(|h| h.flags & router_common::NH_F_RESOLVED != 0);
+                if let Some(h) = hop {
+                    p.hops.insert(address, Some(h));
+                }
                 backends.push(BackendState {
                     address,
                     slot,
                     weight,
                     healthy: entry.state != BACKEND_DOWN,
+                    reachable: true,
+                    hop,
+                    half,
                 });
             }
             p.pools.insert(

@@ -8,8 +8,8 @@ use std::{
 };
 
 use router_common::{
-    BACKEND_DOWN, Backend, Config as Generation, Decision, MAX_BACKENDS, NO_BACKEND, NO_POOL, Pool,
-    Service, ServiceKey,
+    BACKEND_DOWN, Backend, Config as Generation, Decision, MAX_BACKENDS, NH_F_RESOLVED, NO_BACKEND,
+    NO_POOL, NextHop, Pool, Service, ServiceKey, next_hop_index,
 };
 
 use super::{PublishError, Publisher, addr16};
@@ -32,6 +32,8 @@ struct Checked {
     allowed: HashMap<u32, HashSet<[u8; 16]>>,
     /// Everything found wrong, with the write that exposed it.
     violations: Vec<String>,
+    /// Whether a live table may name only slots whose live next hop is resolved.
+    require_hops: bool,
 }
 
 impl Checked {
@@ -70,6 +72,18 @@ impl Checked {
                             found.push(format!("pool {pool} names down slot {slot}"));
                         }
                         Some(b) => {
+                            let hop = self
+                                .inner
+                                .next_hops
+                                .get(&next_hop_index(*slot, b.hop))
+                                .copied()
+                                .unwrap_or_default();
+                            if self.require_hops && hop.flags & NH_F_RESOLVED == 0 {
+                                found.push(format!(
+                                    "pool {pool} names slot {slot}, whose live next hop is \
+                                     unresolved"
+                                ));
+                            }
                             if let Some(ok) = self.allowed.get(&pool)
                                 && !ok.contains(&b.addr)
                             {
@@ -93,6 +107,11 @@ impl Dataplane for Checked {
     fn set_backend(&mut self, slot: u32, backend: Backend) -> Result<(), DataplaneError> {
         self.inner.set_backend(slot, backend)?;
         self.check(&format!("set_backend({slot}, state {})", backend.state));
+        Ok(())
+    }
+    fn set_next_hop(&mut self, index: u32, hop: NextHop) -> Result<(), DataplaneError> {
+        self.inner.set_next_hop(index, hop)?;
+        self.check(&format!("set_next_hop({index})"));
         Ok(())
     }
     fn write_table(&mut self, pool: u32, half: u32, table: &[u32]) -> Result<(), DataplaneError> {
@@ -300,4 +319,72 @@ fn assert_violations(dp: &Checked) {
         dp.violations.len(),
         &dp.violations[..dp.violations.len().min(3)]
     );
+}
+
+/// A resolved next hop whose destination MAC ends in `tag`.
+fn hop(tag: u8) -> NextHop {
+    NextHop {
+        ifindex: 7,
+        flags: NH_F_RESOLVED,
+        macs: [2, 0, 0, 0, 0, tag, 2, 0, 0, 0, 0, 0xfe],
+    }
+}
+
+#[test]
+fn a_table_names_only_backends_whose_next_hop_is_resolved() {
+    let mut dp = Checked {
+        require_hops: true,
+        ..Checked::default()
+    };
+    let mut p = Publisher::new().requiring_next_hops();
+    let backends = addrs([3, 0], 4);
+    let cfg = config(
+        vec![service("web", 80, "dc1")],
+        vec![pool("dc1", backends.clone())],
+    );
+    // Two resolved before the apply, one after, one never.
+    p.set_next_hops(
+        &mut dp,
+        &[(backends[0], Some(hop(1))), (backends[1], Some(hop(2)))],
+    )
+    .unwrap();
+    p.apply(&mut dp, &cfg).unwrap();
+    assert_eq!(p.pools()["dc1"].healthy_count(), 2);
+    let changed = p
+        .set_next_hops(&mut dp, &[(backends[2], Some(hop(3)))])
+        .unwrap();
+    assert_eq!(changed, vec!["dc1".to_owned()]);
+    assert_eq!(p.pools()["dc1"].healthy_count(), 3);
+    // A changed MAC is written into the other half, which the entry then names.
+    let slot = p.pools()["dc1"].backends[0].slot;
+    let half = dp.inner.backends[&slot].hop;
+    assert!(
+        p.set_next_hops(&mut dp, &[(backends[0], Some(hop(9)))])
+            .unwrap()
+            .is_empty()
+    );
+    let now = dp.inner.backends[&slot].hop;
+    assert_ne!(
+        now, half,
+        "the changed next hop was written over the live half"
+    );
+    assert_eq!(dp.inner.next_hops[&next_hop_index(slot, now)], hop(9));
+    assert_eq!(dp.inner.next_hops[&next_hop_index(slot, half)], hop(1));
+    // Unresolved: out of the table, entry down, the last next hop kept.
+    p.set_next_hops(&mut dp, &[(backends[1], None)]).unwrap();
+    assert_eq!(p.pools()["dc1"].healthy_count(), 2);
+    let gone = p.pools()["dc1"].backends[1].slot;
+    assert_eq!(dp.inner.backends[&gone].state, BACKEND_DOWN);
+    let table = dp.inner.live_table(p.pools()["dc1"].slot).unwrap();
+    assert!(!table.contains(&gone));
+    // A slot taken again starts from an unresolved entry, not its last occupant's next hop.
+    let other = config(
+        vec![service("web", 80, "dc1")],
+        vec![pool("dc1", addrs([4, 0], 1))],
+    );
+    for _ in 0..3 {
+        p.apply(&mut dp, &other).unwrap();
+        p.apply(&mut dp, &cfg).unwrap();
+    }
+    assert_violations(&dp);
 }
