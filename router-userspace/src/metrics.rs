@@ -7,6 +7,8 @@
 //! | `switchyard_service_packets_total`, `…_bytes_total` | counter | `service`, `action` |
 //! | `switchyard_backend_packets_total`, `…_bytes_total` | counter | `pool`, `backend` |
 //! | `switchyard_backend_healthy` | gauge (0/1) | `pool`, `backend` |
+//! | `switchyard_backend_next_hop_resolved` | gauge (0/1) | `pool`, `backend` |
+//! | `switchyard_next_hop_unresolved_total` | counter | `backend` |
 //! | `switchyard_health_check_duration_seconds` | histogram | `pool` |
 //! | `switchyard_map_write_duration_seconds` | histogram | |
 //! | `switchyard_config_generation` | gauge | |
@@ -52,6 +54,8 @@ pub struct Metrics {
     pub evaluation: Family<Labels, Histogram>,
     /// From the triggering event to the completed decision-word write, seconds.
     pub decision_latency: Histogram,
+    /// Times a backend address's next hop was found unresolved (it then takes no new flows).
+    pub unresolved: Family<Labels, Counter>,
 }
 
 impl Default for Metrics {
@@ -69,6 +73,7 @@ impl Default for Metrics {
                 Histogram::new(exponential_buckets(0.000_000_5, 2.0, 20))
             }),
             decision_latency: Histogram::new(exponential_buckets(0.000_001, 2.0, 24)),
+            unresolved: Family::default(),
         }
     }
 }
@@ -115,6 +120,11 @@ pub fn registry(metrics: &Metrics, shared: Arc<Mutex<Shared>>) -> Registry {
         "decision_write_latency_seconds",
         "From the triggering event to the completed decision-word write",
         metrics.decision_latency.clone(),
+    );
+    r.register(
+        "next_hop_unresolved",
+        "Times a backend's next hop was found unresolved (no new flows until it resolves)",
+        metrics.unresolved.clone(),
     );
     r.register_collector(Box::new(crate::api::ctl::StateCollector(shared.clone())));
     r.register_collector(Box::new(DataplaneCollector(shared)));
@@ -212,7 +222,7 @@ impl Collector for DataplaneCollector {
             &by,
         )?;
 
-        let (mut pk, mut by, mut up) = (Vec::new(), Vec::new(), Vec::new());
+        let (mut pk, mut by, mut up, mut hop) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         for (pool, p) in pools {
             for b in &p.backends {
                 let labels = vec![("pool", pool.clone()), ("backend", b.address.to_string())];
@@ -224,7 +234,8 @@ impl Collector for DataplaneCollector {
                     .unwrap_or_default();
                 pk.push((labels.clone(), t.packets));
                 by.push((labels.clone(), t.bytes));
-                up.push((labels, u64::from(b.healthy)));
+                up.push((labels.clone(), u64::from(b.healthy)));
+                hop.push((labels, u64::from(b.reachable)));
             }
         }
         family(
@@ -247,6 +258,13 @@ impl Collector for DataplaneCollector {
             "1 if the backend passes its health check",
             MetricType::Gauge,
             &up,
+        )?;
+        family(
+            &mut encoder,
+            "backend_next_hop_resolved",
+            "1 if the backend's next hop is resolved (0: no new flows)",
+            MetricType::Gauge,
+            &hop,
         )?;
         Ok(())
     }

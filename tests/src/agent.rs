@@ -241,10 +241,14 @@ impl Agent {
         self.wait_ready(Duration::from_secs(20))
     }
 
+    /// Waits until the agent answers `status`, then (up to 5 s more) until it has a next-hop
+    /// verdict for every backend: a test's first packets then meet the agent's published
+    /// state, as an operator's do once `status` shows every next hop.
     fn wait_ready(&mut self, limit: Duration) -> Result<()> {
         let start = Instant::now();
         loop {
             if self.status().is_ok() {
+                let _ = self.wait_for(Duration::from_secs(5), |s| no_backend_resolving(s));
                 return Ok(());
             }
             if let Some(child) = self.child.as_mut()
@@ -334,6 +338,12 @@ impl Agent {
             }
             Ok(body.to_owned())
         })?
+    }
+
+    /// Polls `status` (up to 5 s) until no backend's next hop is still resolving; for a test
+    /// that adds backends and sends to them at once.
+    pub fn wait_next_hops(&self) -> Result<Duration> {
+        self.wait_for(Duration::from_secs(5), no_backend_resolving)
     }
 
     /// Whether `address` in `pool` is healthy according to the agent.
@@ -478,4 +488,14 @@ impl Agent {
         self.launch()?;
         self.wait_ready(Duration::from_secs(20))
     }
+}
+
+/// Whether every backend in `status` has a next-hop verdict (resolved, or unresolved for a
+/// reason other than still resolving).
+pub fn no_backend_resolving(status: &Status) -> bool {
+    status.pools.iter().flat_map(|p| p.backends.iter()).all(|b| {
+        b.next_hop
+            .as_ref()
+            .is_none_or(|h| h.reason.as_deref() != Some("still resolving"))
+    })
 }

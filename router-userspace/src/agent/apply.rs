@@ -350,7 +350,11 @@ pub fn start(
 
 /// The probes of the running config (backends and `state:` probes), each backend starting
 /// from the health the publisher has for it.
+/// The resolver follows the running config's backends from here on too.
 fn spawn_probes(s: &Shared, probe_tx: &tokio::sync::mpsc::Sender<HealthEvent>) -> ProbeSet {
+    if let Some(resolver) = &s.resolver {
+        resolver.set_targets(super::backend_addresses(&s.config));
+    }
     let mut all = targets(&s.config, &s.publisher);
     all.extend(decisions::state_probe_targets(&s.config));
     probe::spawn(all, probe_tx.clone())

@@ -11,7 +11,7 @@
 //! `status`, and the running config stays.
 
 use std::{
-    collections::HashMap,
+    collections::{BTreeMap, BTreeSet, HashMap},
     net::IpAddr,
     path::PathBuf,
     sync::{Arc, Mutex},
@@ -39,6 +39,7 @@ use crate::{
     engine::Driver,
     history::History,
     metrics::Metrics,
+    nexthop::{self, NextHopEvent, Resolution, Resolver},
     probe::{HealthEvent, ProbeTarget},
     publish::{Ledger, PublishError, Publisher, RestoreError},
     state::Store,
@@ -81,6 +82,9 @@ pub enum AgentError {
     /// The config directory cannot be watched.
     #[error(transparent)]
     Watch(#[from] watch::WatchError),
+    /// The next-hop resolver could not start (no netlink socket).
+    #[error("starting the next-hop resolver: {0}")]
+    NextHops(#[from] nexthop::NextHopError),
     /// A signal handler could not be installed.
     #[error("installing a signal handler: {0}")]
     Signal(#[source] std::io::Error),
@@ -150,6 +154,51 @@ pub struct Shared {
     /// a rollback an event that changes no fragment does not apply the files again; `status`
     /// compares it with the running hash. Empty when the last read failed.
     pub seen: String,
+    /// Resolves and follows every backend's next hop (`None` only in tests without netlink).
+    pub resolver: Option<Resolver>,
+    /// What the agent last made of each backend address's next hop, for `status`.
+    pub next_hops: BTreeMap<IpAddr, NextHopStatus>,
+    /// Interfaces the program is attached to, by ifindex: the only ones a next hop may
+    /// leave by (they are the redirect targets in `TX_PORTS`).
+    pub egress: BTreeMap<u32, String>,
+}
+
+/// A backend address's next hop in `/status`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct NextHopStatus {
+    /// `resolved`, or `unresolved` (no new flows: the backend is out of every table).
+    pub state: String,
+    /// How frames leave, when resolved: destination MAC, interface, source MAC, gateway.
+    pub via: Option<String>,
+    /// Why not, when unresolved (`no neighbour: …`, `no route to …`, `still resolving`).
+    pub reason: Option<String>,
+    /// Since when (seconds since the Unix epoch).
+    pub since: u64,
+}
+
+impl NextHopStatus {
+    fn resolving() -> Self {
+        Self {
+            state: "unresolved".into(),
+            via: None,
+            reason: Some("still resolving".into()),
+            since: now_secs(),
+        }
+    }
+}
+
+fn now_secs() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// Every backend address of `cfg`: what the resolver follows.
+pub fn backend_addresses(cfg: &Config) -> BTreeSet<IpAddr> {
+    cfg.pools
+        .iter()
+        .flat_map(|p| p.backends.iter().map(|b| b.address))
+        .collect()
 }
 
 /// The probes of `cfg`, each starting from the health `publisher` has for its backend (up for
@@ -250,6 +299,17 @@ pub async fn run(opts: Options) -> Result<(), AgentError> {
             (Publisher::new(), Running::default(), empty)
         }
     };
+    // A backend takes new flows only once the resolver has found its next hop; a resumed
+    // publisher keeps the next hops the pinned maps hold until the resolver reports.
+    let publisher = publisher.requiring_next_hops();
+    let mut egress = BTreeMap::new();
+    for (iface, _) in &interfaces {
+        if let Ok(index) = attach::ifindex(iface) {
+            egress.insert(index, iface.clone());
+        }
+    }
+    let (hop_tx, mut hop_rx) = mpsc::channel::<Vec<NextHopEvent>>(64);
+    let resolver = nexthop::spawn(hop_tx)?;
     // The agent settings this process runs with are the ones it started with (the API bound,
     // the pins and history opened above), whatever a resumed version recorded: applies keep
     // them (`apply::try_apply`), and they are not a change.
@@ -279,6 +339,9 @@ pub async fn run(opts: Options) -> Result<(), AgentError> {
         history,
         apply_tx,
         seen: fragments.hash(),
+        resolver: Some(resolver),
+        next_hops: BTreeMap::new(),
+        egress,
     };
     let mut probes = match apply::start(&mut shared, fragments, &tx) {
         Ok(set) => set,
@@ -327,6 +390,7 @@ pub async fn run(opts: Options) -> Result<(), AgentError> {
         };
         tokio::select! {
             Some(ev) = rx.recv() => on_health(&shared, ev),
+            Some(events) = hop_rx.recv() => on_next_hops(&shared, events),
             () = timer => {
                 if let Ok(mut s) = shared.lock() {
                     decisions::timer(&mut s);
@@ -509,9 +573,116 @@ fn on_health(shared: &Arc<Mutex<Shared>>, ev: HealthEvent) {
             ev.pool, ev.address
         ),
     }
-    let slots = s.store.set_backend_health(&ev.pool, ev.address, ev.healthy);
+    let usable = usable(&s.publisher, &ev.pool, ev.address).unwrap_or(ev.healthy);
+    let slots = s.store.set_backend_health(&ev.pool, ev.address, usable);
     let cause = format!("pool {} backend {}", ev.pool, ev.address);
     decisions::changed(&mut s, &slots, false, &cause, event);
+}
+
+/// Whether `address` in `pool` takes new flows (healthy and reachable), as published.
+fn usable(publisher: &Publisher, pool: &str, address: IpAddr) -> Option<bool> {
+    publisher
+        .pools()
+        .get(pool)?
+        .backends
+        .iter()
+        .find(|b| b.address == address)
+        .map(crate::publish::BackendState::usable)
+}
+
+/// Applies a round of next-hop changes: the map entries, the tables of the pools whose usable
+/// backends changed, the state the rules read, and what `status` says. A next hop that
+/// leaves by an interface the program is not attached to cannot be used (the program could
+/// not redirect there): it counts as unresolved, with that reason.
+fn on_next_hops(shared: &Arc<Mutex<Shared>>, events: Vec<NextHopEvent>) {
+    let event = Instant::now();
+    let Ok(mut s) = shared.lock() else { return };
+    let mut hops = Vec::with_capacity(events.len());
+    for ev in events {
+        let (hop, status) = match ev.resolution {
+            Resolution::Resolved(nh) if s.egress.contains_key(&nh.ifindex) => {
+                let mut macs = [0u8; 12];
+                macs[..6].copy_from_slice(&nh.dmac);
+                macs[6..].copy_from_slice(&nh.smac);
+                let hop = router_common::NextHop {
+                    ifindex: nh.ifindex,
+                    flags: router_common::NH_F_RESOLVED,
+                    macs,
+                };
+                let status = NextHopStatus {
+                    state: "resolved".into(),
+                    via: Some(nh.to_string()),
+                    reason: None,
+                    since: now_secs(),
+                };
+                (Some(hop), status)
+            }
+            Resolution::Resolved(nh) => {
+                let reason = format!(
+                    "the route leaves by {}, an interface switchyard is not attached to                      (attach to it too)",
+                    nh.iface
+                );
+                (None, unresolved(&s, ev.address, reason))
+            }
+            Resolution::Unresolved { reason } => {
+                (None, unresolved(&s, ev.address, format!("no neighbour: {reason}")))
+            }
+        };
+        match (&hop, &status.reason) {
+            (Some(_), _) => info!("backend {}: next hop {}", ev.address, status.via.as_deref().unwrap_or("")),
+            (None, Some(why)) => {
+                warn!("backend {}: no next hop, no new flows ({why})", ev.address);
+                s.metrics
+                    .unresolved
+                    .get_or_create(&vec![("backend", ev.address.to_string())])
+                    .inc();
+            }
+            (None, None) => {}
+        }
+        s.next_hops.insert(ev.address, status);
+        hops.push((ev.address, hop));
+    }
+    let started = Instant::now();
+    let Shared {
+        publisher, maps, ..
+    } = &mut *s;
+    let pools = match publisher.set_next_hops(maps, &hops) {
+        Ok(pools) => pools,
+        Err(e) => {
+            error!("writing next hops failed: {e}");
+            return;
+        }
+    };
+    s.metrics.map_write.observe(started.elapsed().as_secs_f64());
+    for pool in pools {
+        let backends: Vec<(IpAddr, bool)> = s
+            .publisher
+            .pools()
+            .get(&pool)
+            .map(|p| p.backends.iter().map(|b| (b.address, b.usable())).collect())
+            .unwrap_or_default();
+        for (address, up) in backends {
+            let slots = s.store.set_backend_health(&pool, address, up);
+            let cause = format!("pool {pool} backend {address} next hop");
+            decisions::changed(&mut s, &slots, false, &cause, event);
+        }
+    }
+}
+
+/// The status of a next hop that just became (or stays) unresolved: it keeps the time it first
+/// became so.
+fn unresolved(s: &Shared, address: IpAddr, reason: String) -> NextHopStatus {
+    let since = s
+        .next_hops
+        .get(&address)
+        .filter(|h| h.state == "unresolved" && h.reason.as_deref() != Some("still resolving"))
+        .map_or_else(now_secs, |h| h.since);
+    NextHopStatus {
+        state: "unresolved".into(),
+        via: None,
+        reason: Some(reason),
+        since,
+    }
 }
 
 /// `/status` as JSON.
@@ -582,10 +753,13 @@ pub struct BackendStatus {
     pub address: String,
     /// Weight.
     pub weight: u32,
-    /// Whether it gets new flows.
+    /// Whether it gets new flows: healthy, and its next hop resolved.
     pub healthy: bool,
     /// The last probe, if checked.
     pub probe: Option<ProbeStatus>,
+    /// Its next hop.
+    #[serde(default)]
+    pub next_hop: Option<NextHopStatus>,
 }
 
 impl Shared {
@@ -629,8 +803,14 @@ impl Shared {
                     .map(|b| BackendStatus {
                         address: b.address.to_string(),
                         weight: b.weight,
-                        healthy: b.healthy,
+                        healthy: b.usable(),
                         probe: self.probes.get(&(name.clone(), b.address)).cloned(),
+                        next_hop: Some(
+                            self.next_hops
+                                .get(&b.address)
+                                .cloned()
+                                .unwrap_or_else(NextHopStatus::resolving),
+                        ),
                     })
                     .collect(),
             })
@@ -658,9 +838,7 @@ impl Shared {
             rejected: self.rejected.clone(),
             running: self.running.clone(),
             differs_from_files: apply::differs_from_files(self),
-            time: SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .map_or(0, |d| d.as_secs()),
+            time: now_secs(),
         }
     }
 }

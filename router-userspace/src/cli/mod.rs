@@ -132,9 +132,28 @@ pub fn render(s: &Status) -> String {
                 "    {:<24} weight {:<5} {:<4}  {probe}",
                 b.address, b.weight, state
             );
+            match &b.next_hop {
+                Some(h) if h.state == "resolved" => {
+                    let _ = writeln!(o, "      next hop {}", h.via.as_deref().unwrap_or(""));
+                }
+                Some(h) => {
+                    let _ = writeln!(
+                        o,
+                        "      NO NEXT HOP since {} ({}): no new flows",
+                        crate::cli::ago(s.time, h.since),
+                        h.reason.as_deref().unwrap_or("unknown")
+                    );
+                }
+                None => {}
+            }
         }
     }
     o
+}
+
+/// `then` (seconds since the Unix epoch) as seen at `now`: `12 s ago`.
+pub fn ago(now: u64, then: u64) -> String {
+    format!("{} s ago", now.saturating_sub(then))
 }
 
 /// What each pinned map holds, for `switchyard maps`.
