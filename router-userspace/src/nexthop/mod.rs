@@ -212,7 +212,8 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 /// Starts the follower (a tokio task) in the current network namespace, with no targets.
 /// Changes are sent to `tx`, one `Vec` per round; the task ends when `tx`'s receiver is
-/// dropped or the [`Resolver`] is.
+/// dropped or the [`Resolver`] is. The runtime needs its IO and time drivers (tokio panics
+/// without them; the agent's runtime has both).
 ///
 /// # Errors
 /// [`NextHopError::NoRuntime`] outside a tokio runtime; [`NextHopError::Socket`] when a
