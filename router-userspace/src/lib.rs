@@ -10,6 +10,7 @@ pub mod engine;
 pub mod history;
 pub mod maglev;
 pub mod metrics;
+pub mod nexthop;
 pub mod probe;
 pub mod publish;
 pub mod state;

@@ -493,9 +493,9 @@ impl Agent {
 /// Whether every backend in `status` has a next-hop verdict (resolved, or unresolved for a
 /// reason other than still resolving).
 pub fn no_backend_resolving(status: &Status) -> bool {
-    status.pools.iter().flat_map(|p| p.backends.iter()).all(|b| {
-        b.next_hop
-            .as_ref()
-            .is_none_or(|h| h.reason.as_deref() != Some("still resolving"))
-    })
+    status
+        .pools
+        .iter()
+        .flat_map(|p| p.backends.iter())
+        .all(|b| b.next_hop.as_ref().is_none_or(|h| h.decided()))
 }

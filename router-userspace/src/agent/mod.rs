@@ -176,14 +176,26 @@ pub struct NextHopStatus {
     pub since: u64,
 }
 
+/// The reason of a next hop not resolved yet (no verdict so far).
+pub const STILL_RESOLVING: &str = "still resolving";
+
 impl NextHopStatus {
     fn resolving() -> Self {
         Self {
             state: "unresolved".into(),
             via: None,
-            reason: Some("still resolving".into()),
+            reason: Some(STILL_RESOLVING.into()),
             since: now_secs(),
         }
+    }
+
+    /// Whether this is a verdict (resolved, or unresolved for a reason) rather than a next hop
+    /// still being resolved.
+    pub fn decided(&self) -> bool {
+        !self
+            .reason
+            .as_deref()
+            .is_some_and(|r| r.starts_with(STILL_RESOLVING))
     }
 }
 
@@ -624,12 +636,25 @@ fn on_next_hops(shared: &Arc<Mutex<Shared>>, events: Vec<NextHopEvent>) {
                 );
                 (None, unresolved(&s, ev.address, reason))
             }
+            // A target never resolved yet is reported once while its neighbour resolves.
+            Resolution::Unresolved { reason } if reason.starts_with("resolving") => (
+                None,
+                NextHopStatus {
+                    reason: Some(format!("{STILL_RESOLVING} ({reason})")),
+                    ..NextHopStatus::resolving()
+                },
+            ),
             Resolution::Unresolved { reason } => {
                 (None, unresolved(&s, ev.address, format!("no neighbour: {reason}")))
             }
         };
         match (&hop, &status.reason) {
-            (Some(_), _) => info!("backend {}: next hop {}", ev.address, status.via.as_deref().unwrap_or("")),
+            (Some(_), _) => info!(
+                "backend {}: next hop {}",
+                ev.address,
+                status.via.as_deref().unwrap_or("")
+            ),
+            (None, Some(why)) if why.starts_with(STILL_RESOLVING) => {}
             (None, Some(why)) => {
                 warn!("backend {}: no next hop, no new flows ({why})", ev.address);
                 s.metrics
@@ -675,7 +700,7 @@ fn unresolved(s: &Shared, address: IpAddr, reason: String) -> NextHopStatus {
     let since = s
         .next_hops
         .get(&address)
-        .filter(|h| h.state == "unresolved" && h.reason.as_deref() != Some("still resolving"))
+        .filter(|h| h.state == "unresolved" && h.decided())
         .map_or_else(now_secs, |h| h.since);
     NextHopStatus {
         state: "unresolved".into(),
