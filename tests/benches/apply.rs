@@ -373,6 +373,7 @@ fn count_writes(log: &[Write]) -> BTreeMap<&'static str, usize> {
     for w in log {
         let kind = match w {
             Write::Backend(..) => "backend",
+            Write::NextHop(..) => "next hop",
             Write::Table(..) => "table",
             Write::Pool(..) => "pool",
             Write::Decision(..) => "decision",
