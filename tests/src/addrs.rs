@@ -4,46 +4,48 @@
 //! prefix 2001:db8::/32 (RFC 3849), so nothing here can collide with a real network.
 //!
 //! ```text
-//!                   ┌─ client ns (the client, and the site's router for the backends) ──────┐
-//!                   │ to-lb 02:53:59:00:00:01  198.18.0.1/24  2001:db8::1/64                │
-//!                   │   default, VIP/32, VIP/128 via .254 / ::fe; XDP_PASS, tx offload off  │
-//!                   │ to-bI 02:53:59:01:II:fe  198.19.(10+I).254/24  2001:db8:19:(10+I)::fe │
-//!                   │ rp_filter=2 (loose: DSR replies come from the backends, not the lb)   │
-//!                   └──┬─────────────────────────────────────────────────┬────────────────┘
-//!   198.18.0.0/24 veth │ 2001:db8::/64                                    │ veth (return link I)
-//!  ┌─ lb ns (kernel defaults: no sysctls, no static neighbours) ─────┐    │ 198.19.(10+I).0/24
-//!  │ to-client 02:53:59:00:00:fe  198.18.0.254/24  2001:db8::fe/64   │    │ 2001:db8:19:(10+I)::/64
-//!  │ to-bI     02:53:59:00:II:fe  198.18.(10+I).254/24               │    │
-//!  │                              2001:db8:(10+I)::fe/64             │    │
-//!  │ to-rt     02:53:59:02:00:fe  198.18.2.254/24  2001:db8:2::fe/64 │    │
-//!  │   (routed backend R only; route to R's link via the router)     │    │
-//!  └──┬──────────────────────────────────────────┬───────────────────┘    │
-//!     │ veth 198.18.(10+I).0/24                  │ veth 198.18.2.0/24     │
-//!     │      2001:db8:(10+I)::/64                │      2001:db8:2::/64   │
-//!     │                      ┌─ rt ns (forwarding on) ───────────────┐    │
-//!     │                      │ to-lb 02:53:59:02:00:01  198.18.2.1/24│    │
-//!     │                      │   2001:db8:2::1/64, default via lb    │    │
-//!     │                      │   XDP_PASS                            │    │
-//!     │                      │ to-bR 02:53:59:00:RR:fe               │    │
-//!     │                      │   198.18.(10+R).254, 2001:db8:(10+R)::fe   │
-//!     │                      └──┬────────────────────────────────────┘    │
-//!     │                         │ veth 198.18.(10+R).0/24                 │
-//!  ┌─ bI ns ─────────────────────────────────────────────────────────────┴──┐
-//!  │ to-lb 02:53:59:00:II:01  198.18.(10+I).11/24  2001:db8:(10+I)::11/64   │
-//!  │   XDP_PASS, tx offload off                                             │
-//!  │ to-client 02:53:59:01:II:01  198.19.(10+I).11/24                       │
-//!  │   2001:db8:19:(10+I)::11/64                                            │
-//!  │ lo: VIPs 198.18.0.10/32, 2001:db8::10/128                              │
-//!  │ main table: default via 198.19.(10+I).254 / 2001:db8:19:(10+I)::fe     │
-//!  │ from 198.18.(10+I).11 / 2001:db8:(10+I)::11 lookup 100:                │
-//!  │   default via 198.18.(10+I).254 / 2001:db8:(10+I)::fe (the lb)         │
-//!  │ arp_ignore=1 arp_announce=2 rp_filter=2 arp_notify=1 ndisc_notify=1    │
-//!  └────────────────────────────────────────────────────────────────────────┘
-//!  ┌─ bR ns (routed backend, behind rt) ─────────────────────────────────────┐
-//!  │ to-lb 02:53:59:00:RR:01  198.18.(10+R).11/24  2001:db8:(10+R)::11/64    │
-//!  │   (towards rt), default via .254 / ::fe; no return link; same sysctls   │
-//!  │ lo: the VIPs                                                            │
-//!  └─────────────────────────────────────────────────────────────────────────┘
+//!  ┌─ client ns: the client, and the site's router for the backends' replies ──────┐
+//!  │ to-lb  02:53:59:00:00:01  198.18.0.1/24  2001:db8::1/64                       │
+//!  │   default, VIP/32, VIP/128 via .254 / ::fe; XDP_PASS, tx checksum offload off │
+//!  │ to-bI  02:53:59:01:II:fe  198.19.(10+I).254/24  2001:db8:19:(10+I)::fe/64     │
+//!  │ rp_filter=2 (loose: DSR replies come from the backends, not from the lb)      │
+//!  └───┬──────────────────────────────────────────────────────────────────────┬────┘
+//!      │ veth 198.18.0.0/24                              return link I (veth) │
+//!      │      2001:db8::/64                  198.19.(10+I).0/24               │
+//!      │                                     2001:db8:19:(10+I)::/64          │
+//!  ┌─ lb ns: kernel defaults (no sysctls, no static neighbours) ─────┐        │
+//!  │ to-client 02:53:59:00:00:fe  198.18.0.254/24  2001:db8::fe/64   │        │
+//!  │ to-bI     02:53:59:00:II:fe  198.18.(10+I).254/24               │        │
+//!  │                              2001:db8:(10+I)::fe/64             │        │
+//!  │ to-rt     02:53:59:02:00:fe  198.18.2.254/24  2001:db8:2::fe/64 │        │
+//!  │   routes to 198.18.(10+R).0/24, 2001:db8:(10+R)::/64 via rt     │        │
+//!  └───┬──────────────────────────────────────┬──────────────────────┘        │
+//!      │ veth 198.18.(10+I).0/24              │ veth 198.18.2.0/24            │
+//!      │      2001:db8:(10+I)::/64            │      2001:db8:2::/64          │
+//!      │                 ┌─ rt ns: a router ──┴──────────────────────────┐    │
+//!      │                 │ to-lb 02:53:59:02:00:01  198.18.2.1/24        │    │
+//!      │                 │   2001:db8:2::1/64, default via the lb        │    │
+//!      │                 │   XDP_PASS; forwarding on (it is a router)    │    │
+//!      │                 │ to-bR 02:53:59:00:RR:fe  198.18.(10+R).254/24 │    │
+//!      │                 │   2001:db8:(10+R)::fe/64                      │    │
+//!      │                 └───┬───────────────────────────────────────────┘    │
+//!      │                     │ veth 198.18.(10+R).0/24, 2001:db8:(10+R)::/64  │
+//!      │                 ┌───┴─ bR ns: the routed backend ───────────────┐    │
+//!      │                 │ to-lb 02:53:59:00:RR:01  198.18.(10+R).11/24  │    │
+//!      │                 │   2001:db8:(10+R)::11/64 (towards rt)         │    │
+//!      │                 │   default via .254 / ::fe; no return link     │    │
+//!      │                 │ lo: the VIPs; the same sysctls as bI          │    │
+//!      │                 └───────────────────────────────────────────────┘    │
+//!  ┌─ bI ns: backend I, attached to the lb ───────────────────────────────────┴───┐
+//!  │ to-lb     02:53:59:00:II:01  198.18.(10+I).11/24  2001:db8:(10+I)::11/64     │
+//!  │   XDP_PASS, tx checksum offload off                                          │
+//!  │ to-client 02:53:59:01:II:01  198.19.(10+I).11/24  2001:db8:19:(10+I)::11/64  │
+//!  │ lo: VIPs 198.18.0.10/32, 2001:db8::10/128                                    │
+//!  │ main table: default via 198.19.(10+I).254 / 2001:db8:19:(10+I)::fe (return)  │
+//!  │ from 198.18.(10+I).11 / 2001:db8:(10+I)::11 lookup 100:                      │
+//!  │   default via 198.18.(10+I).254 / 2001:db8:(10+I)::fe (the lb)               │
+//!  │ arp_ignore=1 arp_announce=2 rp_filter=2 arp_notify=1 ndisc_notify=1          │
+//!  └──────────────────────────────────────────────────────────────────────────────┘
 //! ```
 //!
 //! Each fact arranged on the client and the backends is one the README tells an operator to
