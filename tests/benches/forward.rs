@@ -25,8 +25,8 @@
 //!   at nice -20, and this process in a session of its own whose scheduler group has nice -20
 //!   too ([`host::own_session`]), so other work on a shared machine takes little of the two
 //!   CPUs during a window.
-//! - **Counting**: each backend's veth has an XDP_DROP sink instead of the topology's
-//!   XDP_PASS, and its receive counter (read over rtnetlink, as `ip -s link` shows it) counts
+//! - **Counting**: each backend's veth has an XDP_DROP sink for IPv4 frames (ARP and IPv6
+//!   pass, so the lb resolves its neighbours) instead of the topology's XDP_PASS, and its receive counter (read over rtnetlink, as `ip -s link` shows it) counts
 //!   the frames that reached it. The rate is the counters' growth over `--secs` seconds after
 //!   a one-second warm-up.
 //! - **Per lb CPU-second**: the same count divided by the CPU time the lb's NAPI thread had in
@@ -73,7 +73,7 @@ use router_tests::{
         large_config::{Shape, Version, fragments},
     },
     netns::Topology,
-    nft::{NftDnat, Selector},
+    nft::{self, NftDnat, Selector},
     privileged, xdp_pass,
 };
 use switchyard::{
@@ -245,14 +245,27 @@ struct Bench {
 }
 
 impl Bench {
-    /// The topology with XDP_DROP sinks on the backends and the lb's client-facing NAPI
+    /// The topology with IPv4 XDP_DROP sinks on the backends and the lb's client-facing NAPI
     /// threaded and pinned to [`LB_CPU`].
     fn new(secs: Duration) -> Result<Self> {
         let topo = Topology::builder().backends(BACKENDS).build()?;
-        // r0 = XDP_DROP; exit
+        // Drops IPv4 frames and passes the rest, so ARP (and IPv6 neighbour discovery) still
+        // reach the backend's kernel: nobody writes the lb's neighbour table for it.
         let sink = xdp_pass::load_raw(
             "sy_bench_sink",
-            &[xdp_pass::insn(0xb7, 0, 0, 1), xdp_pass::insn(0x95, 0, 0, 0)],
+            &[
+                xdp_pass::insn(0x61, 0x12, 0, 0),      // r2 = ctx->data
+                xdp_pass::insn(0x61, 0x13, 4, 0),      // r3 = ctx->data_end
+                xdp_pass::insn(0xbf, 0x24, 0, 0),      // r4 = r2
+                xdp_pass::insn(0x07, 0x04, 0, 14),     // r4 += 14
+                xdp_pass::insn(0x2d, 0x34, 4, 0),      // if r4 > r3 goto pass
+                xdp_pass::insn(0x69, 0x25, 12, 0),     // r5 = eth.h_proto
+                xdp_pass::insn(0x55, 0x05, 2, 0x0008), // if r5 != htons(0x0800) goto pass
+                xdp_pass::insn(0xb7, 0x00, 0, 1),      // r0 = XDP_DROP
+                xdp_pass::insn(0x95, 0x00, 0, 0),      // exit
+                xdp_pass::insn(0xb7, 0x00, 0, 2),      // pass: r0 = XDP_PASS
+                xdp_pass::insn(0x95, 0x00, 0, 0),      // exit
+            ],
         )
         .context("loading the sink")?;
         for b in topo.backends() {
@@ -363,7 +376,13 @@ impl Bench {
 
     fn run(&self, mode: Mode) -> Result<Sample> {
         match mode {
-            Mode::Routing => self.measure(mode),
+            Mode::Routing => {
+                // Plain routing is the lb's kernel forwarding, which the topology leaves off.
+                nft::set_forwarding(self.topo.lb(), true)?;
+                let sample = self.measure(mode);
+                nft::set_forwarding(self.topo.lb(), false)?;
+                sample
+            }
             Mode::Nftables => {
                 let nft = NftDnat::install(&self.topo, PORT, Selector::Jhash)?;
                 let sample = self.measure(mode);

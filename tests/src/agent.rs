@@ -20,10 +20,7 @@ use std::{
 use anyhow::{Context as _, Result, bail};
 use switchyard::agent::Status;
 
-use crate::{
-    addrs::{LB_CLIENT_IF, lb_backend_if},
-    netns::{Netns, Topology},
-};
+use crate::netns::{Netns, Topology};
 
 /// Where the agent's local API listens, inside the lb namespace (its own loopback).
 pub const API: &str = "127.0.0.1:9900";
@@ -120,11 +117,11 @@ pub fn pins_under(dir: &Path) -> Vec<PathBuf> {
 
 impl Agent {
     /// Writes `files` (name, YAML text) into a new config directory, starts `switchyard attach`
-    /// in the lb namespace on the client-side and every backend-side interface, and waits until
-    /// its API answers (up to 20 s; the program load dominates).
+    /// in the lb namespace on every lb interface ([`Topology::lb_interfaces`]: client side,
+    /// each backend side, the router side) and waits until its API answers (up to 20 s; the
+    /// program load dominates).
     pub fn start(topo: &Topology, files: &[(&str, String)]) -> Result<Self> {
-        let mut interfaces = vec![LB_CLIENT_IF.to_string()];
-        interfaces.extend((1..=topo.backend_count()).map(lb_backend_if));
+        let interfaces = topo.lb_interfaces();
         let mut agent = Self::spawn(topo, files, &interfaces)?;
         agent.wait_ready(Duration::from_secs(20))?;
         Ok(agent)

@@ -7,25 +7,35 @@
 //! test namespace (`ip -n NS …`, `ip netns exec NS …`), and veth peers are created directly
 //! inside their namespaces, so the host's interfaces and routes are never touched.
 //!
-//! Names are `sy<pid hex>-<counter hex>-<role>` (roles `c`, `lb`, `b1`…), at most 15
+//! Names are `sy<pid hex>-<counter hex>-<role>` (roles `c`, `lb`, `rt`, `b1`…), at most 15
 //! characters, unique per process and across processes; [`sweep_stale`] removes namespaces a
 //! killed test process left behind (those whose pid is gone).
+//!
+//! # What the topology arranges, and why
+//!
+//! The lb namespace keeps the kernel's defaults: IP forwarding off, an empty neighbour table,
+//! default offloads, no sysctls. Switchyard must work there as on a freshly installed
+//! balancer. The client and the backends are configured only as the README ("Attach to a
+//! real NIC") tells an operator to configure theirs: backends hold the VIPs on `lo` and never
+//! answer ARP for them, announce a MAC change (`arp_notify`, `ndisc_notify`), send DSR
+//! replies through their own router (the client namespace, over a return link) and NAT
+//! replies, by a policy rule on their own source address, through the balancer; the client
+//! and the backends filter reverse paths loosely, because DSR routes are asymmetric. The
+//! optional router namespace forwards, as a router does. Addresses use `nodad`, so they work
+//! at once without touching `accept_dad`.
 //!
 //! # Veth facts the topology handles (checked on Linux 6.18 by the `veth_facts_…` test)
 //!
 //! - A frame that the lb's XDP program sends into a veth with `XDP_TX` or `XDP_REDIRECT` is
 //!   dropped unless the receiving end has an XDP program (only then does it run NAPI). The
-//!   client's and every backend's veth get a native-mode XDP_PASS program ([`crate::xdp_pass`]),
-//!   attached through rtnetlink; the lb's own veths are left free for Switchyard.
+//!   client's veth to the lb, every backend's veth to its gateway and the router's veth to
+//!   the lb get a native-mode XDP_PASS program ([`crate::xdp_pass`]), attached through
+//!   rtnetlink; the lb's own veths are left free for Switchyard.
 //! - A veth leaves TCP/UDP checksums to "hardware" (`CHECKSUM_PARTIAL`); a frame forwarded by
 //!   native XDP loses that skb state and arrives with a bad checksum. The client's and the
-//!   backends' veths run with `ethtool -K IF tx off` (the client's traffic crosses the lb's
-//!   program; backend replies cross it in NAT mode).
-//! - `bpf_fib_lookup` reads the neighbour table but never resolves a missing entry (it answers
-//!   `NO_NEIGH`), so the lb carries permanent neighbour entries for the client and every
-//!   backend — the MACs are fixed ([`crate::addrs`]), so no ping is needed to learn them.
-//! - IPv6 duplicate address detection is off (addresses work at once) and `rp_filter` is 0
-//!   everywhere (a DSR reply enters the lb from a backend with the VIP as its source).
+//!   backends' veths towards the lb run with `ethtool -K IF tx off` (the client's traffic
+//!   crosses the lb's program; backend replies cross it in NAT mode). Return links carry no
+//!   XDP-forwarded traffic and keep their offloads.
 
 use std::fs::File;
 use std::io::Write as _;
@@ -34,10 +44,11 @@ use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, bail};
 
-use crate::addrs::MAX_BACKENDS;
+use crate::addrs::{LB_CLIENT_IF, LB_ROUTER_IF, MAX_BACKENDS, lb_backend_if};
 use crate::setup;
 
 /// Prefix of every namespace the harness creates.
@@ -256,6 +267,7 @@ fn harness_pid(name: &str) -> Option<u32> {
     let role = parts.next()?;
     let known = role == "c"
         || role == "lb"
+        || role == "rt"
         || role
             .strip_prefix('b')
             .is_some_and(|n| n.parse::<u8>().is_ok());
@@ -285,17 +297,31 @@ pub fn sweep_stale() -> Result<Vec<String>> {
 
 static COUNTER: AtomicU32 = AtomicU32::new(0);
 
+/// How long [`TopologyBuilder::build`] waits for duplicate address detection to finish.
+const LINK_LOCAL_LIMIT: Duration = Duration::from_secs(10);
+
 /// Builds a [`Topology`]; see [`crate::addrs`] for what it creates.
 #[derive(Debug, Clone)]
 pub struct TopologyBuilder {
     backends: usize,
+    routed: bool,
     tag: Option<String>,
 }
 
 impl TopologyBuilder {
-    /// Number of backend namespaces `b1..bN` (default 2, at most [`MAX_BACKENDS`]).
+    /// Number of backend namespaces `b1..bN` attached directly to the lb (default 2; with a
+    /// [`TopologyBuilder::routed_backend`], at most [`MAX_BACKENDS`] in all).
     pub fn backends(mut self, n: usize) -> Self {
         self.backends = n;
+        self
+    }
+
+    /// Adds one backend behind a router namespace (`rt`): lb → router → backend, so the lb's
+    /// next hop for it is the router. It is numbered after the directly attached backends
+    /// (with `.backends(2)` it is `b3`) and has the same addresses and servers as any backend
+    /// `I`; see [`crate::addrs`].
+    pub fn routed_backend(mut self) -> Self {
+        self.routed = true;
         self
     }
 
@@ -306,13 +332,17 @@ impl TopologyBuilder {
         self
     }
 
-    /// Creates the namespaces, veths, addresses, routes, sysctls, neighbour entries and XDP_PASS
-    /// programs. On error, whatever was created is deleted again.
+    /// Creates the namespaces, veths, addresses, routes, policy rules, sysctls and XDP_PASS
+    /// programs, and waits until every IPv6 link-local address is usable (duplicate address
+    /// detection done, up to about 2 s). On error, whatever was created is deleted again.
     pub fn build(self) -> Result<Topology> {
-        if !(1..=MAX_BACKENDS).contains(&self.backends) {
+        let total = self.backends + usize::from(self.routed);
+        if self.backends == 0 || total > MAX_BACKENDS {
             bail!(
-                "a topology needs 1..={MAX_BACKENDS} backends, not {}",
-                self.backends
+                "a topology needs 1..={MAX_BACKENDS} backends in all, at least one attached \
+                 directly, not {} (+{} routed)",
+                self.backends,
+                usize::from(self.routed)
             );
         }
         let tag = match self.tag {
@@ -328,7 +358,9 @@ impl TopologyBuilder {
         let mut topo = Topology {
             client: ns("c"),
             lb: ns("lb"),
-            backends: (1..=self.backends).map(|i| ns(&format!("b{i}"))).collect(),
+            router: self.routed.then(|| ns("rt")),
+            direct: self.backends,
+            backends: (1..=total).map(|i| ns(&format!("b{i}"))).collect(),
             tag,
             created: Vec::new(),
         };
@@ -353,23 +385,29 @@ impl TopologyBuilder {
     }
 }
 
-/// The standard topology: a client, a load-balancer namespace and N backends (see
-/// [`crate::addrs`] for the diagram). Dropping it deletes every namespace it created.
+/// The standard topology: a client, a load-balancer namespace and N backends, optionally one
+/// more behind a router (see [`crate::addrs`] for the diagram). Dropping it deletes every
+/// namespace it created.
 #[derive(Debug)]
 pub struct Topology {
     tag: String,
     client: Netns,
     lb: Netns,
+    router: Option<Netns>,
+    /// How many of `backends` (the first ones) are attached directly to the lb.
+    direct: usize,
     backends: Vec<Netns>,
     /// Namespaces that exist and are ours to delete, in creation order.
     created: Vec<Netns>,
 }
 
 impl Topology {
-    /// A builder for a topology with 2 backends and a generated, unique tag.
+    /// A builder for a topology with 2 directly attached backends, no routed backend and a
+    /// generated, unique tag.
     pub fn builder() -> TopologyBuilder {
         TopologyBuilder {
             backends: 2,
+            routed: false,
             tag: None,
         }
     }
@@ -402,9 +440,35 @@ impl Topology {
         &self.backends[i - 1]
     }
 
-    /// Number of backends.
+    /// Number of backends, the routed one included.
     pub fn backend_count(&self) -> usize {
         self.backends.len()
+    }
+
+    /// Number of backends attached directly to the lb (`b1..bN`, the first ones).
+    pub fn direct_backend_count(&self) -> usize {
+        self.direct
+    }
+
+    /// The router namespace in front of the routed backend, if the topology has one.
+    pub fn router(&self) -> Option<&Netns> {
+        self.router.as_ref()
+    }
+
+    /// The index of the routed backend (the last one), if the topology has one.
+    pub fn routed_backend(&self) -> Option<usize> {
+        self.router.as_ref().map(|_| self.backends.len())
+    }
+
+    /// The lb's interfaces, in the order an agent attaches to them: towards the client, each
+    /// directly attached backend (`to-b1…`), then the router (`to-rt`) if there is one.
+    pub fn lb_interfaces(&self) -> Vec<String> {
+        let mut names = vec![LB_CLIENT_IF.to_owned()];
+        names.extend((1..=self.direct).map(lb_backend_if));
+        if self.router.is_some() {
+            names.push(LB_ROUTER_IF.to_owned());
+        }
+        names
     }
 
     /// The backend namespaces, b1 first.
@@ -412,10 +476,11 @@ impl Topology {
         &self.backends
     }
 
-    /// Every namespace of the topology: client, lb, then the backends.
+    /// Every namespace of the topology: client, lb, the router if any, then the backends.
     pub fn namespaces(&self) -> Vec<&Netns> {
         [&self.client, &self.lb]
             .into_iter()
+            .chain(&self.router)
             .chain(&self.backends)
             .collect()
     }
@@ -448,9 +513,40 @@ impl Topology {
         setup::Plan {
             client: &self.client,
             lb: &self.lb,
-            backends: &self.backends,
+            router: self.router.as_ref(),
+            direct: &self.backends[..self.direct],
+            routed: &self.backends[self.direct..],
         }
-        .apply()
+        .apply()?;
+        self.wait_for_link_local_addresses(LINK_LOCAL_LIMIT)
+    }
+
+    /// Waits until no IPv6 address in any namespace is tentative. The kernel runs duplicate
+    /// address detection on every link-local address (the topology's own addresses skip it
+    /// with `nodad`; the lb's defaults are left alone), which takes up to about 2 s after a
+    /// link comes up; until then a host cannot send neighbour solicitations from it, so IPv6
+    /// next hops cannot be resolved. A real network's links have long been up.
+    fn wait_for_link_local_addresses(&self, limit: Duration) -> Result<()> {
+        let start = Instant::now();
+        loop {
+            let mut waiting = Vec::new();
+            for ns in self.namespaces() {
+                if !ns
+                    .ip(&["-6", "addr", "show", "tentative"])?
+                    .trim()
+                    .is_empty()
+                {
+                    waiting.push(ns.name().to_owned());
+                }
+            }
+            if waiting.is_empty() {
+                return Ok(());
+            }
+            if start.elapsed() > limit {
+                bail!("IPv6 addresses still tentative after {limit:?} in {waiting:?}");
+            }
+            thread::sleep(Duration::from_millis(50));
+        }
     }
 }
 
@@ -472,6 +568,7 @@ mod tests {
         assert_eq!(harness_pid("sy1f2e-0-lb"), Some(0x1f2e));
         assert_eq!(harness_pid("sy3fffff-ff-b32"), Some(0x3fffff));
         assert_eq!(harness_pid("sy1f2e-0-c"), Some(0x1f2e));
+        assert_eq!(harness_pid("sy1f2e-0-rt"), Some(0x1f2e));
         assert_eq!(harness_pid("sydemo-lb"), None);
         assert_eq!(harness_pid("sy1f2e-0-x"), None);
         assert_eq!(harness_pid("other"), None);

@@ -5,7 +5,9 @@
 //! UDP flows to a VIP port (both VIPs) onto the backends' own addresses, chosen by
 //! `numgen random mod N` or by `jhash` of the source address and port. Conntrack keeps each
 //! flow on its backend and restores the VIP on replies, which come back through the lb
-//! (backends route via the lb), so no backend configuration changes.
+//! (backends route replies from their own addresses via the lb), so no backend configuration
+//! changes. Unlike Switchyard, this balancer is a router: installing it turns IP forwarding
+//! on in the lb namespace ([`set_forwarding`]), and removing it turns forwarding off again.
 
 use std::fmt::Write as _;
 
@@ -44,6 +46,7 @@ impl NftDnat {
             .map(|i| backend_v6(i).to_string())
             .collect();
         let ruleset = ruleset(port, selector, &v4, &v6);
+        set_forwarding(topo.lb(), true)?;
         topo.lb()
             .exec_with_stdin(&["nft", "-f", "-"], Some(&ruleset))
             .context("cannot install the nftables DNAT baseline")?;
@@ -60,11 +63,13 @@ impl NftDnat {
     }
 
     /// Deletes the table. Flows already NATed keep their conntrack entries until they expire.
+    /// Also turns IP forwarding off again.
     pub fn remove(mut self) -> Result<()> {
         self.removed = true;
         self.lb
             .exec(&["nft", "delete", "table", "inet", TABLE])
-            .map(drop)
+            .map(drop)?;
+        set_forwarding(&self.lb, false)
     }
 }
 
@@ -72,8 +77,21 @@ impl Drop for NftDnat {
     fn drop(&mut self) {
         if !self.removed && self.lb.exists() {
             let _ = self.lb.exec(&["nft", "delete", "table", "inet", TABLE]);
+            let _ = set_forwarding(&self.lb, false);
         }
     }
+}
+
+/// Turns IPv4 and IPv6 forwarding on or off in `ns`. For the kernel baselines only (this
+/// DNAT balancer and the benchmarks' plain routing), which forward packets as a router does;
+/// the standard topology leaves the lb with forwarding off (the kernel's default), and
+/// Switchyard needs nothing else.
+pub fn set_forwarding(ns: &Netns, on: bool) -> Result<()> {
+    let value = if on { "1" } else { "0" };
+    ns.sysctl(&[
+        ("net.ipv4.ip_forward", value),
+        ("net.ipv6.conf.all.forwarding", value),
+    ])
 }
 
 fn anonymous_map(targets: &[String]) -> String {

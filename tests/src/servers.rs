@@ -7,10 +7,11 @@
 //!
 //! - **TCP echo** on `[::]:`[`TCP_ECHO_PORT`] (dual-stack): on each connection it writes its
 //!   name and a newline (`b2\n`), then echoes what it receives until EOF.
-//! - **UDP name** on [`UDP_NAME_PORT`]: answers each datagram with its name and a newline. It
-//!   binds one socket per address (the VIPs and the backend's own), not the wildcard, so a
-//!   reply leaves from the address the request was sent to — a connected client socket
-//!   ignores replies from any other source.
+//! - **UDP name** on [`UDP_NAME_PORT`]: answers each datagram (up to 64 KiB, so reassembled
+//!   fragmented datagrams too) with its name and a newline. It binds one socket per address
+//!   (the VIPs and the backend's own), not the wildcard, so a reply leaves from the address
+//!   the request was sent to — a connected client socket ignores replies from any other
+//!   source.
 //! - **HTTP health** on `[::]:`[`HEALTH_PORT`]: `GET /health` answers 200, or 503 after
 //!   [`BackendServers::set_healthy`]`(false)`; [`BackendServers::kill_health`] closes the
 //!   port, so probes see the connection refused. A minimal server, not `tiny_http`: stopping
@@ -28,7 +29,8 @@ use std::time::Duration;
 use anyhow::{Context as _, Result};
 
 use crate::addrs::{
-    HEALTH_PORT, TCP_ECHO_PORT, UDP_NAME_PORT, VIP_V4, VIP_V6, backend_name, backend_v4, backend_v6,
+    HEALTH_PORT, TCP_ECHO_PORT, UDP_NAME_PORT, VIP_V4, VIP_V6, backend_name, backend_return_v4,
+    backend_return_v6, backend_v4, backend_v6,
 };
 use crate::netns::{Netns, Topology};
 
@@ -148,15 +150,21 @@ impl BackendServers {
         Ok(servers)
     }
 
-    /// Starts backend `i`'s servers in the standard topology: name `bI`, UDP on both VIPs and
-    /// the backend's own addresses.
+    /// Starts backend `i`'s servers in the standard topology: name `bI`, UDP on both VIPs, the
+    /// backend's own addresses and, for a directly attached backend, its return-link addresses.
     pub fn start_standard(topo: &Topology, i: usize) -> Result<Self> {
-        let addrs = [
+        let mut addrs: Vec<IpAddr> = vec![
             VIP_V4.into(),
             VIP_V6.into(),
             backend_v4(i).into(),
             backend_v6(i).into(),
         ];
+        if i <= topo.direct_backend_count() {
+            addrs.extend([
+                IpAddr::from(backend_return_v4(i)),
+                backend_return_v6(i).into(),
+            ]);
+        }
         Self::start(topo.backend(i), &backend_name(i), &addrs)
     }
 
@@ -267,7 +275,9 @@ fn echo(name: &str, mut stream: TcpStream) -> std::io::Result<()> {
 
 fn serve_udp(shared: &Shared, sock: &UdpSocket) {
     let reply = format!("{}\n", shared.name);
-    let mut buf = [0u8; 2048];
+    // The largest UDP payload: a datagram longer than the buffer would be truncated, and
+    // reassembled fragments make long ones.
+    let mut buf = vec![0u8; 64 * 1024];
     while !shared.stop.load(Ordering::SeqCst) {
         match sock.recv_from(&mut buf) {
             Ok((_, peer)) => {

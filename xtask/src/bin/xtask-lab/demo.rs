@@ -14,7 +14,8 @@ use anyhow::{Context as _, Result, bail};
 use router_tests::{
     addrs::{
         CLIENT_V4, CLIENT_V6, HEALTH_PORT, LB_CLIENT_IF, TCP_ECHO_PORT, UDP_NAME_PORT, VIP_V4,
-        VIP_V6, backend_name, backend_v4, backend_v6, lb_backend_if, vip_v4, vip_v6,
+        VIP_V6, backend_name, backend_return_v4, backend_return_v6, backend_v4, backend_v6, vip_v4,
+        vip_v6,
     },
     agent::{self, Agent},
     client::{self, Tally, TcpSession},
@@ -272,16 +273,23 @@ fn print_network(topo: &Topology) {
     );
     for i in 1..=BACKENDS {
         println!(
-            "  {:<7} {:<14} {}, {}",
+            "  {:<7} {:<14} {}, {} (return link {}, {})",
             backend_name(i),
             topo.backend(i).name(),
             backend_v4(i),
-            backend_v6(i)
+            backend_v6(i),
+            backend_return_v4(i),
+            backend_return_v6(i)
         );
     }
     println!(
         "Virtual IPs {VIP_V4} and {VIP_V6}: the client routes them to the lb; every backend \
          holds them on its loopback (for direct server return)."
+    );
+    println!(
+        "The lb keeps the kernel's defaults (no forwarding, no static neighbours). Backends \
+         send direct-server-return replies over a return link to the client namespace (their \
+         router) and, by a policy rule on their own address, NAT replies through the lb."
     );
     println!(
         "Every backend runs a TCP echo server on :{TCP_ECHO_PORT} (it first says its name), a \
@@ -354,8 +362,7 @@ fn start_agent(topo: &Topology, yaml: &str) -> Result<Agent> {
     if !out.status.success() {
         bail!("the demo's config is invalid");
     }
-    let mut ifaces = vec![LB_CLIENT_IF.to_owned()];
-    ifaces.extend((1..=BACKENDS).map(lb_backend_if));
+    let ifaces = topo.lb_interfaces();
     let flags: Vec<String> = ifaces.iter().map(|i| format!("--iface {i}")).collect();
     println!(
         "\n$ switchyard attach {} --config-dir …   (in namespace {})",
