@@ -12,4 +12,5 @@ pub mod maglev;
 pub mod metrics;
 pub mod probe;
 pub mod publish;
+pub mod record;
 pub mod state;
