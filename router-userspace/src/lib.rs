@@ -13,4 +13,5 @@ pub mod metrics;
 pub mod nexthop;
 pub mod probe;
 pub mod publish;
+pub mod record;
 pub mod state;

@@ -69,10 +69,11 @@ enum Cmd {
     },
     /// Show the running agent: interfaces, services, pools, backend health, generation.
     Status {
-        /// Directory of `*.yaml` fragments (for `agent.api`).
+        /// Directory of `*.yaml` fragments: the agent running for it is found through the
+        /// record it keeps in /run/switchyard, else through the directory's `agent.api`.
         #[arg(long, default_value = DEFAULT_DIR)]
         config_dir: PathBuf,
-        /// The agent's API, e.g. http://127.0.0.1:9900 (overrides the config).
+        /// The agent's API, e.g. http://127.0.0.1:9900 (overrides the record and the config).
         #[arg(long)]
         api: Option<String>,
         /// Print the raw JSON.
@@ -82,10 +83,11 @@ enum Cmd {
     /// Operator commands over the local API: state, overrides, decisions, explain, what-if;
     /// config versions, diff, rollback, apply.
     Ctl {
-        /// Directory of `*.yaml` fragments (for `agent.api`).
+        /// Directory of `*.yaml` fragments: the agent running for it is found through the
+        /// record it keeps in /run/switchyard, else through the directory's `agent.api`.
         #[arg(long, default_value = DEFAULT_DIR)]
         config_dir: PathBuf,
-        /// The agent's API, e.g. http://127.0.0.1:9900 (overrides the config).
+        /// The agent's API, e.g. http://127.0.0.1:9900 (overrides the record and the config).
         #[arg(long)]
         api: Option<String>,
         /// The command.
@@ -141,13 +143,17 @@ fn run(args: Args) -> Result<ExitCode> {
             require_root("detach")?;
             let pin_dir = load::pin_dir(&cli::pin_path(&config_dir));
             for iface in &interfaces {
-                let dir = attach::detach(&pin_dir, iface, keep_maps)?;
-                if dir == pin_dir {
+                let done = attach::detach(&pin_dir, iface, keep_maps)?;
+                if let Some(why) = &done.defunct {
+                    println!(
+                        "{iface}: removed the defunct link ({why}); nothing ran on {iface} here"
+                    );
+                } else if done.dir == pin_dir {
                     println!("{iface}: detached");
                 } else {
                     println!(
                         "{iface}: detached (a program of another layout, {})",
-                        dir.display()
+                        done.dir.display()
                     );
                 }
             }

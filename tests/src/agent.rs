@@ -127,6 +127,19 @@ impl Agent {
         Ok(agent)
     }
 
+    /// Like [`Agent::start`], on `interfaces` (in this order) of the lb namespace instead of
+    /// the client side and every backend side: for a test that adds interfaces of its own.
+    pub fn start_on(
+        topo: &Topology,
+        files: &[(&str, String)],
+        interfaces: &[&str],
+    ) -> Result<Self> {
+        let interfaces: Vec<String> = interfaces.iter().map(|&i| i.to_owned()).collect();
+        let mut agent = Self::spawn(topo, files, &interfaces)?;
+        agent.wait_ready(Duration::from_secs(20))?;
+        Ok(agent)
+    }
+
     /// Runs `switchyard attach` on `interfaces` (in this order) with a config directory of
     /// `files`, for a start that must fail: waits up to `limit` for it to exit and returns its
     /// exit status, output and leftover pins. Fails if it is still running then. Either way
@@ -422,7 +435,8 @@ impl Agent {
 
 impl Drop for Agent {
     /// Stops the agent, detaches the program and removes the pins — only under a
-    /// [`unique_pin_path`], never a default or an operator's path — and the config directory.
+    /// [`unique_pin_path`], never a default or an operator's path — the agent's record
+    /// (`switchyard::record`) and the config directory.
     /// Detaching is done here, by unpinning the links: it needs no config (the test may have
     /// left a broken one) and no namespace.
     fn drop(&mut self) {
@@ -434,6 +448,8 @@ impl Drop for Agent {
             }
             let _ = fs::remove_dir_all(&self.pin_path);
         }
+        // The record an agent that was killed left behind (an orderly exit removes its own).
+        switchyard::record::remove(Path::new(switchyard::record::RUN_DIR), &self.config_dir);
         let _ = fs::remove_dir_all(&self.config_dir);
         let _ = fs::remove_dir_all(self.state_dir());
         let _ = fs::remove_file(&self.log);

@@ -2,13 +2,15 @@
 //! local API, and apply health transitions and reloads as they come.
 //!
 //! Start order (each step changes nothing if it fails): read and validate the config → bind
-//! the API socket → lock the pin directory (one agent per set of maps) → load the program with
-//! its pinned maps → attach to every interface (on a
-//! failure, undo the attachments made so far and remove the map pins this run created) →
-//! publish → start health checks. On SIGINT or SIGTERM the agent exits and the program
-//! **stays attached** with the last maps (pinned link and maps); `switchyard detach` removes
-//! it. SIGHUP re-reads the config directory; a broken config is logged, counted and shown by
-//! `status`, and the running config stays.
+//! the API socket → record where it answers ([`crate::record`]) → lock the pin directory (one
+//! agent per set of maps) → load the program with its pinned maps → attach to every interface
+//! (on a failure, undo the attachments made so far and remove the map pins this run created)
+//! → publish → start health checks. An earlier agent's pinned link is adopted only while it is
+//! live on its interface here; a defunct one is replaced ([`attach::attach`]). On SIGINT or
+//! SIGTERM the agent exits (removing its record) and the program **stays attached** with the
+//! last maps (pinned link and maps); `switchyard detach` removes it. SIGHUP re-reads the config
+//! directory; a broken config is logged, counted and shown by `status`, and the running config
+//! stays.
 
 use std::{
     collections::{BTreeMap, BTreeSet, HashMap},
@@ -42,6 +44,7 @@ use crate::{
     nexthop::{self, NextHopEvent, Resolution, Resolver},
     probe::{HealthEvent, ProbeTarget},
     publish::{Ledger, PublishError, Publisher, RestoreError},
+    record::{self, Record},
     state::Store,
 };
 
@@ -256,6 +259,22 @@ pub async fn run(opts: Options) -> Result<(), AgentError> {
             addr: cfg.agent.api,
             source,
         })?;
+    // Where `status` and `ctl` find this agent from the config directory alone, whatever its
+    // fragments come to hold; removed when `run` returns. Without it they fall back to the
+    // directory's `agent.api`.
+    let api_addr = listener.local_addr().unwrap_or(cfg.agent.api);
+    let record = Record::of_this_process(api_addr, &opts.config_dir, &cfg.agent.pin_path);
+    let _record = match record::write(std::path::Path::new(record::RUN_DIR), &record) {
+        Ok(written) => Some(written),
+        Err(e) => {
+            warn!(
+                "cannot record where this agent answers under {}: {e}; `switchyard status` and \
+                 `ctl` find it only through agent.api of the directory",
+                record::RUN_DIR
+            );
+            None
+        }
+    };
     let pin_dir = load::pin_dir(&cfg.agent.pin_path);
     // One agent per pin directory, for as long as it runs.
     let _lock = attach::lock_pin_dir(&pin_dir)?;
@@ -269,20 +288,22 @@ pub async fn run(opts: Options) -> Result<(), AgentError> {
     for iface in &opts.interfaces {
         match attach::attach(&mut ebpf, &mut maps, iface, opts.mode, &pin_dir) {
             Ok(how) => {
-                info!(
-                    "{iface}: {} ({} mode)",
-                    match how {
-                        Attached::New => "attached",
-                        Attached::Adopted => "adopted the program already attached",
-                    },
-                    opts.mode.name()
-                );
+                let mode = opts.mode.name();
+                match &how {
+                    Attached::New => info!("{iface}: attached ({mode} mode)"),
+                    Attached::Adopted => {
+                        info!("{iface}: adopted the program already attached ({mode} mode)");
+                    }
+                    Attached::Replaced(why) => warn!(
+                        "{iface}: link_{iface} was defunct ({why}): attached anew ({mode} mode)"
+                    ),
+                }
                 interfaces.push((iface.clone(), how));
             }
             Err(e) => {
                 // Leave the machine as it was: undo what this run attached.
                 for (done, how) in &interfaces {
-                    if *how == Attached::New {
+                    if how.attached_now() {
                         let _ = attach::detach(&pin_dir, done, true);
                     }
                 }
@@ -360,7 +381,7 @@ pub async fn run(opts: Options) -> Result<(), AgentError> {
         Err(e) => {
             // Nothing this run attached may stay behind a config that never applied.
             for (iface, how) in &shared.interfaces {
-                if *how == Attached::New {
+                if how.attached_now() {
                     let _ = attach::detach(&pin_dir, iface, true);
                 }
             }
@@ -744,9 +765,37 @@ pub struct InterfaceStatus {
     /// Interface name.
     pub name: String,
     /// Kernel id of the XDP program running there, read from the pinned link (so it follows
-    /// `switchyard upgrade`); `None` when there is no pinned link (`switchyard detach` ran
-    /// while this agent runs: nothing is attached there any more).
+    /// `switchyard upgrade`); `None` when the link is not live (see `link`).
     pub program_id: Option<u32>,
+    /// The pinned link, judged in the agent's network namespace
+    /// ([`crate::dataplane::link`]): `live` (it runs the program on this interface), `defunct
+    /// (REASON)` (it runs on no interface of this name here: `defunct (interface gone)` once the
+    /// interface was deleted; a restart attaches anew), `none` (no pinned link: `switchyard
+    /// detach` ran while this agent runs), or `unknown (ERROR)` when it cannot be read. Empty
+    /// from agents that predate it.
+    #[serde(default)]
+    pub link: String,
+}
+
+impl InterfaceStatus {
+    /// The status of `name`, whose link is pinned under `pin_dir`.
+    fn of(pin_dir: &std::path::Path, name: &str) -> Self {
+        let (program_id, link) = match attach::link_state(pin_dir, name) {
+            Ok(state) => (
+                match &state {
+                    attach::LinkState::Live(info) => Some(info.program_id),
+                    _ => None,
+                },
+                state.describe(),
+            ),
+            Err(e) => (None, format!("unknown ({e})")),
+        };
+        Self {
+            name: name.to_owned(),
+            program_id,
+            link,
+        }
+    }
 }
 
 /// One service in `/status`.
@@ -844,18 +893,13 @@ impl Shared {
             generation: self.publisher.generation(),
             config_dir: self.config_dir.display().to_string(),
             mode: self.mode.name().to_owned(),
+            // The pinned link says which program runs now (it follows `switchyard upgrade` and
+            // adopted links) and whether it still runs on the interface.
             interfaces: self
                 .interfaces
                 .iter()
-                .map(|(name, _)| InterfaceStatus {
-                    name: name.clone(),
-                    // The pinned link says which program runs now (it follows `switchyard
-                    // upgrade` and adopted links); what this agent loaded is the fallback.
-                    program_id: attach::pinned_link_ids(
-                        &load::pin_dir(&self.config.agent.pin_path),
-                        name,
-                    )
-                    .map(|(_, program)| program),
+                .map(|(name, _)| {
+                    InterfaceStatus::of(&load::pin_dir(&self.config.agent.pin_path), name)
                 })
                 .collect(),
             services,

@@ -1,5 +1,6 @@
-//! `switchyard ctl …`: the operator commands, over the local API (`agent.api` of the config
-//! directory, or `--api URL`).
+//! `switchyard ctl …`: the operator commands, over the local API of the agent serving the
+//! config directory ([`super::locate`]: `--api URL`, else the running agent's record, else
+//! `agent.api` of the directory).
 
 use std::path::Path;
 
@@ -98,8 +99,11 @@ pub enum OverrideOp {
     },
 }
 
-async fn call(req: reqwest::RequestBuilder) -> Result<Value> {
-    let resp = req.send().await.context("the agent did not answer")?;
+async fn call(target: &super::Target, req: reqwest::RequestBuilder) -> Result<Value> {
+    let resp = req
+        .send()
+        .await
+        .with_context(|| format!("no agent answers at {} (from {})", target.base, target.from))?;
     let status = resp.status();
     let text = resp.text().await.context("reading the agent's answer")?;
     let body = serde_json::from_str::<Value>(&text);
@@ -147,15 +151,12 @@ fn print_outcome(v: &Value) {
 
 /// Runs one `ctl` command.
 pub async fn run(dir: &Path, api: Option<&str>, cmd: Ctl) -> Result<()> {
-    let base = api.map_or_else(
-        || format!("http://{}", super::agent_settings(dir).api),
-        str::to_owned,
-    );
-    let base = base.trim_end_matches('/');
+    let target = super::locate(dir, api, std::path::Path::new(crate::record::RUN_DIR))?;
+    let base = target.base.as_str();
     let c = reqwest::Client::new();
     match cmd {
         Ctl::State { op: StateOp::Get } => {
-            let v = call(c.get(format!("{base}/state"))).await?;
+            let v = call(&target, c.get(format!("{base}/state"))).await?;
             for e in v.as_array().into_iter().flatten() {
                 println!(
                     "{:<48} {:<10} {}",
@@ -172,6 +173,7 @@ pub async fn run(dir: &Path, api: Option<&str>, cmd: Ctl) -> Result<()> {
                 bail!("{assignment:?}: expected NAME=VALUE");
             };
             let v = call(
+                &target,
                 c.post(format!("{base}/state"))
                     .json(&json!({ "name": name.trim(), "value": value.trim() })),
             )
@@ -193,16 +195,19 @@ pub async fn run(dir: &Path, api: Option<&str>, cmd: Ctl) -> Result<()> {
                     force,
                 },
         } => {
-            let v = call(c.post(format!("{base}/override")).json(&json!({
-                "group": group, "to": to, "reason": reason, "ttl": ttl, "force": force
-            })))
+            let v = call(
+                &target,
+                c.post(format!("{base}/override")).json(&json!({
+                    "group": group, "to": to, "reason": reason, "ttl": ttl, "force": force
+                })),
+            )
             .await?;
             println!("override set on {group}: {}", v["switched"]);
         }
         Ctl::Override {
             op: OverrideOp::Clear { group },
         } => {
-            call(c.delete(format!("{base}/override/{group}"))).await?;
+            call(&target, c.delete(format!("{base}/override/{group}"))).await?;
             println!("override cleared on {group}");
         }
         Ctl::Decisions { group } => {
@@ -211,28 +216,29 @@ pub async fn run(dir: &Path, api: Option<&str>, cmd: Ctl) -> Result<()> {
                 Some(g) => format!("{base}/decisions?group={g}"),
                 None => format!("{base}/decisions"),
             };
-            let v = call(c.get(url)).await?;
+            let v = call(&target, c.get(url)).await?;
             for r in v.as_array().into_iter().flatten() {
                 println!("{r}");
             }
         }
         Ctl::Explain { group } => {
-            print_explain(&call(c.get(format!("{base}/explain/{group}"))).await?);
+            print_explain(&call(&target, c.get(format!("{base}/explain/{group}"))).await?);
         }
         Ctl::WhatIf { group, sets } => {
             let v = call(
+                &target,
                 c.post(format!("{base}/what-if"))
                     .json(&json!({ "group": group, "set": sets })),
             )
             .await?;
             print_explain(&v);
         }
-        Ctl::Apply => print_outcome(&call(c.post(format!("{base}/apply"))).await?),
+        Ctl::Apply => print_outcome(&call(&target, c.post(format!("{base}/apply"))).await?),
         Ctl::Rollback { n } => {
-            print_outcome(&call(c.post(format!("{base}/rollback/{n}"))).await?);
+            print_outcome(&call(&target, c.post(format!("{base}/rollback/{n}"))).await?);
         }
         Ctl::Versions => {
-            let v = call(c.get(format!("{base}/versions"))).await?;
+            let v = call(&target, c.get(format!("{base}/versions"))).await?;
             let running = v["running"].as_u64();
             println!("   version  generation  time (UTC)            hash          source / files");
             for e in v["versions"].as_array().into_iter().flatten() {
@@ -259,7 +265,7 @@ pub async fn run(dir: &Path, api: Option<&str>, cmd: Ctl) -> Result<()> {
             }
         }
         Ctl::Diff { a, b } => {
-            let v = call(c.get(format!("{base}/diff/{a}/{b}"))).await?;
+            let v = call(&target, c.get(format!("{base}/diff/{a}/{b}"))).await?;
             let changes = v["changes"].as_array().cloned().unwrap_or_default();
             if changes.is_empty() {
                 println!("versions {a} and {b} define the same resources");

@@ -11,10 +11,12 @@ use crate::{
     agent::Status,
     config::{self, Agent},
     dataplane::{attach, layout, load},
+    record,
 };
 
 /// The `agent:` settings of `dir`, or the defaults when the directory is missing or invalid
-/// (read-only commands still work against a default install).
+/// (read-only commands still work against a default install). `status` and `ctl` find the
+/// running agent with [`locate`] instead.
 pub fn agent_settings(dir: &Path) -> Agent {
     config::load_dir(dir).map(|c| c.agent).unwrap_or_default()
 }
@@ -24,17 +26,116 @@ pub fn pin_path(dir: &Path) -> PathBuf {
     agent_settings(dir).pin_path
 }
 
+/// Where `status` and `ctl` reach the agent of a config directory, and how that was learnt.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Target {
+    /// Base URL of its API, without a trailing `/`.
+    pub base: String,
+    /// Where the address came from, for error messages.
+    pub from: String,
+    /// Its `agent.pin_path` (the record's, else the directory's, else the default).
+    pub pin_path: PathBuf,
+}
+
+/// Why the agent of a config directory cannot be asked from here.
+#[derive(Debug, thiserror::Error)]
+pub enum LocateError {
+    /// The agent runs in another network namespace: its loopback API is not this one's.
+    #[error(
+        "the agent of {config_dir} (pid {pid}, API {api}) runs in network namespace {theirs}, \
+         this command in {ours}; run it there: nsenter --net=/proc/{pid}/ns/net switchyard …"
+    )]
+    OtherNamespace {
+        /// The config directory.
+        config_dir: String,
+        /// The agent's pid.
+        pid: u32,
+        /// Its API address.
+        api: std::net::SocketAddr,
+        /// Its namespace.
+        theirs: String,
+        /// This process's.
+        ours: String,
+    },
+}
+
+/// Finds the agent serving `dir`, looking in order at: `api` (an explicit `--api URL`); the
+/// record the running agent keeps under `run_dir` ([`record`], normally [`record::RUN_DIR`]),
+/// which holds whatever the fragments do; `agent.api` of the directory; the default address,
+/// when the directory cannot be read. Errors: the record names an agent of another network
+/// namespace.
+pub fn locate(dir: &Path, api: Option<&str>, run_dir: &Path) -> Result<Target, LocateError> {
+    let from_config = || match config::load_dir(dir) {
+        Ok(c) => (
+            c.agent.api,
+            format!("agent.api of {}", dir.display()),
+            c.agent.pin_path,
+        ),
+        Err(_) => {
+            let d = Agent::default();
+            (
+                d.api,
+                format!(
+                    "the default address: no running agent recorded for {} and its config \
+                     cannot be read",
+                    dir.display()
+                ),
+                d.pin_path,
+            )
+        }
+    };
+    if let Some(api) = api {
+        return Ok(Target {
+            base: api.trim_end_matches('/').to_owned(),
+            from: "--api".into(),
+            pin_path: from_config().2,
+        });
+    }
+    if let Some(r) = record::find(run_dir, dir) {
+        let ours = record::this_netns();
+        if !r.netns.is_empty() && !ours.is_empty() && r.netns != ours {
+            return Err(LocateError::OtherNamespace {
+                config_dir: r.config_dir.display().to_string(),
+                pid: r.pid,
+                api: r.api,
+                theirs: r.netns,
+                ours,
+            });
+        }
+        return Ok(Target {
+            base: format!("http://{}", r.api),
+            from: format!(
+                "the record of the agent running for it (pid {}, {})",
+                r.pid,
+                record::record_path(run_dir, dir).display()
+            ),
+            pin_path: r.pin_path,
+        });
+    }
+    let (api, from, pin_path) = from_config();
+    Ok(Target {
+        base: format!("http://{api}"),
+        from,
+        pin_path,
+    })
+}
+
 /// Errors of `status`.
 #[derive(Debug, thiserror::Error)]
 pub enum StatusError {
+    /// The agent cannot be asked from here.
+    #[error(transparent)]
+    Locate(#[from] LocateError),
     /// The agent did not answer.
     #[error(
-        "no agent answers at {url} (is `switchyard attach` running? interfaces with a pinned \
-         program: {pinned})"
+        "no agent answers at {url} (from {from}; is `switchyard attach` running? interfaces \
+         with a pinned program: {pinned})"
     )]
     Unreachable {
         /// URL tried.
         url: String,
+        /// Where its address came from.
+        from: String,
         /// Cause.
         #[source]
         source: reqwest::Error,
@@ -43,15 +144,15 @@ pub enum StatusError {
     },
 }
 
-/// Prints the agent's status.
+/// Prints the status of the agent serving `dir` (found by [`locate`]; `api` overrides).
 pub async fn status(dir: &Path, api: Option<&str>, json: bool) -> Result<(), StatusError> {
-    let agent = agent_settings(dir);
-    let base = api.map_or_else(|| format!("http://{}", agent.api), str::to_owned);
-    let url = format!("{}/status", base.trim_end_matches('/'));
+    let target = locate(dir, api, Path::new(record::RUN_DIR))?;
+    let url = format!("{}/status", target.base);
     let unreachable = |source| {
-        let pinned = attach::attached_interfaces(&load::pin_dir(&agent.pin_path));
+        let pinned = attach::attached_interfaces(&load::pin_dir(&target.pin_path));
         StatusError::Unreachable {
             url: url.clone(),
+            from: target.from.clone(),
             source,
             pinned: if pinned.is_empty() {
                 "none".into()
@@ -88,12 +189,19 @@ pub fn render(s: &Status) -> String {
     let interfaces: Vec<String> = s
         .interfaces
         .iter()
-        .map(|i| match i.program_id {
-            Some(id) => format!("{} (program {id})", i.name),
-            None => format!(
+        .map(|i| match (i.program_id, i.link.as_str()) {
+            (Some(id), _) => format!("{} (program {id})", i.name),
+            (None, "none" | "") => format!(
                 "{} (DETACHED: no pinned link; `switchyard detach` ran?)",
                 i.name
             ),
+            (None, link) => match link.strip_prefix("defunct") {
+                Some(why) => format!(
+                    "{} (link DEFUNCT{why}: nothing runs here; restarting the agent attaches anew)",
+                    i.name
+                ),
+                None => format!("{} (link {link})", i.name),
+            },
         })
         .collect();
     let _ = writeln!(o, "interfaces: {}; {} XDP", interfaces.join(", "), s.mode);

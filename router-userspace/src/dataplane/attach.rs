@@ -4,6 +4,11 @@
 //! the data plane keeps forwarding with the last maps, and a restarted agent adopts the link
 //! instead of attaching again (the program never leaves the interface). Only `detach` removes
 //! it — the agent never detaches by accident.
+//!
+//! A link is adopted only while it is live on the interface of that name in this network
+//! namespace ([`super::link`]): one whose interface was deleted (and perhaps created again), or
+//! one pinned for an interface of another namespace, is unpinned and replaced by a new
+//! attachment (decision 0010).
 
 use std::{
     ffi::CString,
@@ -19,7 +24,14 @@ use aya::{
 };
 use router_common::{ABI_VERSION, maps};
 
-use super::{DataplaneError, load, maps::KernelMaps};
+pub use super::link::LinkState;
+
+use super::{
+    DataplaneError,
+    link::{self, Defunct},
+    load,
+    maps::KernelMaps,
+};
 
 /// How the program runs on an interface.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -52,8 +64,17 @@ impl Mode {
 pub enum Attached {
     /// Attached now.
     New,
-    /// A link pinned by an earlier agent was found and kept.
+    /// A link pinned by an earlier agent was found live on the interface and kept.
     Adopted,
+    /// A pinned link was found defunct (for the reason given) and unpinned; attached now.
+    Replaced(Defunct),
+}
+
+impl Attached {
+    /// Whether this run attached the program (so undoing the run detaches it).
+    pub fn attached_now(&self) -> bool {
+        !matches!(self, Attached::Adopted)
+    }
 }
 
 /// The interface index of `iface`.
@@ -91,11 +112,26 @@ pub fn attached_interfaces(pin_dir: &Path) -> Vec<String> {
     out
 }
 
-/// Attaches the loaded program to `iface` (or adopts the link an earlier agent pinned there),
-/// and adds the interface to `TX_PORTS` so other interfaces can redirect to it.
+/// The state of the link pinned for `iface` under `pin_dir`, judged in this process's network
+/// namespace ([`link::state`]). Errors: a pin that is not an XDP link, or rtnetlink failing.
+pub fn link_state(pin_dir: &Path, iface: &str) -> Result<LinkState, DataplaneError> {
+    let path = link_path(pin_dir, iface);
+    link::state(&path, iface).map_err(|source| DataplaneError::Io {
+        what: "reading the pinned link",
+        path,
+        source,
+    })
+}
+
+/// Attaches the loaded program to `iface` (or adopts the link an earlier agent pinned there,
+/// when it is live on this interface in this namespace), and adds the interface to `TX_PORTS`
+/// so other interfaces can redirect to it. A defunct pinned link (its interface gone, or
+/// another namespace's) is replaced: the new link is attached first, then the old pin removed
+/// and the new one pinned in its place.
 ///
 /// Errors leave the interface as it was: a missing interface, another XDP program already
-/// attached ([`DataplaneError::Busy`]), or a mode the driver does not support.
+/// attached ([`DataplaneError::Busy`]), a mode the driver does not support, or a pin at the
+/// link's path that is not an XDP link.
 pub fn attach(
     ebpf: &mut Ebpf,
     maps: &mut KernelMaps,
@@ -105,47 +141,63 @@ pub fn attach(
 ) -> Result<Attached, DataplaneError> {
     let index = ifindex(iface)?;
     let path = link_path(pin_dir, iface);
-    let outcome = if PinnedLink::from_pin(&path).is_ok() {
-        Attached::Adopted
-    } else {
-        // A program of another layout holds the interface: attaching would fail with EBUSY,
-        // and its maps cannot be adopted. Say which, and how to move on.
-        if let Some((theirs, link)) = other_layout_links(pin_dir, iface).into_iter().next() {
-            return Err(DataplaneError::OtherLayoutAttached {
-                iface: iface.into(),
-                link,
-                theirs,
-                ours: ABI_VERSION,
-            });
+    let replaced = match link_state(pin_dir, iface)? {
+        LinkState::Live(_) => {
+            add_tx_port(maps, index)?;
+            return Ok(Attached::Adopted);
         }
-        let prog = load::program_mut(ebpf)?;
-        let id = prog
-            .attach_to_if_index(index, mode.xdp())
-            .map_err(|e| attach_error(iface, mode, e))?;
-        let link = prog
-            .take_link(id)
-            .map_err(|e| DataplaneError::Program(Box::new(e)))?;
-        // The netlink fallback (kernels before 5.9) gives a link that cannot be pinned.
-        let fd_link = FdLink::try_from(link).map_err(|e| DataplaneError::Io {
-            what: "this kernel gave no bpf_link (needs 5.9+) for",
-            path: path.clone(),
-            source: std::io::Error::other(e.to_string()),
-        })?;
-        fd_link.pin(&path).map_err(|e| DataplaneError::Io {
-            what: "pinning the XDP link at",
-            path: path.clone(),
-            source: std::io::Error::other(e.to_string()),
-        })?;
-        Attached::New
+        LinkState::None => None,
+        LinkState::Defunct(_, why) => Some(why),
     };
+    // A program of another layout holds the interface: attaching would fail with EBUSY, and
+    // its maps cannot be adopted. Say which, and how to move on.
+    if let Some((theirs, link)) = other_layout_links(pin_dir, iface).into_iter().next() {
+        return Err(DataplaneError::OtherLayoutAttached {
+            iface: iface.into(),
+            link,
+            theirs,
+            ours: ABI_VERSION,
+        });
+    }
+    let prog = load::program_mut(ebpf)?;
+    let id = prog
+        .attach_to_if_index(index, mode.xdp())
+        .map_err(|e| attach_error(iface, mode, e))?;
+    let link = prog
+        .take_link(id)
+        .map_err(|e| DataplaneError::Program(Box::new(e)))?;
+    // The netlink fallback (kernels before 5.9) gives a link that cannot be pinned.
+    let fd_link = FdLink::try_from(link).map_err(|e| DataplaneError::Io {
+        what: "this kernel gave no bpf_link (needs 5.9+) for",
+        path: path.clone(),
+        source: std::io::Error::other(e.to_string()),
+    })?;
+    if replaced.is_some() {
+        // Dropping `fd_link` on an error here detaches the new program again.
+        std::fs::remove_file(&path).map_err(|source| DataplaneError::Io {
+            what: "removing the defunct link",
+            path: path.clone(),
+            source,
+        })?;
+    }
+    fd_link.pin(&path).map_err(|e| DataplaneError::Io {
+        what: "pinning the XDP link at",
+        path: path.clone(),
+        source: std::io::Error::other(e.to_string()),
+    })?;
+    add_tx_port(maps, index)?;
+    Ok(replaced.map_or(Attached::New, Attached::Replaced))
+}
+
+/// Adds ifindex `index` to `TX_PORTS`, the interfaces the program may redirect to.
+fn add_tx_port(maps: &mut KernelMaps, index: u32) -> Result<(), DataplaneError> {
     maps.tx_ports
         .insert(index, index, None, 0)
         .map_err(|e| DataplaneError::Io {
             what: "adding the interface to map",
             path: maps::TX_PORTS.into(),
             source: std::io::Error::other(e.to_string()),
-        })?;
-    Ok(outcome)
+        })
 }
 
 fn attach_error(iface: &str, mode: Mode, e: aya::programs::ProgramError) -> DataplaneError {
@@ -169,14 +221,26 @@ fn attach_error(iface: &str, mode: Mode, e: aya::programs::ProgramError) -> Data
     }
 }
 
+/// What `detach` removed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Detached {
+    /// The directory the link was pinned in.
+    pub dir: PathBuf,
+    /// Why the link was defunct, when it was (nothing ran on the interface here): removing it
+    /// detached nothing in this namespace. `None` when it was live, or when its state could
+    /// not be read (it is removed all the same).
+    pub defunct: Option<Defunct>,
+}
+
 /// Detaches the program from `iface` by removing its pinned link. When no interface is left
 /// and `keep_maps` is false, the map pins go too (the maps then disappear with the program).
+/// A defunct link (its interface gone, or another namespace's) is removed the same way, and
+/// the result says so.
 ///
 /// The link is looked for in `pin_dir` (this binary's layout version), then in the other
 /// version directories beside it (`<pin_path>/v<N>/`): detaching needs no knowledge of the map
-/// layout, and it is the way out of a layout mismatch (decision 0007). Returns the directory
-/// the link was pinned in.
-pub fn detach(pin_dir: &Path, iface: &str, keep_maps: bool) -> Result<PathBuf, DataplaneError> {
+/// layout, and it is the way out of a layout mismatch (decision 0007).
+pub fn detach(pin_dir: &Path, iface: &str, keep_maps: bool) -> Result<Detached, DataplaneError> {
     let path = link_path(pin_dir, iface);
     let (dir, path) = if path.exists() {
         (pin_dir.to_owned(), path)
@@ -193,6 +257,10 @@ pub fn detach(pin_dir: &Path, iface: &str, keep_maps: bool) -> Result<PathBuf, D
         path: path.clone(),
         source: std::io::ErrorKind::NotFound.into(),
     })?;
+    let defunct = match link::state(&path, iface) {
+        Ok(LinkState::Defunct(_, why)) => Some(why),
+        _ => None,
+    };
     let fd_link = link.unpin().map_err(|source| DataplaneError::Io {
         what: "unpinning",
         path: path.clone(),
@@ -208,7 +276,7 @@ pub fn detach(pin_dir: &Path, iface: &str, keep_maps: bool) -> Result<PathBuf, D
         }
         remove_map_pins(&dir);
     }
-    Ok(dir)
+    Ok(Detached { dir, defunct })
 }
 
 /// Links for `iface` pinned by switchyard builds of another map layout version: the

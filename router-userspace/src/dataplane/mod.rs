@@ -8,6 +8,7 @@
 pub mod attach;
 pub mod counters;
 pub mod layout;
+pub mod link;
 pub mod load;
 pub mod maps;
 pub mod memory;
@@ -156,6 +157,22 @@ pub enum DataplaneError {
         iface: String,
         /// Where its link would be pinned.
         link: PathBuf,
+    },
+    /// `upgrade` found the interface's pinned link defunct: it runs on no interface of that
+    /// name here, so there is no program to replace (the kernel refuses to update a link whose
+    /// interface is gone).
+    #[error(
+        "{link} is defunct ({why}): no switchyard program runs on {iface} here to upgrade; \
+         once {iface} exists again, restarting the agent attaches anew; or remove the link with \
+         `switchyard detach --iface {iface}` — switchyard changed nothing"
+    )]
+    DefunctLink {
+        /// Interface.
+        iface: String,
+        /// The pinned link.
+        link: PathBuf,
+        /// Why it is defunct.
+        why: link::Defunct,
     },
     /// `upgrade` found a map of the ABI not pinned: it would have to create it.
     #[error(

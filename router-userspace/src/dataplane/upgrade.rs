@@ -9,7 +9,8 @@
 //! the running config, connection tracking and counters.
 //!
 //! Nothing is changed until every check passed: the pin path is on bpffs, every interface has
-//! a pinned link of this binary's layout version, every map is pinned (upgrade reuses maps, it
+//! a pinned link of this binary's layout version that is live on the interface of that name in
+//! this network namespace ([`super::link`]), every map is pinned (upgrade reuses maps, it
 //! never creates one), and the pinned maps have the layout this program declares
 //! ([`super::layout::check_pins`]).
 //!
@@ -67,6 +68,13 @@ pub fn preflight(pin_path: &Path, interfaces: &[String]) -> Result<PathBuf, Data
             return Err(DataplaneError::NotAttached {
                 iface: iface.clone(),
                 link,
+            });
+        }
+        if let attach::LinkState::Defunct(_, why) = attach::link_state(&pin_dir, iface)? {
+            return Err(DataplaneError::DefunctLink {
+                iface: iface.clone(),
+                link,
+                why,
             });
         }
     }

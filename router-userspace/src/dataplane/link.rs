@@ -1,0 +1,383 @@
+//! Whether a pinned XDP link is live on an interface of this network namespace.
+//!
+//! A pinned `bpf_link` outlives the interface it was attached to: when the device is
+//! unregistered the kernel detaches the program and the link stays, reporting ifindex 0
+//! (`bpf_xdp_link_fill_link_info`). And bpffs is one file system for every network namespace,
+//! so a pin may name an interface of another namespace that happens to share this one's name,
+//! and even its ifindex (ifindexes are allocated per namespace). A link counts as live on
+//! `iface` only when both views agree: the link's `bpf_link_info` names the ifindex `iface` has
+//! in this namespace, and that interface reports the link's program as its XDP program
+//! (`IFLA_XDP` of `RTM_GETLINK`, asked in this namespace).
+
+use std::{
+    ffi::CString,
+    fmt,
+    os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd},
+    path::Path,
+};
+
+use netlink_packet_core::{NLM_F_REQUEST, NetlinkMessage, NetlinkPayload};
+use netlink_packet_route::{
+    RouteNetlinkMessage,
+    link::{LinkAttribute, LinkMessage, LinkXdp},
+};
+use netlink_sys::{Socket, SocketAddr, protocols::NETLINK_ROUTE};
+
+/// `BPF_OBJ_GET` (uapi `enum bpf_cmd`).
+const BPF_OBJ_GET: libc::c_long = 7;
+/// `BPF_OBJ_GET_INFO_BY_FD`.
+const BPF_OBJ_GET_INFO_BY_FD: libc::c_long = 15;
+/// `BPF_LINK_TYPE_XDP` (uapi `enum bpf_link_type`).
+const BPF_LINK_TYPE_XDP: u32 = 6;
+
+/// What the kernel says about a pinned XDP link (`struct bpf_link_info`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct XdpLinkInfo {
+    /// Kernel id of the link.
+    pub id: u32,
+    /// Kernel id of the program it runs.
+    pub program_id: u32,
+    /// Index of the interface it is attached to, in the namespace of that interface; 0 when
+    /// the interface is gone.
+    pub ifindex: u32,
+}
+
+/// The XDP attachment of one interface of this network namespace, from `IFLA_XDP`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InterfaceXdp {
+    /// Its ifindex here.
+    pub ifindex: u32,
+    /// Ids of the XDP programs attached to it (driver, generic or offloaded); empty when none.
+    pub programs: Vec<u32>,
+}
+
+/// Why a pinned link is not live on its interface.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Defunct {
+    /// The interface it was attached to was deleted (the link reports ifindex 0): the program
+    /// runs nowhere.
+    InterfaceGone,
+    /// It is attached to ifindex `theirs`, which is not the interface of that name here
+    /// (`ours`: its ifindex here, `None` when there is no such interface here) — an interface
+    /// of another namespace, or another interface of this one.
+    OtherInterface {
+        /// The link's ifindex.
+        theirs: u32,
+        /// The interface's ifindex in this namespace.
+        ours: Option<u32>,
+    },
+    /// Its ifindex is the interface's here, but the interface runs another XDP program (or
+    /// none): the link is an interface of another namespace with the same ifindex.
+    OtherNamespace {
+        /// The link's program.
+        link_program: u32,
+        /// The programs the interface here runs.
+        running: Vec<u32>,
+    },
+}
+
+impl fmt::Display for Defunct {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Defunct::InterfaceGone => write!(f, "interface gone"),
+            Defunct::OtherInterface {
+                theirs,
+                ours: Some(ours),
+            } => write!(
+                f,
+                "attached to ifindex {theirs}, not this namespace's interface of that name \
+                 (ifindex {ours})"
+            ),
+            Defunct::OtherInterface { theirs, ours: None } => write!(
+                f,
+                "attached to ifindex {theirs}; this namespace has no interface of that name"
+            ),
+            Defunct::OtherNamespace {
+                link_program,
+                running,
+            } => {
+                let running = if running.is_empty() {
+                    "no XDP program".to_owned()
+                } else {
+                    let ids: Vec<String> = running.iter().map(u32::to_string).collect();
+                    format!("program {}", ids.join(", "))
+                };
+                write!(
+                    f,
+                    "the interface here runs {running}, not the link's program {link_program}: \
+                     the link is another network namespace's"
+                )
+            }
+        }
+    }
+}
+
+/// The state of the link pinned for an interface.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LinkState {
+    /// No link is pinned.
+    None,
+    /// The link runs its program on the interface, in this namespace.
+    Live(XdpLinkInfo),
+    /// A link is pinned but does not run on the interface here.
+    Defunct(XdpLinkInfo, Defunct),
+}
+
+impl LinkState {
+    /// `live`, `defunct (REASON)` or `none`, as `/status` reports it.
+    pub fn describe(&self) -> String {
+        match self {
+            LinkState::None => "none".into(),
+            LinkState::Live(_) => "live".into(),
+            LinkState::Defunct(_, why) => format!("defunct ({why})"),
+        }
+    }
+}
+
+/// Whether the link `info` is live on the interface `iface` has here (`here`, `None` when
+/// there is none): see the module documentation.
+pub fn judge(info: &XdpLinkInfo, here: Option<&InterfaceXdp>) -> Result<(), Defunct> {
+    if info.ifindex == 0 {
+        return Err(Defunct::InterfaceGone);
+    }
+    let Some(here) = here.filter(|h| h.ifindex == info.ifindex) else {
+        return Err(Defunct::OtherInterface {
+            theirs: info.ifindex,
+            ours: here.map(|h| h.ifindex),
+        });
+    };
+    if !here.programs.contains(&info.program_id) {
+        return Err(Defunct::OtherNamespace {
+            link_program: info.program_id,
+            running: here.programs.clone(),
+        });
+    }
+    Ok(())
+}
+
+/// The state of the link pinned at `path` for `iface`. Errors: the pin exists but is not an
+/// XDP link the kernel describes, or the interface cannot be queried over rtnetlink.
+pub fn state(path: &Path, iface: &str) -> std::io::Result<LinkState> {
+    if !path.exists() {
+        return Ok(LinkState::None);
+    }
+    let info = pinned_xdp_link(path)?;
+    let here = interface_xdp(iface)?;
+    Ok(match judge(&info, here.as_ref()) {
+        Ok(()) => LinkState::Live(info),
+        Err(why) => LinkState::Defunct(info, why),
+    })
+}
+
+/// Opens the link pinned at `path` and reads its `bpf_link_info`. Errors: no pin, a pin that
+/// is not a link, or a link that is not XDP.
+pub fn pinned_xdp_link(path: &Path) -> std::io::Result<XdpLinkInfo> {
+    use std::os::unix::ffi::OsStrExt as _;
+    let c = CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
+    // `union bpf_attr` for BPF_OBJ_GET: pathname, bpf_fd, file_flags.
+    #[repr(C)]
+    struct ObjGet {
+        pathname: u64,
+        bpf_fd: u32,
+        file_flags: u32,
+    }
+    let attr = ObjGet {
+        pathname: c.as_ptr() as u64,
+        bpf_fd: 0,
+        file_flags: 0,
+    };
+    // SAFETY: bpf(2) reads `attr` (size given) and the C string it points to, both alive for
+    // the call.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_bpf,
+            BPF_OBJ_GET,
+            &attr as *const ObjGet,
+            size_of::<ObjGet>() as u32,
+        )
+    };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: the kernel just returned this descriptor to us; nothing else owns it.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
+    // The head of `struct bpf_link_info` and its `xdp` member (the union is 8-aligned).
+    #[repr(C)]
+    #[derive(Default)]
+    struct LinkInfo {
+        kind: u32,
+        id: u32,
+        prog_id: u32,
+        _pad: u32,
+        ifindex: u32,
+        _rest: [u32; 11],
+    }
+    // `union bpf_attr` for BPF_OBJ_GET_INFO_BY_FD: bpf_fd, info_len, info.
+    #[repr(C)]
+    struct GetInfo {
+        bpf_fd: u32,
+        info_len: u32,
+        info: u64,
+    }
+    let mut info = LinkInfo::default();
+    let attr = GetInfo {
+        bpf_fd: fd.as_raw_fd() as u32,
+        info_len: size_of::<LinkInfo>() as u32,
+        info: &mut info as *mut LinkInfo as u64,
+    };
+    // SAFETY: bpf(2) reads `attr` and writes at most `info_len` bytes into `info`, both alive
+    // for the call.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_bpf,
+            BPF_OBJ_GET_INFO_BY_FD,
+            &attr as *const GetInfo,
+            size_of::<GetInfo>() as u32,
+        )
+    };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    if info.kind != BPF_LINK_TYPE_XDP {
+        return Err(std::io::Error::other(format!(
+            "not an XDP link (link type {})",
+            info.kind
+        )));
+    }
+    Ok(XdpLinkInfo {
+        id: info.id,
+        program_id: info.prog_id,
+        ifindex: info.ifindex,
+    })
+}
+
+/// The XDP attachment of the interface named `iface` in this process's network namespace
+/// (`RTM_GETLINK` by `IFLA_IFNAME`), or `None` when there is no such interface.
+pub fn interface_xdp(iface: &str) -> std::io::Result<Option<InterfaceXdp>> {
+    let mut socket = Socket::new(NETLINK_ROUTE)?;
+    socket.bind_auto()?;
+    socket.connect(&SocketAddr::new(0, 0))?;
+    let mut message = LinkMessage::default();
+    message
+        .attributes
+        .push(LinkAttribute::IfName(iface.to_owned()));
+    let mut request = NetlinkMessage::from(RouteNetlinkMessage::GetLink(message));
+    request.header.flags = NLM_F_REQUEST;
+    request.header.sequence_number = 1;
+    request.finalize();
+    let mut buf = vec![0; request.buffer_len()];
+    request.serialize(&mut buf);
+    socket.send(&buf, 0)?;
+    // One answer: the link (a few KiB with its statistics) or an error.
+    let mut answer = Vec::with_capacity(1 << 16);
+    // MSG_TRUNC: the length returned is the datagram's, even when it did not fit.
+    let len = socket.recv(&mut answer, libc::MSG_TRUNC)?;
+    if len > answer.len() {
+        return Err(std::io::Error::other(format!(
+            "the rtnetlink answer for {iface} is larger than {} bytes",
+            answer.capacity()
+        )));
+    }
+    let reply = NetlinkMessage::<RouteNetlinkMessage>::deserialize(&answer)
+        .map_err(|e| std::io::Error::other(format!("parsing the rtnetlink answer: {e}")))?;
+    match reply.payload {
+        NetlinkPayload::InnerMessage(RouteNetlinkMessage::NewLink(link)) => {
+            let programs = link
+                .attributes
+                .iter()
+                .filter_map(|a| match a {
+                    LinkAttribute::Xdp(xdp) => Some(xdp),
+                    _ => None,
+                })
+                .flatten()
+                .filter_map(|x| match x {
+                    LinkXdp::ProgId(id)
+                    | LinkXdp::DrvProgId(id)
+                    | LinkXdp::SkbProgId(id)
+                    | LinkXdp::HwProgId(id) => Some(*id),
+                    _ => None,
+                })
+                .filter(|&id| id != 0)
+                .fold(Vec::new(), |mut v, id| {
+                    if !v.contains(&id) {
+                        v.push(id);
+                    }
+                    v
+                });
+            Ok(Some(InterfaceXdp {
+                ifindex: link.header.index,
+                programs,
+            }))
+        }
+        NetlinkPayload::Error(e) if e.raw_code() == -libc::ENODEV => Ok(None),
+        NetlinkPayload::Error(e) => Err(e.to_io()),
+        other => Err(std::io::Error::other(format!(
+            "unexpected rtnetlink answer for {iface}: {other:?}"
+        ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LINK: XdpLinkInfo = XdpLinkInfo {
+        id: 7,
+        program_id: 42,
+        ifindex: 5,
+    };
+
+    #[test]
+    fn a_link_is_live_only_on_its_ifindex_running_its_program() {
+        let here = |ifindex, programs: &[u32]| InterfaceXdp {
+            ifindex,
+            programs: programs.to_vec(),
+        };
+        assert_eq!(judge(&LINK, Some(&here(5, &[42]))), Ok(()));
+        let gone = XdpLinkInfo { ifindex: 0, ..LINK };
+        assert_eq!(
+            judge(&gone, Some(&here(9, &[]))),
+            Err(Defunct::InterfaceGone)
+        );
+        assert_eq!(judge(&gone, None), Err(Defunct::InterfaceGone));
+        assert_eq!(
+            judge(&LINK, Some(&here(9, &[]))),
+            Err(Defunct::OtherInterface {
+                theirs: 5,
+                ours: Some(9)
+            })
+        );
+        assert_eq!(
+            judge(&LINK, None),
+            Err(Defunct::OtherInterface {
+                theirs: 5,
+                ours: None
+            })
+        );
+        assert_eq!(
+            judge(&LINK, Some(&here(5, &[43]))),
+            Err(Defunct::OtherNamespace {
+                link_program: 42,
+                running: vec![43]
+            })
+        );
+    }
+
+    #[test]
+    fn states_read_as_status_reports_them() {
+        assert_eq!(LinkState::None.describe(), "none");
+        assert_eq!(LinkState::Live(LINK).describe(), "live");
+        assert_eq!(
+            LinkState::Defunct(LINK, Defunct::InterfaceGone).describe(),
+            "defunct (interface gone)"
+        );
+    }
+
+    #[test]
+    fn the_loopback_interface_is_found_and_a_missing_one_is_none() {
+        let lo = interface_xdp("lo").unwrap().unwrap();
+        assert_eq!(lo.ifindex, 1);
+        assert_eq!(interface_xdp("sy-no-such-if").unwrap(), None);
+    }
+}
