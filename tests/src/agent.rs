@@ -258,7 +258,7 @@ impl Agent {
         let start = Instant::now();
         loop {
             if self.status().is_ok() {
-                let _ = self.wait_for(Duration::from_secs(5), |s| no_backend_resolving(s));
+                let _ = self.wait_for(Duration::from_secs(5), no_backend_resolving);
                 return Ok(());
             }
             if let Some(child) = self.child.as_mut()

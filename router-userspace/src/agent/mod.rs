@@ -26,9 +26,11 @@ use tokio::sync::mpsc;
 
 pub mod apply;
 pub mod decisions;
+pub mod next_hops;
 mod watch;
 
 pub use apply::{Outcome, Running};
+pub use next_hops::{NextHopStatus, STILL_RESOLVING};
 
 use crate::{
     config::{self, Config},
@@ -41,7 +43,7 @@ use crate::{
     engine::Driver,
     history::History,
     metrics::Metrics,
-    nexthop::{self, NextHopEvent, Resolution, Resolver},
+    nexthop::{self, NextHopEvent, Resolver},
     probe::{HealthEvent, ProbeTarget},
     publish::{Ledger, PublishError, Publisher, RestoreError},
     record::{self, Record},
@@ -166,43 +168,7 @@ pub struct Shared {
     pub egress: BTreeMap<u32, String>,
 }
 
-/// A backend address's next hop in `/status`.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct NextHopStatus {
-    /// `resolved`, or `unresolved` (no new flows: the backend is out of every table).
-    pub state: String,
-    /// How frames leave, when resolved: destination MAC, interface, source MAC, gateway.
-    pub via: Option<String>,
-    /// Why not, when unresolved (`no neighbour: …`, `no route to …`, `still resolving`).
-    pub reason: Option<String>,
-    /// Since when (seconds since the Unix epoch).
-    pub since: u64,
-}
-
-/// The reason of a next hop not resolved yet (no verdict so far).
-pub const STILL_RESOLVING: &str = "still resolving";
-
-impl NextHopStatus {
-    fn resolving() -> Self {
-        Self {
-            state: "unresolved".into(),
-            via: None,
-            reason: Some(STILL_RESOLVING.into()),
-            since: now_secs(),
-        }
-    }
-
-    /// Whether this is a verdict (resolved, or unresolved for a reason) rather than a next hop
-    /// still being resolved.
-    pub fn decided(&self) -> bool {
-        !self
-            .reason
-            .as_deref()
-            .is_some_and(|r| r.starts_with(STILL_RESOLVING))
-    }
-}
-
-fn now_secs() -> u64 {
+pub(crate) fn now_secs() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_secs())
@@ -376,6 +342,7 @@ pub async fn run(opts: Options) -> Result<(), AgentError> {
         next_hops: BTreeMap::new(),
         egress,
     };
+    next_hops::first_round(&mut shared, &cfg, &mut hop_rx).await;
     let mut probes = match apply::start(&mut shared, fragments, &tx) {
         Ok(set) => set,
         Err(e) => {
@@ -423,7 +390,11 @@ pub async fn run(opts: Options) -> Result<(), AgentError> {
         };
         tokio::select! {
             Some(ev) = rx.recv() => on_health(&shared, ev),
-            Some(events) = hop_rx.recv() => on_next_hops(&shared, events),
+            Some(events) = hop_rx.recv() => {
+                if let Ok(mut s) = shared.lock() {
+                    next_hops::on_events(&mut s, events);
+                }
+            }
             () = timer => {
                 if let Ok(mut s) = shared.lock() {
                     decisions::timer(&mut s);
@@ -621,114 +592,6 @@ fn usable(publisher: &Publisher, pool: &str, address: IpAddr) -> Option<bool> {
         .iter()
         .find(|b| b.address == address)
         .map(crate::publish::BackendState::usable)
-}
-
-/// Applies a round of next-hop changes: the map entries, the tables of the pools whose usable
-/// backends changed, the state the rules read, and what `status` says. A next hop that
-/// leaves by an interface the program is not attached to cannot be used (the program could
-/// not redirect there): it counts as unresolved, with that reason.
-fn on_next_hops(shared: &Arc<Mutex<Shared>>, events: Vec<NextHopEvent>) {
-    let event = Instant::now();
-    let Ok(mut s) = shared.lock() else { return };
-    let mut hops = Vec::with_capacity(events.len());
-    for ev in events {
-        let (hop, status) = match ev.resolution {
-            Resolution::Resolved(nh) if s.egress.contains_key(&nh.ifindex) => {
-                let mut macs = [0u8; 12];
-                macs[..6].copy_from_slice(&nh.dmac);
-                macs[6..].copy_from_slice(&nh.smac);
-                let hop = router_common::NextHop {
-                    ifindex: nh.ifindex,
-                    flags: router_common::NH_F_RESOLVED,
-                    macs,
-                };
-                let status = NextHopStatus {
-                    state: "resolved".into(),
-                    via: Some(nh.to_string()),
-                    reason: None,
-                    since: now_secs(),
-                };
-                (Some(hop), status)
-            }
-            Resolution::Resolved(nh) => {
-                let reason = format!(
-                    "the route leaves by {}, an interface switchyard is not attached to                      (attach to it too)",
-                    nh.iface
-                );
-                (None, unresolved(&s, ev.address, reason))
-            }
-            // A target never resolved yet is reported once while its neighbour resolves.
-            Resolution::Unresolved { reason } if reason.starts_with("resolving") => (
-                None,
-                NextHopStatus {
-                    reason: Some(format!("{STILL_RESOLVING} ({reason})")),
-                    ..NextHopStatus::resolving()
-                },
-            ),
-            Resolution::Unresolved { reason } => {
-                (None, unresolved(&s, ev.address, format!("no neighbour: {reason}")))
-            }
-        };
-        match (&hop, &status.reason) {
-            (Some(_), _) => info!(
-                "backend {}: next hop {}",
-                ev.address,
-                status.via.as_deref().unwrap_or("")
-            ),
-            (None, Some(why)) if why.starts_with(STILL_RESOLVING) => {}
-            (None, Some(why)) => {
-                warn!("backend {}: no next hop, no new flows ({why})", ev.address);
-                s.metrics
-                    .unresolved
-                    .get_or_create(&vec![("backend", ev.address.to_string())])
-                    .inc();
-            }
-            (None, None) => {}
-        }
-        s.next_hops.insert(ev.address, status);
-        hops.push((ev.address, hop));
-    }
-    let started = Instant::now();
-    let Shared {
-        publisher, maps, ..
-    } = &mut *s;
-    let pools = match publisher.set_next_hops(maps, &hops) {
-        Ok(pools) => pools,
-        Err(e) => {
-            error!("writing next hops failed: {e}");
-            return;
-        }
-    };
-    s.metrics.map_write.observe(started.elapsed().as_secs_f64());
-    for pool in pools {
-        let backends: Vec<(IpAddr, bool)> = s
-            .publisher
-            .pools()
-            .get(&pool)
-            .map(|p| p.backends.iter().map(|b| (b.address, b.usable())).collect())
-            .unwrap_or_default();
-        for (address, up) in backends {
-            let slots = s.store.set_backend_health(&pool, address, up);
-            let cause = format!("pool {pool} backend {address} next hop");
-            decisions::changed(&mut s, &slots, false, &cause, event);
-        }
-    }
-}
-
-/// The status of a next hop that just became (or stays) unresolved: it keeps the time it first
-/// became so.
-fn unresolved(s: &Shared, address: IpAddr, reason: String) -> NextHopStatus {
-    let since = s
-        .next_hops
-        .get(&address)
-        .filter(|h| h.state == "unresolved" && h.decided())
-        .map_or_else(now_secs, |h| h.since);
-    NextHopStatus {
-        state: "unresolved".into(),
-        via: None,
-        reason: Some(reason),
-        since,
-    }
 }
 
 /// `/status` as JSON.

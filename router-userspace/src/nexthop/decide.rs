@@ -31,7 +31,7 @@ pub(crate) enum Observation {
 ///
 /// - `Resolved` is reported whenever it differs from the last report (new MAC, egress or
 ///   gateway included).
-/// - `Pending` is reported only for a target never reported before (as `Unresolved`, so every
+/// - `Pending` is reported only for a target never reported before (as `Resolving`, so every
 ///   target appears in the first round that saw it); after a report it is silent, so a flushed
 ///   entry or an `INCOMPLETE` re-resolution never takes a working next hop away, and a
 ///   definite failure keeps its reason while the kernel probes again.
@@ -40,7 +40,7 @@ pub(crate) fn report(last: Option<&Resolution>, seen: Observation) -> Option<Res
     let next = match seen {
         Observation::Resolved(hop) => Resolution::Resolved(hop),
         Observation::Pending { reason } => {
-            return last.is_none().then_some(Resolution::Unresolved { reason });
+            return last.is_none().then_some(Resolution::Resolving { reason });
         }
         Observation::Failed { reason } => Resolution::Unresolved { reason },
     };
@@ -194,7 +194,7 @@ mod tests {
         );
         assert_eq!(
             report(None, pending()),
-            Some(Resolution::Unresolved {
+            Some(Resolution::Resolving {
                 reason: "resolving".into()
             })
         );

@@ -117,8 +117,12 @@ impl fmt::Display for NextHop {
 pub enum Resolution {
     /// Frames to the target go out this way.
     Resolved(NextHop),
-    /// They cannot be sent: no route, link down or gone, neighbour `FAILED`, or (for a target
-    /// never resolved yet) still resolving.
+    /// A target never resolved yet whose neighbour the kernel is resolving: no verdict yet.
+    Resolving {
+        /// What is being resolved (`resolving neighbour 198.18.11.11 on to-b1`).
+        reason: String,
+    },
+    /// They cannot be sent: no route, link down or gone, neighbour `FAILED`.
     Unresolved {
         /// Why, for humans (`no route to 198.18.9.9`, `neighbour 198.18.11.11 on to-b1
         /// FAILED`).
@@ -131,7 +135,7 @@ impl Resolution {
     pub fn next_hop(&self) -> Option<&NextHop> {
         match self {
             Self::Resolved(hop) => Some(hop),
-            Self::Unresolved { .. } => None,
+            Self::Resolving { .. } | Self::Unresolved { .. } => None,
         }
     }
 }
@@ -403,6 +407,9 @@ impl Follower {
             if let Some(resolution) = decide::report(self.last.get(&target), seen) {
                 match &resolution {
                     Resolution::Resolved(hop) => log::info!("next hop of {target}: {hop}"),
+                    Resolution::Resolving { reason } => {
+                        log::info!("next hop of {target}: {reason}")
+                    }
                     Resolution::Unresolved { reason } => {
                         log::warn!("next hop of {target} unresolved: {reason}");
                     }
@@ -432,7 +439,7 @@ impl Follower {
                     &change.resolution
                 ),
                 (
-                    Some(Resolution::Unresolved { .. }),
+                    Some(Resolution::Unresolved { .. } | Resolution::Resolving { .. }),
                     Resolution::Unresolved { .. }
                 )
             );

@@ -283,9 +283,13 @@ impl Store {
                 .iter()
                 .any(|p| p.name == pool && p.health_check.is_some())
         };
-        for (pool, state) in publisher.pools().iter().filter(|(p, _)| checked(p)) {
-            for b in state.backends.iter().filter(|b| !b.healthy) {
-                self.set_backend_health(pool, b.address, false);
+        // A backend is healthy to the rules when it takes new flows: it passes its check (a
+        // pool without one has none to fail) and its next hop is resolved.
+        for (pool, state) in publisher.pools() {
+            for b in &state.backends {
+                if !b.reachable || (!b.healthy && checked(pool)) {
+                    self.set_backend_health(pool, b.address, false);
+                }
             }
         }
     }

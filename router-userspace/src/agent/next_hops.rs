@@ -1,0 +1,198 @@
+//! The agent's side of next hops: each round of the resolver's changes goes into the maps
+//! (`Publisher::set_next_hops`), into the state the rules read, and into what `status` says.
+
+use std::{net::IpAddr, time::Instant};
+
+use log::{error, info, warn};
+use serde::{Deserialize, Serialize};
+
+use super::{Shared, decisions, now_secs};
+use crate::nexthop::{NextHopEvent, Resolution};
+
+/// The reason of a next hop not resolved yet (no verdict so far).
+pub const STILL_RESOLVING: &str = "still resolving";
+
+/// A backend address's next hop in `/status`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct NextHopStatus {
+    /// `resolved`, or `unresolved` (no new flows: the backend is out of every table).
+    pub state: String,
+    /// How frames leave, when resolved: destination MAC, interface, source MAC, gateway.
+    pub via: Option<String>,
+    /// Why not, when unresolved (`no neighbour: …`, `still resolving (…)`).
+    pub reason: Option<String>,
+    /// Since when (seconds since the Unix epoch).
+    pub since: u64,
+}
+
+impl NextHopStatus {
+    /// A next hop not resolved yet.
+    pub fn resolving() -> Self {
+        Self {
+            state: "unresolved".into(),
+            via: None,
+            reason: Some(STILL_RESOLVING.into()),
+            since: now_secs(),
+        }
+    }
+
+    /// Whether this is a verdict (resolved, or unresolved for a reason) rather than a next hop
+    /// still being resolved.
+    pub fn decided(&self) -> bool {
+        !self
+            .reason
+            .as_deref()
+            .is_some_and(|r| r.starts_with(STILL_RESOLVING))
+    }
+}
+
+/// Applies a round of next-hop changes: the map entries, the tables of the pools whose usable
+/// backends changed, the state the rules read (a backend without a next hop is not healthy to
+/// them), and what `status` says. A next hop that leaves by an interface the program is not
+/// attached to cannot be used (the program could not redirect there): it counts as
+/// unresolved, with that reason.
+pub fn on_events(s: &mut Shared, events: Vec<NextHopEvent>) {
+    let event = Instant::now();
+    let mut hops = Vec::with_capacity(events.len());
+    for ev in events {
+        let (hop, status) = judge(s, ev.address, ev.resolution);
+        match (&hop, &status.reason) {
+            (Some(_), _) => info!(
+                "backend {}: next hop {}",
+                ev.address,
+                status.via.as_deref().unwrap_or("")
+            ),
+            (None, Some(why)) if status.decided() => {
+                warn!("backend {}: no next hop, no new flows ({why})", ev.address);
+                s.metrics
+                    .unresolved
+                    .get_or_create(&vec![("backend", ev.address.to_string())])
+                    .inc();
+            }
+            (None, _) => {}
+        }
+        s.next_hops.insert(ev.address, status);
+        hops.push((ev.address, hop));
+    }
+    let started = Instant::now();
+    let Shared {
+        publisher, maps, ..
+    } = s;
+    let pools = match publisher.set_next_hops(maps, &hops) {
+        Ok(pools) => pools,
+        Err(e) => {
+            error!("writing next hops failed: {e}");
+            return;
+        }
+    };
+    s.metrics.map_write.observe(started.elapsed().as_secs_f64());
+    // The rules see what the tables hold: every backend of the round, healthy only if usable.
+    let usable: Vec<(String, IpAddr, bool)> = s
+        .publisher
+        .pools()
+        .iter()
+        .flat_map(|(name, p)| {
+            p.backends
+                .iter()
+                .filter(|b| hops.iter().any(|(a, _)| *a == b.address))
+                .map(|b| (name.clone(), b.address, b.usable()))
+        })
+        .collect();
+    let mut slots = Vec::new();
+    for (pool, address, up) in usable {
+        slots.extend(s.store.set_backend_health(&pool, address, up));
+    }
+    // A pool that gained or lost usable backends changes what `require` vetoes: every group
+    // is evaluated again.
+    decisions::changed(s, &slots, !pools.is_empty(), "next hop", event);
+}
+
+/// Before the first apply of a start: has the resolver resolve `cfg`'s backends and takes its
+/// reports until every one has a verdict, for at most [`FIRST_ROUND`], so the first tables
+/// already hold the backends that can be reached (a backend still resolving then joins when
+/// it resolves, as after any apply).
+pub async fn first_round(
+    s: &mut Shared,
+    cfg: &crate::config::Config,
+    rx: &mut tokio::sync::mpsc::Receiver<Vec<NextHopEvent>>,
+) {
+    let targets = super::backend_addresses(cfg);
+    let Some(resolver) = &s.resolver else { return };
+    resolver.set_targets(targets.clone());
+    let deadline = tokio::time::Instant::now() + FIRST_ROUND;
+    while !targets
+        .iter()
+        .all(|a| s.next_hops.get(a).is_some_and(NextHopStatus::decided))
+    {
+        match tokio::time::timeout_at(deadline, rx.recv()).await {
+            Ok(Some(events)) => on_events(s, events),
+            Ok(None) | Err(_) => break,
+        }
+    }
+}
+
+/// How long a start waits for its backends' first next-hop verdicts (ARP and NDP answer in
+/// well under a millisecond on a segment; an absent host takes the kernel's 3 s to fail).
+pub const FIRST_ROUND: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// The map entry (`None`: unresolved) and the status of one backend address's resolution.
+fn judge(
+    s: &Shared,
+    address: IpAddr,
+    resolution: Resolution,
+) -> (Option<router_common::NextHop>, NextHopStatus) {
+    match resolution {
+        Resolution::Resolved(nh) if s.egress.contains_key(&nh.ifindex) => {
+            let mut macs = [0u8; 12];
+            macs[..6].copy_from_slice(&nh.dmac);
+            macs[6..].copy_from_slice(&nh.smac);
+            let hop = router_common::NextHop {
+                ifindex: nh.ifindex,
+                flags: router_common::NH_F_RESOLVED,
+                macs,
+            };
+            let status = NextHopStatus {
+                state: "resolved".into(),
+                via: Some(nh.to_string()),
+                reason: None,
+                since: now_secs(),
+            };
+            (Some(hop), status)
+        }
+        Resolution::Resolved(nh) => {
+            let reason = format!(
+                "the route leaves by {}, an interface switchyard is not attached to (attach \
+                 to it too)",
+                nh.iface
+            );
+            (None, unresolved(s, address, reason))
+        }
+        Resolution::Resolving { reason } => (
+            None,
+            NextHopStatus {
+                reason: Some(format!("{STILL_RESOLVING} ({reason})")),
+                ..NextHopStatus::resolving()
+            },
+        ),
+        Resolution::Unresolved { reason } => (
+            None,
+            unresolved(s, address, format!("no neighbour: {reason}")),
+        ),
+    }
+}
+
+/// The status of a next hop that just became (or stays) unresolved: it keeps the time it
+/// first became so.
+fn unresolved(s: &Shared, address: IpAddr, reason: String) -> NextHopStatus {
+    let since = s
+        .next_hops
+        .get(&address)
+        .filter(|h| h.state == "unresolved" && h.decided())
+        .map_or_else(now_secs, |h| h.since);
+    NextHopStatus {
+        state: "unresolved".into(),
+        via: None,
+        reason: Some(reason),
+        since,
+    }
+}
