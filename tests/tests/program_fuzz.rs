@@ -452,8 +452,9 @@ struct Memory {
     /// `(src, dst, id)` of forwarded first fragments → `(backend, nat)` choices.
     first_frags: HashMap<(IpAddr, IpAddr, u32), Vec<(usize, bool)>>,
     /// Reply tuples `(backend, vport, client, cport, proto)` of forwarded NAT requests → VIP
+    /// and the reply's MACs (the last request's source and destination, turned around)
     /// (ordered: the run picks from them and must be the same every time).
-    nat_flows: BTreeMap<(IpAddr, u16, IpAddr, u16, u8), IpAddr>,
+    nat_flows: BTreeMap<(IpAddr, u16, IpAddr, u16, u8), (IpAddr, [u8; 12])>,
 }
 
 /// Which neighbour a MAC is: `Some(0)` the client, `Some(i)` backend `i`.
@@ -514,8 +515,9 @@ enum Class {
     Fragment(Vec<(usize, bool)>),
     /// An ICMP error steered like its quoted flow (DSR only).
     Icmp { live: Vec<usize> },
-    /// A NAT reply: source restored to the VIP.
-    NatReply(IpAddr),
+    /// A NAT reply: source restored to the VIP, sent back the way its request came (these
+    /// MACs).
+    NatReply(IpAddr, [u8; 12]),
 }
 
 /// How the program may forward `v`, or `None` when it must not.
@@ -550,7 +552,10 @@ fn classify(v: &View, svcs: &[Svc], mem: &Memory) -> Option<Class> {
     }
     if v.frag == Frag::None {
         let key = (v.src, sport, v.dst, dport, v.proto);
-        return mem.nat_flows.get(&key).map(|vip| Class::NatReply(*vip));
+        return mem
+            .nat_flows
+            .get(&key)
+            .map(|(vip, macs)| Class::NatReply(*vip, *macs));
     }
     None
 }
@@ -610,10 +615,23 @@ fn judge(
     if out.len() != input.len() {
         return Err(format!("length {} → {}", input.len(), out.len()));
     }
-    let n = neighbour(&out[..6]).ok_or("destination MAC is no neighbour's")?;
-    if out[6..12] != lb_mac_towards(n) {
-        return Err("source MAC is not the lb's on that link".into());
-    }
+    // A NAT reply goes back the way its request came; everything else to a neighbour, from
+    // the lb's MAC on that link.
+    let n = if let Class::NatReply(_, macs) = &class {
+        if out[..12] != macs[..] {
+            return Err(format!(
+                "NAT reply MACs {:02x?}, not its request's turned around {macs:02x?}",
+                &out[..12]
+            ));
+        }
+        0
+    } else {
+        let n = neighbour(&out[..6]).ok_or("destination MAC is no neighbour's")?;
+        if out[6..12] != lb_mac_towards(n) {
+            return Err("source MAC is not the lb's on that link".into());
+        }
+        n
+    };
     let backend_choice = |live: &[usize]| -> Result<usize, String> {
         if live.contains(&n) {
             Ok(n)
@@ -655,8 +673,11 @@ fn judge(
                 let to = backend_addr(b, v.v6);
                 rewritten(true, to)?;
                 if let (Frag::None, Some((sport, dport))) = (v.frag, v.ports) {
+                    let mut macs = [0u8; 12];
+                    macs[..6].copy_from_slice(&input[6..12]);
+                    macs[6..].copy_from_slice(&input[..6]);
                     mem.nat_flows
-                        .insert((to, dport, v.src, sport, v.proto), v.dst);
+                        .insert((to, dport, v.src, sport, v.proto), (v.dst, macs));
                 }
             } else {
                 untouched()?;
@@ -687,10 +708,7 @@ fn judge(
             backend_choice(&live)?;
             untouched()?;
         }
-        Class::NatReply(vip) => {
-            if n != 0 {
-                return Err(format!("NAT reply sent to neighbour {n}, not the client"));
-            }
+        Class::NatReply(vip, _) => {
             rewritten(false, vip)?;
         }
     }
