@@ -6,9 +6,9 @@
 //! cargo bench -p router-tests --bench xdp [-- --repeat 1000000 --flows 20000 --rounds 5]
 //! ```
 //!
-//! The program runs with private maps filled by the real publisher, inside the lb namespace of
-//! a standard topology (so `bpf_fib_lookup` sees real routes and neighbours), on TCP frames to
-//! a `dsr-l2` service with two backends:
+//! The program runs with private maps filled by the real publisher (next hops included, as the
+//! agent resolves them), inside the lb namespace of a standard topology, on TCP frames to a
+//! `dsr-l2` service with two backends:
 //!
 //! - **conntrack hit**: one flow's frame, tracked by a first run, then run `--repeat` times in
 //!   one call; the kernel reports the mean per run. The baseline runs the same frame the same
