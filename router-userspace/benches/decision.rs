@@ -1,4 +1,4 @@
-//! State change → decision map write complete, in process (issue 3; target p99 < 100 µs).
+//! State change → decision map write complete, in process (target p99 < 100 µs).
 //!
 //! The real [`Driver`] and [`Publisher`] against the in-memory dataplane
 //! (`switchyard::dataplane::memory`), with the `web-failover` group of the failover test

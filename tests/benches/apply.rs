@@ -1,4 +1,4 @@
-//! Apply time for a large configuration (issue 4: "1,000 services, 5,000 backends and 200 rules
+//! Apply time for a large configuration (the config lifecycle's target: "1,000 services, 5,000 backends and 200 rules
 //! (parse, validate, compile, write maps) — target under 200 ms").
 //!
 //! ```text

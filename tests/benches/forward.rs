@@ -38,7 +38,7 @@
 //! `--only routing|nftables|switchyard` runs one mode, e.g. under `perf record -C 0`.
 //!
 //! `--only apply` measures instead the forwarding rate while configurations are applied
-//! (issue 4): this process loads the program itself (private maps, not pinned), attaches it to
+//! (the config lifecycle): this process loads the program itself (private maps, not pinned), attaches it to
 //! the lb's interfaces and publishes the large configuration of
 //! `router_tests::bench::large_config` (1,000 services, 5,000 backends, 200 rules) plus the
 //! flooded service, whose pool holds the two real backends. The flood is the same; in each

@@ -1,4 +1,4 @@
-//! Attacks on the config lifecycle (issue 4): the one apply path, the directory watch, the
+//! Attacks on the config lifecycle: the one apply path, the directory watch, the
 //! history store, versions/diff/rollback, resuming the pinned maps on restart, and `upgrade`,
 //! each pushed where an operator's (or a script's) mistakes push it. Every test says what it
 //! attacks and what must hold afterwards: the agent answers, the running config and the maps

@@ -1,4 +1,4 @@
-//! The whole system in network namespaces — hitless operation under load (issue 4): a client
+//! The whole system in network namespaces — hitless operation under load: a client
 //! keeps 200 TCP connections open and exchanging data, and opens new connections continuously,
 //! while
 //!

@@ -1,4 +1,4 @@
-//! The config lifecycle on real files (issue 4): fragments dropped into, changed in and removed
+//! The config lifecycle on real files: fragments dropped into, changed in and removed
 //! from the watched config directory are applied without a signal; broken ones change nothing
 //! and are reported with their location until fixed; `ctl versions`, `ctl diff` and `ctl
 //! rollback` work on the history store, and a rollback restores the exact map contents.

@@ -1,4 +1,4 @@
-//! Bad input at start (issue 4): a config directory that does not exist or cannot be read, a
+//! Bad input at start: a config directory that does not exist or cannot be read, a
 //! history store that is corrupt or read-only. Each is a clear error and a non-zero exit before
 //! anything changes — never a panic, never a detached program: an agent restarted onto a broken
 //! store leaves the program the previous agent attached forwarding with its pinned maps.

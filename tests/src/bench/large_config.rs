@@ -1,4 +1,4 @@
-//! Large generated configurations for the apply benchmarks (issue 4: "1,000 services, 5,000
+//! Large generated configurations for the apply benchmarks (the config lifecycle's target: "1,000 services, 5,000
 //! backends and 200 rules"), written as fragments an operator could have written
 //! (`docs/configuration.md`), and a second version of the same configuration with a typical
 //! change in it.
@@ -58,7 +58,7 @@ pub struct Shape {
 }
 
 impl Shape {
-    /// The configuration of issue 4's apply benchmark: 1,000 services, 50 pools of 100
+    /// The configuration of the apply benchmark: 1,000 services, 50 pools of 100
     /// backends (5,000), 20 decision groups of 10 rules (200), over 100 fragments.
     pub const ISSUE_4: Self = Self {
         services: 1_000,
