@@ -9,7 +9,6 @@ pub mod dataplane;
 pub mod engine;
 pub mod history;
 pub mod maglev;
-pub mod metrics;
 pub mod nexthop;
 pub mod probe;
 pub mod publish;

@@ -18,7 +18,7 @@ use std::{
 };
 
 use anyhow::{Context as _, Result, bail};
-use switchyard::agent::Status;
+use switchyard::api::status::Status;
 
 use crate::netns::{Netns, Topology};
 

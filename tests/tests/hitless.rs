@@ -39,7 +39,7 @@ use router_tests::{
     netns::{Netns, Topology},
     privileged, servers,
 };
-use switchyard::agent::Status;
+use switchyard::api::status::Status;
 use switchyard::dataplane::{counters, maps::KernelMaps};
 
 /// Backends in the topology.

@@ -454,8 +454,11 @@ struct Memory {
     /// Reply tuples `(backend, vport, client, cport, proto)` of forwarded NAT requests → VIP
     /// and the reply's MACs (the last request's source and destination, turned around)
     /// (ordered: the run picks from them and must be the same every time).
-    nat_flows: BTreeMap<(IpAddr, u16, IpAddr, u16, u8), (IpAddr, [u8; 12])>,
+    nat_flows: BTreeMap<ReplyTuple, (IpAddr, [u8; 12])>,
 }
+
+/// A NAT reply's `(backend, vport, client, cport, proto)`.
+type ReplyTuple = (IpAddr, u16, IpAddr, u16, u8);
 
 /// Which neighbour a MAC is: `Some(0)` the client, `Some(i)` backend `i`.
 fn neighbour(mac: &[u8]) -> Option<usize> {

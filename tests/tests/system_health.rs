@@ -22,7 +22,7 @@ use router_tests::{
     privileged,
     servers::{self, BackendServers},
 };
-use switchyard::agent::Status;
+use switchyard::api::status::Status;
 
 /// Room for what the bound `interval × threshold + timeout` does not model, added to it.
 ///

@@ -520,7 +520,7 @@ fn delete_extra_veth(topo: &Topology) -> Result<()> {
 }
 
 /// `status`'s `link` of `iface`.
-fn link_of(status: &switchyard::agent::Status, iface: &str) -> Option<String> {
+fn link_of(status: &switchyard::api::status::Status, iface: &str) -> Option<String> {
     status
         .interfaces
         .iter()

@@ -74,7 +74,7 @@ pub fn timer(s: &mut Shared) {
 
 /// Metrics of what the driver did.
 pub fn record(
-    metrics: &crate::metrics::Metrics,
+    metrics: &crate::api::metrics::Metrics,
     driver: &mut crate::engine::Driver,
     published: &[crate::engine::Published],
 ) {

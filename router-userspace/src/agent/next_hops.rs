@@ -4,47 +4,12 @@
 use std::{net::IpAddr, time::Instant};
 
 use log::{error, info, warn};
-use serde::{Deserialize, Serialize};
 
 use super::{Shared, decisions, now_secs};
-use crate::nexthop::{NextHopEvent, Resolution};
-
-/// The reason of a next hop not resolved yet (no verdict so far).
-pub const STILL_RESOLVING: &str = "still resolving";
-
-/// A backend address's next hop in `/status`.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct NextHopStatus {
-    /// `resolved`, or `unresolved` (no new flows: the backend is out of every table).
-    pub state: String,
-    /// How frames leave, when resolved: destination MAC, interface, source MAC, gateway.
-    pub via: Option<String>,
-    /// Why not, when unresolved (`no neighbour: …`, `still resolving (…)`).
-    pub reason: Option<String>,
-    /// Since when (seconds since the Unix epoch).
-    pub since: u64,
-}
-
-impl NextHopStatus {
-    /// A next hop not resolved yet.
-    pub fn resolving() -> Self {
-        Self {
-            state: "unresolved".into(),
-            via: None,
-            reason: Some(STILL_RESOLVING.into()),
-            since: now_secs(),
-        }
-    }
-
-    /// Whether this is a verdict (resolved, or unresolved for a reason) rather than a next hop
-    /// still being resolved.
-    pub fn decided(&self) -> bool {
-        !self
-            .reason
-            .as_deref()
-            .is_some_and(|r| r.starts_with(STILL_RESOLVING))
-    }
-}
+use crate::{
+    api::status::{NextHopStatus, STILL_RESOLVING},
+    nexthop::{NextHopEvent, Resolution},
+};
 
 /// Applies a round of next-hop changes: the map entries, the tables of the pools whose usable
 /// backends changed, the state the rules read (a backend without a next hop is not healthy to

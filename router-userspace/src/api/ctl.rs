@@ -13,7 +13,6 @@
 //! Errors are `400 {"error": "…"}`; nothing changes.
 
 use std::{
-    collections::BTreeMap,
     sync::{Arc, Mutex},
     time::Instant,
 };
@@ -24,15 +23,7 @@ use axum::{
     http::StatusCode,
     response::{IntoResponse, Response},
 };
-use prometheus_client::{
-    collector::Collector,
-    encoding::{DescriptorEncoder, EncodeMetric as _},
-    metrics::{MetricType, counter::ConstCounter, gauge::ConstGauge},
-};
-use rules::{
-    Value,
-    engine::{Action, AuditKind, OverrideRequest},
-};
+use rules::engine::{Action, OverrideRequest};
 use serde::{Deserialize, Serialize};
 
 use crate::agent::{Shared, decisions};
@@ -277,85 +268,6 @@ pub async fn what_if(State(shared): State<SharedState>, Json(req): Json<WhatIf>)
     match s.driver.explain(&req.group, &state, &s.publisher, now) {
         Ok(e) => Json(e).into_response(),
         Err(e) => bad(e),
-    }
-}
-
-/// State and decision metrics, read at scrape time: `switchyard_state_value{name}` (bool as
-/// 0/1, strings and unset omitted), `switchyard_decision_switches_total{group,from,to}`,
-/// `switchyard_decision_vetoes_total{group}`, `switchyard_decision_overrides_active`.
-pub struct StateCollector(pub SharedState);
-
-impl std::fmt::Debug for StateCollector {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("StateCollector")
-    }
-}
-
-type Labels = Vec<(&'static str, String)>;
-
-impl Collector for StateCollector {
-    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        let Ok(s) = self.0.lock() else { return Ok(()) };
-        let mut m = encoder.encode_descriptor(
-            "state_value",
-            "Value of each state variable and built-in (bool as 0/1)",
-            None,
-            MetricType::Gauge,
-        )?;
-        for (name, v) in s.store.values() {
-            let x = match v {
-                Value::Bool(b) => f64::from(u8::from(*b)),
-                Value::Number(n) => *n,
-                _ => continue,
-            };
-            let labels: Labels = vec![("name", name.to_owned())];
-            ConstGauge::new(x).encode(m.encode_family(&labels)?)?;
-        }
-        let mut switches: BTreeMap<Labels, u64> = BTreeMap::new();
-        let mut vetoes: BTreeMap<Labels, u64> = BTreeMap::new();
-        let show = |a: &Option<Action>| a.as_ref().map_or("none".to_owned(), ToString::to_string);
-        for r in s.driver.audit.iter() {
-            match r.kind {
-                AuditKind::Switch | AuditKind::OverrideSet => {
-                    *switches
-                        .entry(vec![
-                            ("group", r.group.clone()),
-                            ("from", show(&r.from)),
-                            ("to", show(&r.to)),
-                        ])
-                        .or_default() += 1;
-                }
-                AuditKind::Veto => {
-                    *vetoes.entry(vec![("group", r.group.clone())]).or_default() += 1
-                }
-                _ => {}
-            }
-        }
-        for (name, help, rows) in [
-            (
-                "decision_switches",
-                "Switches by group, from and to (in the audit ring)",
-                &switches,
-            ),
-            (
-                "decision_vetoes",
-                "Switches vetoed by require (in the audit ring)",
-                &vetoes,
-            ),
-        ] {
-            let mut m = encoder.encode_descriptor(name, help, None, MetricType::Counter)?;
-            for (labels, n) in rows {
-                ConstCounter::new(*n).encode(m.encode_family(labels)?)?;
-            }
-        }
-        let m = encoder.encode_descriptor(
-            "decision_overrides_active",
-            "Decision groups under a manual override",
-            None,
-            MetricType::Gauge,
-        )?;
-        ConstGauge::new(s.driver.active_overrides() as i64).encode(m)?;
-        Ok(())
     }
 }
 

@@ -2,6 +2,8 @@
 //! (Prometheus text format), and the operator endpoints of [`ctl`].
 
 pub mod ctl;
+pub mod metrics;
+pub mod status;
 pub mod versions;
 
 use std::sync::{Arc, Mutex};
@@ -22,7 +24,7 @@ type SharedState = Arc<Mutex<Shared>>;
 pub async fn serve(listener: tokio::net::TcpListener, shared: SharedState) {
     let registry = {
         let Ok(s) = shared.lock() else { return };
-        Arc::new(crate::metrics::registry(&s.metrics, shared.clone()))
+        Arc::new(crate::api::metrics::registry(&s.metrics, shared.clone()))
     };
     let app = Router::new()
         .route("/status", get(status))

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use router_common::maps;
 
 use crate::{
-    agent::Status,
+    api::status::Status,
     config::{self, Agent},
     dataplane::{attach, layout, load},
     record,

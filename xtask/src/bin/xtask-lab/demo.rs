@@ -23,7 +23,7 @@ use router_tests::{
     servers,
 };
 
-use switchyard::agent::Status;
+use switchyard::api::status::Status;
 
 use crate::cleanup::{self, checkpoint};
 

@@ -31,6 +31,13 @@ use prometheus_client::{
     registry::Registry,
 };
 
+use std::collections::BTreeMap;
+
+use rules::{
+    Value,
+    engine::{Action, AuditKind},
+};
+
 use crate::{agent::Shared, dataplane::counters};
 
 type Labels = Vec<(&'static str, String)>;
@@ -126,7 +133,7 @@ pub fn registry(metrics: &Metrics, shared: Arc<Mutex<Shared>>) -> Registry {
         "Times a backend's next hop was found unresolved (no new flows until it resolves)",
         metrics.unresolved.clone(),
     );
-    r.register_collector(Box::new(crate::api::ctl::StateCollector(shared.clone())));
+    r.register_collector(Box::new(StateCollector(shared.clone())));
     r.register_collector(Box::new(DataplaneCollector(shared)));
     r
 }
@@ -266,6 +273,83 @@ impl Collector for DataplaneCollector {
             MetricType::Gauge,
             &hop,
         )?;
+        Ok(())
+    }
+}
+
+/// State and decision metrics, read at scrape time: `switchyard_state_value{name}` (bool as
+/// 0/1, strings and unset omitted), `switchyard_decision_switches_total{group,from,to}`,
+/// `switchyard_decision_vetoes_total{group}`, `switchyard_decision_overrides_active`.
+pub struct StateCollector(pub Arc<Mutex<Shared>>);
+
+impl std::fmt::Debug for StateCollector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("StateCollector")
+    }
+}
+
+impl Collector for StateCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let Ok(s) = self.0.lock() else { return Ok(()) };
+        let mut m = encoder.encode_descriptor(
+            "state_value",
+            "Value of each state variable and built-in (bool as 0/1)",
+            None,
+            MetricType::Gauge,
+        )?;
+        for (name, v) in s.store.values() {
+            let x = match v {
+                Value::Bool(b) => f64::from(u8::from(*b)),
+                Value::Number(n) => *n,
+                _ => continue,
+            };
+            let labels: Labels = vec![("name", name.to_owned())];
+            ConstGauge::new(x).encode(m.encode_family(&labels)?)?;
+        }
+        let mut switches: BTreeMap<Labels, u64> = BTreeMap::new();
+        let mut vetoes: BTreeMap<Labels, u64> = BTreeMap::new();
+        let show = |a: &Option<Action>| a.as_ref().map_or("none".to_owned(), ToString::to_string);
+        for r in s.driver.audit.iter() {
+            match r.kind {
+                AuditKind::Switch | AuditKind::OverrideSet => {
+                    *switches
+                        .entry(vec![
+                            ("group", r.group.clone()),
+                            ("from", show(&r.from)),
+                            ("to", show(&r.to)),
+                        ])
+                        .or_default() += 1;
+                }
+                AuditKind::Veto => {
+                    *vetoes.entry(vec![("group", r.group.clone())]).or_default() += 1
+                }
+                _ => {}
+            }
+        }
+        for (name, help, rows) in [
+            (
+                "decision_switches",
+                "Switches by group, from and to (in the audit ring)",
+                &switches,
+            ),
+            (
+                "decision_vetoes",
+                "Switches vetoed by require (in the audit ring)",
+                &vetoes,
+            ),
+        ] {
+            let mut m = encoder.encode_descriptor(name, help, None, MetricType::Counter)?;
+            for (labels, n) in rows {
+                ConstCounter::new(*n).encode(m.encode_family(labels)?)?;
+            }
+        }
+        let m = encoder.encode_descriptor(
+            "decision_overrides_active",
+            "Decision groups under a manual override",
+            None,
+            MetricType::Gauge,
+        )?;
+        ConstGauge::new(s.driver.active_overrides() as i64).encode(m)?;
         Ok(())
     }
 }

@@ -1,0 +1,250 @@
+//! The `/status` document: what the agent runs and how each service, pool, backend and
+//! interface stands. The wire types are read back by `switchyard status`, `ctl` and the tests.
+
+use std::net::IpAddr;
+
+use serde::{Deserialize, Serialize};
+
+use crate::{
+    agent::{Running, Shared, apply, now_secs},
+    config,
+    dataplane::{attach, load},
+};
+
+/// The last probe of one backend.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ProbeStatus {
+    /// Verdict after thresholds.
+    pub healthy: bool,
+    /// Whether the last probe succeeded.
+    pub last_ok: bool,
+    /// What the last probe saw.
+    pub detail: String,
+    /// Its latency, µs.
+    pub latency_us: u64,
+}
+
+/// The reason of a next hop not resolved yet (no verdict so far).
+pub const STILL_RESOLVING: &str = "still resolving";
+
+/// A backend address's next hop in `/status`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct NextHopStatus {
+    /// `resolved`, or `unresolved` (no new flows: the backend is out of every table).
+    pub state: String,
+    /// How frames leave, when resolved: destination MAC, interface, source MAC, gateway.
+    pub via: Option<String>,
+    /// Why not, when unresolved (`no neighbour: …`, `still resolving (…)`).
+    pub reason: Option<String>,
+    /// Since when (seconds since the Unix epoch).
+    pub since: u64,
+}
+
+impl NextHopStatus {
+    /// A next hop not resolved yet.
+    pub fn resolving() -> Self {
+        Self {
+            state: "unresolved".into(),
+            via: None,
+            reason: Some(STILL_RESOLVING.into()),
+            since: now_secs(),
+        }
+    }
+
+    /// Whether this is a verdict (resolved, or unresolved for a reason) rather than a next hop
+    /// still being resolved.
+    pub fn decided(&self) -> bool {
+        !self
+            .reason
+            .as_deref()
+            .is_some_and(|r| r.starts_with(STILL_RESOLVING))
+    }
+}
+
+/// `/status` as JSON.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Status {
+    /// Generation of the applied config.
+    pub generation: u64,
+    /// The config directory.
+    pub config_dir: String,
+    /// XDP mode.
+    pub mode: String,
+    /// Attached interfaces.
+    pub interfaces: Vec<InterfaceStatus>,
+    /// Services.
+    pub services: Vec<ServiceStatus>,
+    /// Pools.
+    pub pools: Vec<PoolStatus>,
+    /// The last rejected config change, with every problem, until a change applies.
+    pub rejected: Option<String>,
+    /// The running config's version, content hash and what applied it.
+    #[serde(default)]
+    pub running: Running,
+    /// Whether the fragments in the config directory differ from the running config (after a
+    /// rollback, or while a change is rejected); `None` when the directory cannot be read.
+    #[serde(default)]
+    pub differs_from_files: Option<bool>,
+    /// Seconds since the Unix epoch when this was taken.
+    pub time: u64,
+}
+
+/// One interface in `/status`.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct InterfaceStatus {
+    /// Interface name.
+    pub name: String,
+    /// Kernel id of the XDP program running there, read from the pinned link (so it follows
+    /// `switchyard upgrade`); `None` when the link is not live (see `link`).
+    pub program_id: Option<u32>,
+    /// The pinned link, judged in the agent's network namespace
+    /// ([`crate::dataplane::link`]): `live` (it runs the program on this interface), `defunct
+    /// (REASON)` (it runs on no interface of this name here: `defunct (interface gone)` once the
+    /// interface was deleted; a restart attaches anew), `none` (no pinned link: `switchyard
+    /// detach` ran while this agent runs), or `unknown (ERROR)` when it cannot be read. Empty
+    /// from agents that predate it.
+    #[serde(default)]
+    pub link: String,
+}
+
+impl InterfaceStatus {
+    /// The status of `name`, whose link is pinned under `pin_dir`.
+    fn of(pin_dir: &std::path::Path, name: &str) -> Self {
+        let (program_id, link) = match attach::link_state(pin_dir, name) {
+            Ok(state) => (
+                match &state {
+                    attach::LinkState::Live(info) => Some(info.program_id),
+                    _ => None,
+                },
+                state.describe(),
+            ),
+            Err(e) => (None, format!("unknown ({e})")),
+        };
+        Self {
+            name: name.to_owned(),
+            program_id,
+            link,
+        }
+    }
+}
+
+/// One service in `/status`.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct ServiceStatus {
+    /// Name.
+    pub name: String,
+    /// `vip:port/protocol`.
+    pub address: String,
+    /// `dsr-l2` or `nat`.
+    pub forward: String,
+    /// The target, as configured.
+    pub to: String,
+}
+
+/// One pool in `/status`.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct PoolStatus {
+    /// Name.
+    pub name: String,
+    /// Backends.
+    pub backends: Vec<BackendStatus>,
+}
+
+/// One backend in `/status`.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct BackendStatus {
+    /// Address.
+    pub address: String,
+    /// Weight.
+    pub weight: u32,
+    /// Whether it gets new flows: healthy, and its next hop resolved.
+    pub healthy: bool,
+    /// The last probe, if checked.
+    pub probe: Option<ProbeStatus>,
+    /// Its next hop.
+    #[serde(default)]
+    pub next_hop: Option<NextHopStatus>,
+}
+
+impl Shared {
+    /// The status document.
+    pub fn status(&self) -> Status {
+        let services = self
+            .config
+            .services
+            .iter()
+            .map(|s| ServiceStatus {
+                name: s.name.clone(),
+                address: match s.vip {
+                    IpAddr::V4(a) => format!("{a}:{}/{}", s.port, protocol(s.protocol)),
+                    IpAddr::V6(a) => format!("[{a}]:{}/{}", s.port, protocol(s.protocol)),
+                },
+                forward: match s.forward {
+                    config::Forward::DsrL2 => "dsr-l2",
+                    config::Forward::Nat => "nat",
+                }
+                .to_owned(),
+                to: match &s.to {
+                    config::Target::Pool(p) => format!("pool {p}"),
+                    config::Target::Decide(g) => format!("decide {g}"),
+                    config::Target::Split(v) => v
+                        .iter()
+                        .map(|x| format!("{} {}", x.pool, x.weight))
+                        .collect::<Vec<_>>()
+                        .join(" / "),
+                },
+            })
+            .collect();
+        let pools = self
+            .publisher
+            .pools()
+            .iter()
+            .map(|(name, p)| PoolStatus {
+                name: name.clone(),
+                backends: p
+                    .backends
+                    .iter()
+                    .map(|b| BackendStatus {
+                        address: b.address.to_string(),
+                        weight: b.weight,
+                        healthy: b.usable(),
+                        probe: self.probes.get(&(name.clone(), b.address)).cloned(),
+                        next_hop: Some(
+                            self.next_hops
+                                .get(&b.address)
+                                .cloned()
+                                .unwrap_or_else(NextHopStatus::resolving),
+                        ),
+                    })
+                    .collect(),
+            })
+            .collect();
+        Status {
+            generation: self.publisher.generation(),
+            config_dir: self.config_dir.display().to_string(),
+            mode: self.mode.name().to_owned(),
+            // The pinned link says which program runs now (it follows `switchyard upgrade` and
+            // adopted links) and whether it still runs on the interface.
+            interfaces: self
+                .interfaces
+                .iter()
+                .map(|(name, _)| {
+                    InterfaceStatus::of(&load::pin_dir(&self.config.agent.pin_path), name)
+                })
+                .collect(),
+            services,
+            pools,
+            rejected: self.rejected.clone(),
+            running: self.running.clone(),
+            differs_from_files: apply::differs_from_files(self),
+            time: now_secs(),
+        }
+    }
+}
+
+fn protocol(p: config::Protocol) -> &'static str {
+    match p {
+        config::Protocol::Tcp => "tcp",
+        config::Protocol::Udp => "udp",
+    }
+}
