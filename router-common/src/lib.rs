@@ -247,18 +247,26 @@ pub struct FragKey {
     pub _pad: [u8; 2],
 }
 
+/// [`FragEntry`] flag: the datagram is a NAT backend's reply; its later fragments get `vip`
+/// as their source and leave by `ifindex` with `macs`, as its first fragment did.
+pub const FRAG_F_NAT_REPLY: u32 = 1 << 16;
+
 /// Value of `FRAGMENTS`: what the first fragment decided, for the ones that follow.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub struct FragEntry {
-    /// Backend slot.
+    /// Backend slot ([`NO_BACKEND`] for a NAT reply).
     pub backend: u32,
     /// Service slot.
     pub service: u32,
-    /// The service's `SVC_F_*` bits.
+    /// The service's `SVC_F_*` bits, or [`FRAG_F_NAT_REPLY`].
     pub flags: u32,
-    /// Zero.
-    pub _pad: u32,
+    /// A NAT reply's egress interface (its request's ingress); zero otherwise.
+    pub ifindex: u32,
+    /// A NAT reply's virtual IP, restored as the source; zero otherwise.
+    pub vip: [u8; 16],
+    /// A NAT reply's Ethernet destination then source; zero otherwise.
+    pub macs: [u8; 12],
 }
 
 /// Packets and bytes: the value of every per-CPU counter map.
@@ -407,7 +415,9 @@ mod tests {
         assert_eq!(size_of::<FragKey>(), 40);
         assert_eq!(offset_of!(FragKey, id), 32);
         assert_eq!(offset_of!(FragKey, proto), 36);
-        assert_eq!(size_of::<FragEntry>(), 16);
+        assert_eq!(size_of::<FragEntry>(), 44);
+        assert_eq!(offset_of!(FragEntry, vip), 16);
+        assert_eq!(offset_of!(FragEntry, macs), 32);
 
         assert_eq!(size_of::<Traffic>(), 16);
         assert_eq!(size_of::<Config>(), 16);

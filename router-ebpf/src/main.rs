@@ -20,8 +20,8 @@ mod select;
 
 use aya_ebpf::{bindings::xdp_action, macros::xdp, programs::XdpContext};
 use router_common::{
-    FAMILY_V6, FlowKey, FragEntry, FragKey, NO_BACKEND, NatEntry, Reason, SVC_F_NAT, ServiceKey,
-    Traffic, Verdict,
+    FAMILY_V6, FRAG_F_NAT_REPLY, FlowKey, FragEntry, FragKey, NO_BACKEND, NatEntry, Reason,
+    SVC_F_NAT, ServiceKey, Traffic, Verdict,
 };
 
 use crate::{
@@ -107,7 +107,7 @@ fn process(ctx: &XdpContext) -> Outcome {
             backend: choice.id,
             service: svc.id,
             flags: svc.flags,
-            _pad: 0,
+            ..FragEntry::default()
         };
         let _ = FRAGMENTS.insert(frag_key(pkt), entry, 0);
     }
@@ -163,12 +163,24 @@ fn frag_key(pkt: &Packet) -> FragKey {
     }
 }
 
-/// A non-first fragment follows the first fragment's choice, if it was seen.
+/// A non-first fragment follows the first fragment's choice, if it was seen: the backend of a
+/// request, or the way back of a NAT reply.
 #[inline(always)]
 fn later_fragment(ctx: &XdpContext, pkt: &Packet) -> Outcome {
     let Some(entry) = (unsafe { FRAGMENTS.get(frag_key(pkt)) }).copied() else {
         return Outcome::unforwarded(Reason::FragmentUnknown, NONE);
     };
+    if entry.flags & FRAG_F_NAT_REPLY != 0 {
+        if let Err(r) = forward::rewrite_addr(ctx, pkt, false, &entry.vip) {
+            return Outcome::unforwarded(r, entry.service);
+        }
+        return finish(
+            forward::emit(ctx, entry.ifindex, forward::macs(&entry.macs)),
+            Reason::NatReply,
+            entry.service,
+            NONE,
+        );
+    }
     let Some(backend) = usable_backend(entry.backend) else {
         return Outcome::unforwarded(Reason::NoBackend, entry.service);
     };
@@ -195,31 +207,31 @@ fn nat_request(
     backend: &[u8; 16],
     service: u32,
 ) -> Result<(), Reason> {
-    if pkt.frag == frag::NONE {
-        let reply = FlowKey {
-            src: *backend,
-            dst: pkt.flow.src,
-            sport: pkt.flow.dport,
-            dport: pkt.flow.sport,
-            ..pkt.flow
-        };
-        let entry = NatEntry {
-            vip: pkt.flow.dst,
-            service,
-            ifindex: ctx.ingress_ifindex() as u32,
-            macs: forward::reversed_macs(ctx)?,
-        };
-        // Refreshes the entry too, so it ages like the flow (both maps are LRU).
-        let _ = NAT_REVERSE.insert(reply, entry, 0);
-    }
+    // Whole datagrams and first fragments alike: a first fragment carries the whole 5-tuple.
+    let reply = FlowKey {
+        src: *backend,
+        dst: pkt.flow.src,
+        sport: pkt.flow.dport,
+        dport: pkt.flow.sport,
+        ..pkt.flow
+    };
+    let entry = NatEntry {
+        vip: pkt.flow.dst,
+        service,
+        ifindex: ctx.ingress_ifindex() as u32,
+        macs: forward::reversed_macs(ctx)?,
+    };
+    // Refreshes the entry too, so it ages like the flow (both maps are LRU).
+    let _ = NAT_REVERSE.insert(reply, entry, 0);
     forward::rewrite_addr(ctx, pkt, true, backend)
 }
 
 /// A packet for no service may be a NAT backend's reply: restore the virtual IP as its source
-/// and send it back the way its request came. Anything else is passed untouched.
+/// and send it back the way its request came. A reply's first fragment records that for the
+/// later ones. Anything else is passed untouched.
 #[inline(always)]
 fn nat_reply(ctx: &XdpContext, pkt: &Packet) -> Outcome {
-    if pkt.is_icmp() || pkt.frag != frag::NONE {
+    if pkt.is_icmp() {
         return Outcome::unforwarded(Reason::NoService, NONE);
     }
     let Some(entry) = (unsafe { NAT_REVERSE.get(pkt.flow) }).copied() else {
@@ -227,6 +239,17 @@ fn nat_reply(ctx: &XdpContext, pkt: &Packet) -> Outcome {
     };
     if let Err(r) = forward::rewrite_addr(ctx, pkt, false, &entry.vip) {
         return Outcome::unforwarded(r, entry.service);
+    }
+    if pkt.frag == frag::FIRST {
+        let later = FragEntry {
+            backend: NO_BACKEND,
+            service: entry.service,
+            flags: FRAG_F_NAT_REPLY,
+            ifindex: entry.ifindex,
+            vip: entry.vip,
+            macs: entry.macs,
+        };
+        let _ = FRAGMENTS.insert(frag_key(pkt), later, 0);
     }
     finish(
         forward::emit(ctx, entry.ifindex, forward::macs(&entry.macs)),

@@ -125,11 +125,18 @@ impl BackendState {
         self.healthy && self.reachable
     }
 
+    /// The backend's map entry. A healthy backend whose next hop became unresolved after it
+    /// was resolved drains: out of every table, but its tracked flows stay on the last next
+    /// hop, so a carrier blip or a neighbour being re-resolved (the kernel passes through
+    /// `FAILED` when a MAC changes unannounced) resets no connection; its health check
+    /// decides whether it is gone.
     fn entry(&self) -> Backend {
-        let state = match (self.usable(), self.weight) {
-            (false, _) => BACKEND_DOWN,
-            (true, 0) => BACKEND_DRAINING,
-            (true, _) => BACKEND_UP,
+        let state = match (self.healthy, self.reachable, self.weight) {
+            (false, _, _) => BACKEND_DOWN,
+            (true, false, _) if self.hop.is_some() => BACKEND_DRAINING,
+            (true, false, _) => BACKEND_DOWN,
+            (true, true, 0) => BACKEND_DRAINING,
+            (true, true, _) => BACKEND_UP,
         };
         Backend {
             addr: addr16(self.address),
@@ -300,9 +307,9 @@ impl Publisher {
     /// Records next hops (`Some` resolved, `None` unresolved) and writes them into every slot
     /// of their addresses; a backend that became reachable or unreachable changes its pools'
     /// tables. Order per pool: a backend's next hop is written before the table names it;
-    /// one that becomes unreachable leaves the table before its entry goes down (its tracked
-    /// flows then re-select), and its last next hop stays in the map. Returns the pools whose
-    /// usable backends changed.
+    /// one that becomes unreachable leaves the table before its entry changes (to draining:
+    /// tracked flows stay on the last next hop, which stays in the map). Returns the pools
+    /// whose usable backends changed.
     ///
     /// # Errors
     ///
@@ -324,8 +331,8 @@ impl Publisher {
                     continue;
                 };
                 let was = b.usable();
-                // An unresolved next hop keeps the last resolved one in the map: tracked flows
-                // re-select (the entry goes down), and nothing half-known is published.
+                // An unresolved next hop keeps the last resolved one in the map, for the
+                // backend's tracked flows; nothing half-known is published.
                 let wrote = match hop {
                     Some(_) => b.write_hop(dp, hop)?,
                     None => false,
@@ -348,7 +355,7 @@ impl Publisher {
                 dp.set_backend(b.slot, b.entry())?;
             }
             publish_pool(dp, name, pool, false)?;
-            // Down: out of the table first, then tracked flows re-select.
+            // Unusable: out of the table first, then the entry drains (or goes down).
             for b in pool.backends.iter().filter(|b| down.contains(&b.slot)) {
                 dp.set_backend(b.slot, b.entry())?;
             }

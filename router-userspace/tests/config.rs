@@ -298,6 +298,35 @@ pools:
         );
     }
 
+    /// An address the balancer cannot send to as a host of its own (no zone for a link-local
+    /// one, loopback, broadcast) is refused with the file, line and key path.
+    #[test]
+    fn addresses_that_name_no_reachable_host_are_refused() {
+        let text = MINIMAL
+            .replace("198.18.1.11 }", "fe80::1 }\n      - { address: 127.0.0.1 }")
+            .replace("vip: 198.18.0.10", "vip: 255.255.255.255");
+        let lines = problems(&[("10-web.yaml", &text)]);
+        assert_eq!(lines.len(), 3, "{lines:?}");
+        assert!(
+            lines[0].starts_with(
+                "10-web.yaml:3 services[0].vip: 255.255.255.255 is the broadcast address"
+            ),
+            "{lines:?}"
+        );
+        assert!(
+            lines[1].starts_with(
+                "10-web.yaml:11 pools[0].backends[0].address: fe80::1 is an IPv6 link-local address"
+            ),
+            "{lines:?}"
+        );
+        assert!(
+            lines[2].starts_with(
+                "10-web.yaml:12 pools[0].backends[1].address: 127.0.0.1 is a loopback address"
+            ),
+            "{lines:?}"
+        );
+    }
+
     #[test]
     fn a_broken_file_does_not_hide_problems_in_the_others() {
         let lines = problems(&[

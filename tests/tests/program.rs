@@ -732,13 +732,17 @@ fn next_hops_come_from_the_map_the_agent_writes() -> Result<()> {
         seen.dst_mac
     );
 
-    // Miss: unresolved, the backend leaves the table; its tracked flow re-selects and new flows
-    // never reach it.
+    // Miss: unresolved, the backend leaves the table; its tracked flow stays on the last next
+    // hop (a carrier blip resets no connection) and new flows never reach it.
     lab.set_next_hops(&[(backend_v4(b).into(), None)])?;
     let (action, reasons) = lab.explain(&frame)?;
     ensure!(
-        action == XDP_REDIRECT && reasons.contains(&Reason::Reselected),
+        action == XDP_REDIRECT && reasons.contains(&Reason::ConntrackHit),
         "the tracked flow of an unresolved backend: action {action}, {reasons:?}"
+    );
+    ensure!(
+        inspect(&lab.run(&frame)?.out)?.dst_mac == NEW_MAC,
+        "the tracked flow left the last next hop"
     );
     for port in 47100..47300u16 {
         let got = forwarded(&lab, &packets::tcp(c4(), port, v4(), 80))?;

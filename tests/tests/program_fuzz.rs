@@ -455,6 +455,8 @@ struct Memory {
     /// and the reply's MACs (the last request's source and destination, turned around)
     /// (ordered: the run picks from them and must be the same every time).
     nat_flows: BTreeMap<ReplyTuple, (IpAddr, [u8; 12])>,
+    /// `(src, dst, id)` of forwarded first fragments of NAT replies → their VIP and MACs.
+    reply_frags: HashMap<(IpAddr, IpAddr, u32), (IpAddr, [u8; 12])>,
 }
 
 /// A NAT reply's `(backend, vport, client, cport, proto)`.
@@ -526,6 +528,9 @@ enum Class {
 /// How the program may forward `v`, or `None` when it must not.
 fn classify(v: &View, svcs: &[Svc], mem: &Memory) -> Option<Class> {
     if let Frag::Later(id) = v.frag {
+        if let Some((vip, macs)) = mem.reply_frags.get(&(v.src, v.dst, id)) {
+            return Some(Class::NatReply(*vip, *macs));
+        }
         return mem
             .first_frags
             .get(&(v.src, v.dst, id))
@@ -553,14 +558,11 @@ fn classify(v: &View, svcs: &[Svc], mem: &Memory) -> Option<Class> {
             live: s.live.clone(),
         });
     }
-    if v.frag == Frag::None {
-        let key = (v.src, sport, v.dst, dport, v.proto);
-        return mem
-            .nat_flows
-            .get(&key)
-            .map(|(vip, macs)| Class::NatReply(*vip, *macs));
-    }
-    None
+    // A NAT reply, whole or its first fragment (which carries the ports).
+    let key = (v.src, sport, v.dst, dport, v.proto);
+    mem.nat_flows
+        .get(&key)
+        .map(|(vip, macs)| Class::NatReply(*vip, *macs))
 }
 
 /// Checks one run against every invariant; records what it forwarded.
@@ -675,7 +677,8 @@ fn judge(
             if nat {
                 let to = backend_addr(b, v.v6);
                 rewritten(true, to)?;
-                if let (Frag::None, Some((sport, dport))) = (v.frag, v.ports) {
+                // Whole datagrams and first fragments record the way back of their replies.
+                if let (Frag::None | Frag::First(_), Some((sport, dport))) = (v.frag, v.ports) {
                     let mut macs = [0u8; 12];
                     macs[..6].copy_from_slice(&input[6..12]);
                     macs[6..].copy_from_slice(&input[..6]);
@@ -711,8 +714,11 @@ fn judge(
             backend_choice(&live)?;
             untouched()?;
         }
-        Class::NatReply(vip, _) => {
+        Class::NatReply(vip, macs) => {
             rewritten(false, vip)?;
+            if let Frag::First(id) = v.frag {
+                mem.reply_frags.insert((v.src, v.dst, id), (vip, macs));
+            }
         }
     }
     Ok(())

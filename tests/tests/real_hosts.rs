@@ -547,3 +547,170 @@ fn fragmented_datagrams_reach_their_flows_backend_with_nat() -> Result<()> {
         "nat",
     )
 }
+
+/// Port of [`nat_fragments_reach_the_client`]'s server on b1: it answers a datagram that
+/// starts with `L` with 3,000 bytes of `r`, anything else with the datagram itself.
+const BIG_PORT: u16 = 5353;
+
+/// NAT with datagrams larger than the MTU, IPv4 and IPv6, each from a fresh socket (a new
+/// flow): a small request whose reply is fragmented by the backend, and a fragmented request
+/// (its first fragment is the flow's first packet) whose reply is fragmented too. Every reply
+/// must reach the client whole, from the virtual IP: the reply's first fragment is restored
+/// like a whole reply and its later fragments follow it.
+#[test]
+fn nat_fragments_reach_the_client() -> Result<()> {
+    let test = "nat_fragments_reach_the_client";
+    if privileged::require_root_and_bpf(test).is_err() {
+        return Ok(());
+    }
+    let topo = Topology::builder().backends(1).build()?;
+    let (b4, b6) = (backend_v4(1), backend_v6(1));
+    let cfg = ConfigText::new()
+        .pool("one4", &[(b4.into(), 100)], None)
+        .pool("one6", &[(b6.into(), 100)], None)
+        .text()
+        + &format!(
+            "services:\n  \
+             - {{ name: big4, vip: \"{VIP_V4}\", port: {BIG_PORT}, protocol: udp, forward: nat, \
+             to: {{ pool: one4 }} }}\n  \
+             - {{ name: big6, vip: \"{VIP_V6}\", port: {BIG_PORT}, protocol: udp, forward: nat, \
+             to: {{ pool: one6 }} }}\n"
+        );
+    let sockets = topo.backend(1).run(move || -> Result<Vec<UdpSocket>> {
+        Ok(vec![
+            UdpSocket::bind((b4, BIG_PORT))?,
+            UdpSocket::bind((b6, BIG_PORT))?,
+        ])
+    })??;
+    for sock in sockets {
+        std::thread::spawn(move || {
+            let mut buf = vec![0u8; 65_536];
+            while let Ok((n, from)) = sock.recv_from(&mut buf) {
+                let reply = if buf[..n].first() == Some(&b'L') {
+                    vec![b'r'; 3000]
+                } else {
+                    buf[..n].to_vec()
+                };
+                let _ = sock.send_to(&reply, from);
+            }
+        });
+    }
+    let agent = Agent::start(&topo, &[("10-big.yaml", cfg)])?;
+    for vip in [IpAddr::V4(VIP_V4), IpAddr::V6(VIP_V6)] {
+        let to = SocketAddr::new(vip, BIG_PORT);
+        for (what, request, want) in [
+            ("small request, control", b"q".repeat(10), b"q".repeat(10)),
+            (
+                "small request, fragmented reply",
+                b"L".repeat(10),
+                b"r".repeat(3000),
+            ),
+            (
+                "fragmented request and reply",
+                b"s".repeat(3000),
+                b"s".repeat(3000),
+            ),
+        ] {
+            let (from, got) = topo
+                .client()
+                .run(move || -> Result<(SocketAddr, Vec<u8>)> {
+                    let any: SocketAddr = if vip.is_ipv4() {
+                        "0.0.0.0:0".parse()?
+                    } else {
+                        "[::]:0".parse()?
+                    };
+                    let s = UdpSocket::bind(any)?;
+                    s.set_read_timeout(Some(Duration::from_secs(2)))?;
+                    s.send_to(&request, to)?;
+                    let mut buf = vec![0u8; 65_536];
+                    let (n, from) = s.recv_from(&mut buf).context("no answer")?;
+                    buf.truncate(n);
+                    Ok((from, buf))
+                })?
+                .with_context(|| format!("{vip}, {what}; agent log:\n{}", agent.log_text()))?;
+            ensure!(from == to, "{vip}, {what}: answered from {from}");
+            ensure!(
+                got == want,
+                "{vip}, {what}: {} bytes back, not the {} expected",
+                got.len(),
+                want.len()
+            );
+            println!("{vip}, {what}: {} bytes back from {from}", got.len());
+        }
+    }
+    Ok(())
+}
+
+/// The lb's link to a backend loses carrier for a second under traffic (a switch port
+/// renegotiating): the backend takes no new flows meanwhile, but its established connections
+/// are not moved elsewhere (where they would be reset): TCP retransmits through the blip, as
+/// through IPVS or a router.
+#[test]
+fn a_carrier_blip_resets_no_established_connection() -> Result<()> {
+    let test = "a_carrier_blip_resets_no_established_connection";
+    let Some(hosts) = hosts(test, Topology::builder().backends(2), "dsr-l2", &[1, 2])? else {
+        return Ok(());
+    };
+    let vip = vip_v4(TCP_ECHO_PORT);
+    let mut on_b1 = hosts
+        .topo
+        .client()
+        .run(move || -> Result<Vec<TcpSession>> {
+            let mut v = Vec::new();
+            for _ in 0..24 {
+                let mut s = TcpSession::connect(vip)?;
+                s.echo(b"hello")?;
+                if s.backend() == "b1" {
+                    v.push(s);
+                }
+            }
+            Ok(v)
+        })??;
+    ensure!(!on_b1.is_empty(), "no connection landed on b1");
+    let n = on_b1.len();
+    let link = router_tests::addrs::lb_backend_if(1);
+    hosts.topo.lb().ip(&["link", "set", &link, "down"])?;
+    // Traffic during the blip: each connection sends, and its retransmissions cross the blip.
+    let talk = hosts.topo.client().spawn(move || -> Vec<String> {
+        on_b1
+            .iter_mut()
+            .filter_map(|s| s.echo(b"during the blip").err().map(|e| format!("{e:#}")))
+            .collect()
+    })?;
+    // The agent sees the carrier go: b1 takes no new flows.
+    hosts.agent.wait_for(Duration::from_secs(5), |s| {
+        s.pools
+            .iter()
+            .flat_map(|p| p.backends.iter())
+            .any(|b| b.address == backend_v4(1).to_string() && !b.healthy)
+    })?;
+    for _ in 0..10 {
+        let served = hosts
+            .topo
+            .client()
+            .run(move || TcpSession::connect(vip).map(|s| s.backend().to_owned()))??;
+        ensure!(
+            served == "b2",
+            "a new connection during the blip went to {served}"
+        );
+    }
+    hosts.topo.lb().ip(&["link", "set", &link, "up"])?;
+    let failures = talk
+        .join()
+        .map_err(|_| anyhow::anyhow!("the talking thread panicked"))?;
+    let reasons: Vec<String> = hosts
+        .agent
+        .api_get("/metrics")?
+        .lines()
+        .filter(|l| l.starts_with("switchyard_packets_total"))
+        .map(str::to_owned)
+        .collect();
+    ensure!(
+        failures.is_empty(),
+        "{} of {n} connections on b1 broke across the blip: {failures:?}\n{reasons:#?}\nagent log:\n{}",
+        failures.len(),
+        hosts.agent.log_text()
+    );
+    println!("{n} connections on b1 crossed a carrier blip; new flows went to b2 meanwhile");
+    Ok(())
+}

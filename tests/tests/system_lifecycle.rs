@@ -701,6 +701,28 @@ fn status_and_ctl_reach_an_agent_on_a_non_default_api_while_a_fragment_is_broken
     println!("{}: {text}", record.display());
     ensure!(text.contains("\"api\":\"127.0.0.1:9911\""), "{text}");
 
+    // A second agent for the same directory, started in another namespace (so its API binds),
+    // is refused by the pin-directory lock before it records anything: the running agent's
+    // record stays.
+    let other = Topology::builder().backends(1).build()?;
+    let refused = std::process::Command::new("nsenter")
+        .arg(format!("--net={}", other.lb().path().display()))
+        .arg(router_tests::agent::binary()?)
+        .args(["attach", "--iface", LB_CLIENT_IF, "--config-dir"])
+        .arg(agent.dir())
+        .stdin(std::process::Stdio::null())
+        .output()?;
+    ensure!(
+        !refused.status.success(),
+        "a second agent for the same directory started"
+    );
+    ensure!(
+        std::fs::read_to_string(&record).ok().as_deref() == Some(text.as_str()),
+        "the refused agent replaced or removed the running one's record: {}",
+        String::from_utf8_lossy(&refused.stderr)
+    );
+    drop(other);
+
     agent.write_file("20-broken.yaml", BROKEN)?;
     agent.reload()?;
     // The directory no longer parses, so its `agent.api` is unknown to the CLI: the answer can

@@ -2,8 +2,8 @@
 //! local API, and apply health transitions and reloads as they come.
 //!
 //! Start order (each step changes nothing if it fails): read and validate the config → bind
-//! the API socket → record where it answers ([`crate::record`]) → lock the pin directory (one
-//! agent per set of maps) → load the program with its pinned maps → attach to every interface
+//! the API socket → lock the pin directory (one agent per set of maps) → record where it
+//! answers ([`crate::record`]) → load the program with its pinned maps → attach to every interface
 //! (on a failure, undo the attachments made so far and remove the map pins this run created)
 //! → publish → start health checks. An earlier agent's pinned link is adopted only while it is
 //! live on its interface here; a defunct one is replaced ([`attach::attach`]). On SIGINT or
@@ -213,6 +213,10 @@ pub async fn run(opts: Options) -> Result<(), AgentError> {
             addr: cfg.agent.api,
             source,
         })?;
+    let pin_dir = load::pin_dir(&cfg.agent.pin_path);
+    // One agent per pin directory, for as long as it runs; taken before the record
+    // below, so an agent refused here never replaces (and, exiting, removes) a running one's.
+    let _lock = attach::lock_pin_dir(&pin_dir)?;
     // Where `status` and `ctl` find this agent from the config directory alone, whatever its
     // fragments come to hold; removed when `run` returns. Without it they fall back to the
     // directory's `agent.api`.
@@ -229,9 +233,6 @@ pub async fn run(opts: Options) -> Result<(), AgentError> {
             None
         }
     };
-    let pin_dir = load::pin_dir(&cfg.agent.pin_path);
-    // One agent per pin directory, for as long as it runs.
-    let _lock = attach::lock_pin_dir(&pin_dir)?;
     // Maps pinned by an earlier agent are adopted and kept whatever happens; maps this run
     // pins are removed again if it fails to attach.
     let adopting_maps = attach::maps_pinned(&pin_dir);

@@ -99,7 +99,9 @@ pub(crate) fn name(s: &str) -> Result<String, Bad> {
     }
 }
 
-/// An address that can be a virtual IP or a backend: not unspecified, not multicast.
+/// An address that can be a virtual IP or a backend: not unspecified, multicast, broadcast or
+/// loopback, and not IPv6 link-local (which names a host only together with an interface, a
+/// zone the configuration has no place for: the route lookup would pick any link's `fe80::/64`).
 pub(crate) fn address(s: &str) -> Result<IpAddr, Bad> {
     let ip: IpAddr = s.parse().map_err(|_| {
         (
@@ -114,6 +116,19 @@ pub(crate) fn address(s: &str) -> Result<IpAddr, Bad> {
             "multicast"
         };
         return Err((format!("{ip} is a {kind} address"), None));
+    }
+    let other = match ip {
+        IpAddr::V4(v4) if v4.is_broadcast() => Some(("the broadcast address", None)),
+        IpAddr::V4(v4) if v4.is_loopback() => Some(("a loopback address", None)),
+        IpAddr::V6(v6) if v6.is_loopback() => Some(("the loopback address", None)),
+        IpAddr::V6(v6) if v6.is_unicast_link_local() => Some((
+            "an IPv6 link-local address",
+            Some("use the host's global or unique-local address: a link-local one names no interface here".to_owned()),
+        )),
+        _ => None,
+    };
+    if let Some((kind, hint)) = other {
+        return Err((format!("{ip} is {kind}"), hint));
     }
     Ok(ip)
 }
@@ -219,6 +234,16 @@ mod tests {
         assert_eq!(number("0", "weight", 0, 65_535), Ok(0));
         assert!(number("65536", "weight", 0, 65_535).is_err());
         assert!(address("0.0.0.0").is_err() && address("ff02::1").is_err());
+        for bad in [
+            "255.255.255.255",
+            "127.0.0.1",
+            "::1",
+            "fe80::1",
+            "fe80::2:3",
+        ] {
+            assert!(address(bad).is_err(), "{bad} accepted");
+        }
+        assert!(address("198.18.11.11").is_ok() && address("2001:db8:11::11").is_ok());
         assert!(address("2001:db8::10").is_ok());
     }
 }

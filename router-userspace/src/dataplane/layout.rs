@@ -240,10 +240,12 @@ pub fn all() -> Vec<MapLayout> {
                 _pad,
             }),
             value: record!(FragEntry {
-                backend: "backend slot",
+                backend: "backend slot; 4294967295 for a NAT reply",
                 service: "service slot",
-                flags: "the service's SVC_F_* bits",
-                _pad,
+                flags: "the service's SVC_F_* bits, or FRAG_F_NAT_REPLY 65536",
+                ifindex: "a NAT reply's egress interface",
+                vip: "a NAT reply's virtual IP (restored as source), network order",
+                macs: "a NAT reply's destination then source MAC",
             }),
         },
         MapLayout {

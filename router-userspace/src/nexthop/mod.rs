@@ -523,7 +523,22 @@ impl Follower {
         let mut entry = netlink::neighbour(&self.handle, oif, neighbour).await?;
         let upkeep = decide::upkeep(entry.as_ref(), self.managed_supported);
         if upkeep != Upkeep::Nothing {
-            self.keep(oif, neighbour, entry.is_some(), upkeep).await?;
+            match self.keep(oif, neighbour, entry.is_some(), upkeep).await {
+                Ok(()) => {}
+                // The kernel's neighbour table is full (`gc_thresh3`, 1,024 entries by
+                // default, shared by every namespace): a verdict with the fix, not a retry.
+                Err(e) if netlink::errno_of(&e) == Some(libc::ENOBUFS) => {
+                    let family = if neighbour.is_ipv4() { "ipv4" } else { "ipv6" };
+                    return Ok(Observation::Failed {
+                        reason: format!(
+                            "the kernel's neighbour table is full, no entry for {neighbour} on \
+                             {}: raise net.{family}.neigh.default.gc_thresh3 (and gc_thresh2)",
+                            link.name
+                        ),
+                    });
+                }
+                Err(e) => return Err(e),
+            }
             entry = netlink::neighbour(&self.handle, oif, neighbour).await?;
             if upkeep == Upkeep::MakeManaged && entry.as_ref().is_some_and(|e| !e.managed) {
                 log::warn!(

@@ -8,8 +8,8 @@ use std::{
 };
 
 use router_common::{
-    BACKEND_DOWN, Backend, Config as Generation, Decision, MAX_BACKENDS, NH_F_RESOLVED, NO_BACKEND,
-    NO_POOL, NextHop, Pool, Service, ServiceKey, next_hop_index,
+    BACKEND_DOWN, BACKEND_DRAINING, Backend, Config as Generation, Decision, MAX_BACKENDS,
+    NH_F_RESOLVED, NO_BACKEND, NO_POOL, NextHop, Pool, Service, ServiceKey, next_hop_index,
 };
 
 use super::{PublishError, Publisher, addr16};
@@ -370,11 +370,14 @@ fn a_table_names_only_backends_whose_next_hop_is_resolved() {
     );
     assert_eq!(dp.inner.next_hops[&next_hop_index(slot, now)], hop(9));
     assert_eq!(dp.inner.next_hops[&next_hop_index(slot, half)], hop(1));
-    // Unresolved: out of the table, entry down, the last next hop kept.
+    // Unresolved after it was resolved: out of the table, the entry drains (its tracked flows
+    // stay), the last next hop kept. One never resolved is down.
     p.set_next_hops(&mut dp, &[(backends[1], None)]).unwrap();
     assert_eq!(p.pools()["dc1"].healthy_count(), 2);
     let gone = p.pools()["dc1"].backends[1].slot;
-    assert_eq!(dp.inner.backends[&gone].state, BACKEND_DOWN);
+    assert_eq!(dp.inner.backends[&gone].state, BACKEND_DRAINING);
+    let never = p.pools()["dc1"].backends[3].slot;
+    assert_eq!(dp.inner.backends[&never].state, BACKEND_DOWN);
     let table = dp.inner.live_table(p.pools()["dc1"].slot).unwrap();
     assert!(!table.contains(&gone));
     // A slot taken again starts from an unresolved entry, not its last occupant's next hop.
