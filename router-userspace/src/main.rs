@@ -85,10 +85,11 @@ enum Cmd {
     Ctl {
         /// Directory of `*.yaml` fragments: the agent running for it is found through the
         /// record it keeps in /run/switchyard, else through the directory's `agent.api`.
-        #[arg(long, default_value = DEFAULT_DIR)]
+        /// Accepted before or after the command.
+        #[arg(long, default_value = DEFAULT_DIR, global = true)]
         config_dir: PathBuf,
         /// The agent's API, e.g. http://127.0.0.1:9900 (overrides the record and the config).
-        #[arg(long)]
+        #[arg(long, global = true)]
         api: Option<String>,
         /// The command.
         #[command(subcommand)]

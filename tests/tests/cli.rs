@@ -87,3 +87,21 @@ fn a_missing_config_directory_is_a_clear_error() -> Result<()> {
     ensure!(err.contains("/nonexistent/switchyard"), "stderr: {err}");
     Ok(())
 }
+
+/// `ctl`'s `--config-dir` and `--api` are accepted after the command as well as before it: both
+/// orders reach the same lookup (here: no agent anywhere, so the same refusal, not a usage
+/// error).
+#[test]
+fn ctl_options_go_before_or_after_the_command() -> Result<()> {
+    let dir = temp_dir("ctl-order")?;
+    let dir_s = dir.display().to_string();
+    let api = "http://127.0.0.1:9";
+    let before = run(&["ctl", "--config-dir", &dir_s, "--api", api, "versions"], false)?;
+    let after = run(&["ctl", "versions", "--config-dir", &dir_s, "--api", api], false)?;
+    let _ = fs::remove_dir_all(&dir);
+    for (code, _, err) in [&before, &after] {
+        ensure!(*code != 0 && !err.contains("unexpected argument"), "{err}");
+        ensure!(err.contains("no agent answers at http://127.0.0.1:9"), "{err}");
+    }
+    Ok(())
+}

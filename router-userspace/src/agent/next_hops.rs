@@ -139,10 +139,7 @@ fn judge(
                 ..NextHopStatus::resolving()
             },
         ),
-        Resolution::Unresolved { reason } => (
-            None,
-            unresolved(s, address, format!("no neighbour: {reason}")),
-        ),
+        Resolution::Unresolved { reason } => (None, unresolved(s, address, reason)),
     }
 }
 

@@ -34,7 +34,7 @@ pub struct NextHopStatus {
     pub state: String,
     /// How frames leave, when resolved: destination MAC, interface, source MAC, gateway.
     pub via: Option<String>,
-    /// Why not, when unresolved (`no neighbour: …`, `still resolving (…)`).
+    /// Why not, when unresolved (`neighbour … FAILED`, `no route to …`, `still resolving (…)`).
     pub reason: Option<String>,
     /// Since when (seconds since the Unix epoch).
     pub since: u64,

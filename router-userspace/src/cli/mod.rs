@@ -190,7 +190,7 @@ pub fn render(s: &Status) -> String {
         .interfaces
         .iter()
         .map(|i| match (i.program_id, i.link.as_str()) {
-            (Some(id), _) => format!("{} (program {id})", i.name),
+            (Some(id), link) => format!("{} (link {link}, program {id})", i.name),
             (None, "none" | "") => format!(
                 "{} (DETACHED: no pinned link; `switchyard detach` ran?)",
                 i.name

@@ -253,7 +253,7 @@ pub fn detach(pin_dir: &Path, iface: &str, keep_maps: bool) -> Result<Detached, 
         (pin_dir.to_owned(), path)
     };
     let link = PinnedLink::from_pin(&path).map_err(|_| DataplaneError::Io {
-        what: "switchyard is not attached here (no pinned link):",
+        what: "switchyard is not attached here (no pinned link under the pin path of --config-dir's agent.pin_path):",
         path: path.clone(),
         source: std::io::ErrorKind::NotFound.into(),
     })?;
