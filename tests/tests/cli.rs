@@ -96,12 +96,21 @@ fn ctl_options_go_before_or_after_the_command() -> Result<()> {
     let dir = temp_dir("ctl-order")?;
     let dir_s = dir.display().to_string();
     let api = "http://127.0.0.1:9";
-    let before = run(&["ctl", "--config-dir", &dir_s, "--api", api, "versions"], false)?;
-    let after = run(&["ctl", "versions", "--config-dir", &dir_s, "--api", api], false)?;
+    let before = run(
+        &["ctl", "--config-dir", &dir_s, "--api", api, "versions"],
+        false,
+    )?;
+    let after = run(
+        &["ctl", "versions", "--config-dir", &dir_s, "--api", api],
+        false,
+    )?;
     let _ = fs::remove_dir_all(&dir);
     for (code, _, err) in [&before, &after] {
         ensure!(*code != 0 && !err.contains("unexpected argument"), "{err}");
-        ensure!(err.contains("no agent answers at http://127.0.0.1:9"), "{err}");
+        ensure!(
+            err.contains("no agent answers at http://127.0.0.1:9"),
+            "{err}"
+        );
     }
     Ok(())
 }
