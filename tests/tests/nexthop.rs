@@ -531,3 +531,49 @@ fn unroutable_routed_and_downed_targets() {
     });
     eprintln!("b2 with its link down: {:?}", running.state.get(&b2));
 }
+
+/// The managed entries a resolver created carry its protocol mark; a later resolver (an agent
+/// restarted after a backend left the config) takes them as its own and deletes the ones no
+/// target needs, keeping the rest.
+#[test]
+fn a_later_resolver_removes_the_entries_an_earlier_one_left_for_backends_gone_since() {
+    if require(
+        "a_later_resolver_removes_the_entries_an_earlier_one_left_for_backends_gone_since",
+        &[],
+    )
+    .is_err()
+    {
+        return;
+    }
+    let topo = topology();
+    let lb = topo.lb();
+    let (b1, b2) = (ip(backend_v4(1)), ip(backend_v4(2)));
+    let hops: Vec<NextHop> = (1..=2)
+        .map(|i| direct(i, ifindex(lb, &lb_backend_if(i))))
+        .collect();
+    {
+        let mut first = Running::start(lb);
+        first.set_targets(&[b1, b2]);
+        first.wait_until("both resolve", RESOLVE_DEADLINE, |s| {
+            resolved_to(s, b1, &hops[0]) && resolved_to(s, b2, &hops[1])
+        });
+    }
+    let line = neigh_line(lb, b2, &lb_backend_if(2));
+    assert!(
+        line.contains("managed") && line.contains("proto 83"),
+        "the stopped resolver's entry for b2: {line:?}"
+    );
+    let mut second = Running::start(lb);
+    second.set_targets(&[b1]);
+    second.wait_until("b1 resolves", RESOLVE_DEADLINE, |s| {
+        resolved_to(s, b1, &hops[0])
+    });
+    assert!(
+        poll(RESOLVE_DEADLINE, || neigh_line(lb, b2, &lb_backend_if(2))
+            .is_empty()),
+        "b2's entry outlived its backend: {:?}",
+        neigh_line(lb, b2, &lb_backend_if(2))
+    );
+    let line = neigh_line(lb, b1, &lb_backend_if(1));
+    assert!(line.contains("managed"), "b1's entry went too: {line:?}");
+}

@@ -454,6 +454,9 @@ const LARGE: usize = 3000;
 fn fragment_answers(ns: &Netns, addr: SocketAddr) -> Result<BTreeMap<u16, Vec<(usize, String)>>> {
     ns.run(|| -> Result<_> {
         let mut flows = BTreeMap::new();
+        // Every flow's socket stays open to the end, so no two flows share a source port (a
+        // closed socket's port may be handed out again, and its flow would be counted once).
+        let mut open = Vec::with_capacity(FRAGMENT_FLOWS);
         for f in 0..FRAGMENT_FLOWS {
             let sock = connected_udp(addr)?;
             sock.set_read_timeout(Some(Duration::from_secs(2)))?;
@@ -471,7 +474,11 @@ fn fragment_answers(ns: &Netns, addr: SocketAddr) -> Result<BTreeMap<u16, Vec<(u
                     String::from_utf8_lossy(&buf[..n]).trim_end().to_owned(),
                 ));
             }
-            flows.insert(port, answers);
+            ensure!(
+                flows.insert(port, answers).is_none(),
+                "two flows on source port {port}"
+            );
+            open.push(sock);
         }
         Ok(flows)
     })?

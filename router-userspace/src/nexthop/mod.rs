@@ -254,6 +254,7 @@ pub fn spawn(tx: mpsc::Sender<Vec<NextHopEvent>>) -> Result<Resolver, NextHopErr
             tx,
             managed_supported: true,
             created: BTreeSet::new(),
+            adopted: false,
             watched: BTreeSet::new(),
             last: BTreeMap::new(),
         }
@@ -303,8 +304,12 @@ struct Follower {
     tx: mpsc::Sender<Vec<NextHopEvent>>,
     /// False once the kernel refused or ignored a managed entry: `NTF_USE` from then on.
     managed_supported: bool,
-    /// Managed entries this resolver created, to delete when no target needs them.
+    /// Managed entries this resolver (or an earlier one: [`netlink::PROTOCOL`]) created, to
+    /// delete when no target needs them.
     created: BTreeSet<NeighbourKey>,
+    /// Whether `created` holds the entries an earlier resolver left (read when the first
+    /// targets arrive, so an agent's start deletes only what its backends do not need).
+    adopted: bool,
     /// The entries the last round read: neighbour events about others are ignored.
     watched: BTreeSet<NeighbourKey>,
     /// The last reported resolution of every target.
@@ -393,6 +398,15 @@ impl Follower {
     /// Resolves every target and sends the changes; false when the receiver is gone.
     async fn round(&mut self) -> bool {
         let targets = lock(&self.shared.targets).clone();
+        if !self.adopted && !targets.is_empty() {
+            match netlink::ours(&self.handle).await {
+                Ok(earlier) => {
+                    self.created.extend(earlier);
+                    self.adopted = true;
+                }
+                Err(e) => log::warn!("{e} (retrying)"),
+            }
+        }
         let mut links = HashMap::new();
         let mut used = BTreeSet::new();
         let mut changes = Vec::new();

@@ -11,7 +11,7 @@ use netlink_packet_route::{
         NeighbourAddress, NeighbourAttribute, NeighbourExtFlags, NeighbourFlags, NeighbourMessage,
         NeighbourState,
     },
-    route::{RouteAddress, RouteAttribute, RouteType, RouteVia},
+    route::{RouteAddress, RouteAttribute, RouteProtocol, RouteType, RouteVia},
 };
 use rtnetlink::packet_core::{
     NLM_F_ACK, NLM_F_CREATE, NLM_F_EXCL, NLM_F_REPLACE, NLM_F_REQUEST, NetlinkMessage,
@@ -21,6 +21,11 @@ use rtnetlink::{Handle, RouteMessageBuilder};
 
 use super::NextHopError;
 use super::decide::NeighbourEntry;
+
+/// The `NDA_PROTOCOL` the resolver marks the neighbour entries it creates with, so a later
+/// resolver (after a restart) knows them as its own and removes those no backend needs. 83 is
+/// 'S'; no protocol in iproute2's `rt_protos` uses it.
+pub(crate) const PROTOCOL: u8 = 83;
 
 /// The output route the kernel picks for a destination (`RTM_GETROUTE`, as `ip route get`).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -237,6 +242,9 @@ async fn new_neighbour(
     if let Some(ext) = ext_flags {
         message.attributes.push(NeighbourAttribute::ExtFlags(ext));
     }
+    message
+        .attributes
+        .push(NeighbourAttribute::Protocol(RouteProtocol::Other(PROTOCOL)));
     let mut request = NetlinkMessage::from(RouteNetlinkMessage::NewNeighbour(message));
     request.header.flags = NLM_F_REQUEST | NLM_F_ACK | nlm_flags;
     let mut answers = handle
@@ -293,6 +301,36 @@ pub(crate) async fn use_neighbour(
         format!("resolving neighbour {addr} on link {ifindex}"),
     )
     .await
+}
+
+/// Every neighbour entry of this namespace marked with [`PROTOCOL`] and still managed: what an
+/// earlier resolver created (a dump of both families).
+pub(crate) async fn ours(handle: &Handle) -> Result<Vec<(u32, IpAddr)>, NextHopError> {
+    let mut found = Vec::new();
+    let mut dump = handle.neighbours().get().execute();
+    while let Some(n) = dump.next().await {
+        let n = n.map_err(failed("listing neighbour entries".to_owned()))?;
+        let mut mine = false;
+        let mut managed = false;
+        let mut addr = None;
+        for attr in &n.attributes {
+            match attr {
+                NeighbourAttribute::Protocol(p) => mine = u8::from(*p) == PROTOCOL,
+                NeighbourAttribute::ExtFlags(f) => managed = f.contains(NeighbourExtFlags::Managed),
+                NeighbourAttribute::Destination(NeighbourAddress::Inet(a)) => {
+                    addr = Some(IpAddr::V4(*a));
+                }
+                NeighbourAttribute::Destination(NeighbourAddress::Inet6(a)) => {
+                    addr = Some(IpAddr::V6(*a));
+                }
+                _ => {}
+            }
+        }
+        if let (true, true, Some(addr)) = (mine, managed, addr) {
+            found.push((n.header.ifindex, addr));
+        }
+    }
+    Ok(found)
 }
 
 /// Deletes the entry for `addr` on `ifindex`; a missing entry is not an error.
