@@ -23,10 +23,9 @@ use std::{
 };
 
 use router_common::{
-    ABI_VERSION, BACKEND_DOWN, BACKEND_DRAINING, BACKEND_UP, Backend, Decision, FAMILY_V4,
-    FAMILY_V6, MAGLEV_SIZE, MAX_BACKENDS, MAX_POOLS, MAX_SERVICES, NO_POOL, NextHop,
-    POOL_F_ALL_DOWN_PASS, PROTO_TCP, PROTO_UDP, Pool, SPLIT_SCALE, SVC_F_HASH_SOURCE, SVC_F_NAT,
-    Service, ServiceKey, next_hop_index,
+    ABI_VERSION, BACKEND_DOWN, BACKEND_DRAINING, BACKEND_UP, Backend, FAMILY_V4, FAMILY_V6,
+    MAGLEV_SIZE, MAX_BACKENDS, MAX_POOLS, MAX_SERVICES, NextHop, POOL_F_ALL_DOWN_PASS, PROTO_TCP,
+    PROTO_UDP, Pool, SVC_F_HASH_SOURCE, SVC_F_NAT, Service, ServiceKey, next_hop_index,
 };
 
 use crate::{
@@ -674,31 +673,18 @@ impl Publisher {
         Ok(true)
     }
 
+    /// The word of a service's static target: the same encoder as a group's action
+    /// ([`action_word`](Self::action_word)); a `decide` target is published through its group's
+    /// slot, never here, so it gets a word with no pool.
     fn decision_word(&self, to: &Target) -> u64 {
-        let slot = |name: &str| self.pools.get(name).map_or(NO_POOL, |p| p.slot as u16);
-        match to {
-            // Published through the group's slot (`decide`), never here.
-            Target::Decide(_) => Decision::pool(NO_POOL).encode(),
-            Target::Pool(p) => Decision::pool(slot(p)).encode(),
-            Target::Split(shares) => {
-                let (a, b) = match shares.as_slice() {
-                    [a, b, ..] => (a, b),
-                    [a] => (a, a),
-                    [] => return Decision::pool(NO_POOL).encode(),
-                };
-                let total = u64::from(a.weight) + u64::from(b.weight);
-                let split_b = (u64::from(b.weight) * u64::from(SPLIT_SCALE))
-                    .checked_div(total)
-                    .unwrap_or(0) as u16;
-                Decision {
-                    pool_a: slot(&a.pool),
-                    pool_b: slot(&b.pool),
-                    split_b,
-                    fallback: NO_POOL,
-                }
-                .encode()
-            }
-        }
+        let action = match to {
+            Target::Decide(_) => None,
+            Target::Pool(p) => Some(rules::engine::Action::Pool(p.clone())),
+            Target::Split(shares) => Some(rules::engine::Action::Split(
+                shares.iter().map(|s| (s.pool.clone(), s.weight)).collect(),
+            )),
+        };
+        self.action_word(action.as_ref(), None)
     }
 }
 

@@ -1,6 +1,6 @@
 //! The publisher's unit tests: what one apply or health change writes, and in which order.
 
-use router_common::{NO_BACKEND, SPLIT_SCALE};
+use router_common::{Decision, NO_BACKEND, SPLIT_SCALE};
 
 use super::*;
 use crate::{
