@@ -289,12 +289,6 @@ impl Publisher {
         self
     }
 
-    /// The next hop last reported for `address`: `Some(Some(_))` resolved, `Some(None)`
-    /// unresolved, `None` never reported.
-    pub fn next_hop(&self, address: IpAddr) -> Option<Option<NextHop>> {
-        self.hops.get(&address).copied()
-    }
-
     /// Whether a backend at `address` is reachable by what is known of its next hop.
     fn reachable(&self, address: IpAddr) -> bool {
         match self.hops.get(&address) {
@@ -318,15 +312,15 @@ impl Publisher {
         dp: &mut dyn Dataplane,
         hops: &[(IpAddr, Option<NextHop>)],
     ) -> Result<Vec<String>, PublishError> {
-        for &(address, hop) in hops {
-            self.hops.insert(address, hop);
-        }
+        // The last report of an address in the batch wins.
+        let batch: HashMap<IpAddr, Option<NextHop>> = hops.iter().copied().collect();
+        self.hops.extend(batch.iter().map(|(a, h)| (*a, *h)));
         let mut changed = Vec::new();
         for (name, pool) in &mut self.pools {
             let mut up = Vec::new();
             let mut down = Vec::new();
             for b in &mut pool.backends {
-                let Some(&(_, hop)) = hops.iter().rev().find(|(a, _)| *a == b.address) else {
+                let Some(&hop) = batch.get(&b.address) else {
                     continue;
                 };
                 let was = b.usable();
@@ -584,6 +578,14 @@ impl Publisher {
             }
             self.pool_slots.free(gone.slot);
         }
+        // Next hops of addresses no pool has any more are forgotten: one that comes back gets
+        // the resolver's report, not a MAC from before it left.
+        let configured: std::collections::HashSet<IpAddr> = cfg
+            .pools
+            .iter()
+            .flat_map(|p| p.backends.iter().map(|b| b.address))
+            .collect();
+        self.hops.retain(|a, _| configured.contains(a));
         // 6. Generation.
         self.generation += 1;
         dp.set_config(router_common::Config {

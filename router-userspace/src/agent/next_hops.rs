@@ -1,13 +1,13 @@
 //! The agent's side of next hops: each round of the resolver's changes goes into the maps
 //! (`Publisher::set_next_hops`), into the state the rules read, and into what `status` says.
 
-use std::{net::IpAddr, time::Instant};
+use std::{collections::HashSet, net::IpAddr, time::Instant};
 
 use log::{error, info, warn};
 
 use super::{Shared, decisions, now_secs};
 use crate::{
-    api::status::{NextHopStatus, STILL_RESOLVING},
+    api::status::NextHopStatus,
     nexthop::{NextHopEvent, Resolution},
 };
 
@@ -19,6 +19,7 @@ use crate::{
 pub fn on_events(s: &mut Shared, events: Vec<NextHopEvent>) {
     let event = Instant::now();
     let mut hops = Vec::with_capacity(events.len());
+    let mut round = HashSet::with_capacity(events.len());
     for ev in events {
         let (hop, status) = judge(s, ev.address, ev.resolution);
         match (&hop, &status.reason) {
@@ -37,6 +38,7 @@ pub fn on_events(s: &mut Shared, events: Vec<NextHopEvent>) {
             (None, _) => {}
         }
         s.next_hops.insert(ev.address, status);
+        round.insert(ev.address);
         hops.push((ev.address, hop));
     }
     let started = Instant::now();
@@ -59,7 +61,7 @@ pub fn on_events(s: &mut Shared, events: Vec<NextHopEvent>) {
         .flat_map(|(name, p)| {
             p.backends
                 .iter()
-                .filter(|b| hops.iter().any(|(a, _)| *a == b.address))
+                .filter(|b| round.contains(&b.address))
                 .map(|b| (name.clone(), b.address, b.usable()))
         })
         .collect();
@@ -132,13 +134,7 @@ fn judge(
             );
             (None, unresolved(s, address, reason))
         }
-        Resolution::Resolving { reason } => (
-            None,
-            NextHopStatus {
-                reason: Some(format!("{STILL_RESOLVING} ({reason})")),
-                ..NextHopStatus::resolving()
-            },
-        ),
+        Resolution::Resolving { reason } => (None, NextHopStatus::resolving(reason)),
         Resolution::Unresolved { reason } => (None, unresolved(s, address, reason)),
     }
 }
@@ -149,7 +145,7 @@ fn unresolved(s: &Shared, address: IpAddr, reason: String) -> NextHopStatus {
     let since = s
         .next_hops
         .get(&address)
-        .filter(|h| h.state == "unresolved" && h.decided())
+        .filter(|h| h.state == "unresolved")
         .map_or_else(now_secs, |h| h.since);
     NextHopStatus {
         state: "unresolved".into(),

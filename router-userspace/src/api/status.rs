@@ -24,29 +24,28 @@ pub struct ProbeStatus {
     pub latency_us: u64,
 }
 
-/// The reason of a next hop not resolved yet (no verdict so far).
-pub const STILL_RESOLVING: &str = "still resolving";
-
 /// A backend address's next hop in `/status`.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct NextHopStatus {
-    /// `resolved`, or `unresolved` (no new flows: the backend is out of every table).
+    /// `resolved`; `unresolved` (no new flows: the backend is out of every table); or
+    /// `resolving`, no verdict yet (no new flows either).
     pub state: String,
     /// How frames leave, when resolved: destination MAC, interface, source MAC, gateway.
     pub via: Option<String>,
-    /// Why not, when unresolved (`neighbour … FAILED`, `no route to …`, `still resolving (…)`).
+    /// Why not, when unresolved or resolving (`neighbour … FAILED`, `no route to …`,
+    /// `resolving neighbour … on …`).
     pub reason: Option<String>,
     /// Since when (seconds since the Unix epoch).
     pub since: u64,
 }
 
 impl NextHopStatus {
-    /// A next hop not resolved yet.
-    pub fn resolving() -> Self {
+    /// A next hop not resolved yet, for `reason` (what is being resolved).
+    pub fn resolving(reason: String) -> Self {
         Self {
-            state: "unresolved".into(),
+            state: "resolving".into(),
             via: None,
-            reason: Some(STILL_RESOLVING.into()),
+            reason: Some(reason),
             since: now_secs(),
         }
     }
@@ -54,10 +53,7 @@ impl NextHopStatus {
     /// Whether this is a verdict (resolved, or unresolved for a reason) rather than a next hop
     /// still being resolved.
     pub fn decided(&self) -> bool {
-        !self
-            .reason
-            .as_deref()
-            .is_some_and(|r| r.starts_with(STILL_RESOLVING))
+        self.state != "resolving"
     }
 }
 
@@ -195,30 +191,29 @@ impl Shared {
                 },
             })
             .collect();
-        let pools = self
-            .publisher
-            .pools()
-            .iter()
-            .map(|(name, p)| PoolStatus {
-                name: name.clone(),
-                backends: p
-                    .backends
-                    .iter()
-                    .map(|b| BackendStatus {
-                        address: b.address.to_string(),
-                        weight: b.weight,
-                        healthy: b.usable(),
-                        probe: self.probes.get(&(name.clone(), b.address)).cloned(),
-                        next_hop: Some(
-                            self.next_hops
-                                .get(&b.address)
-                                .cloned()
-                                .unwrap_or_else(NextHopStatus::resolving),
-                        ),
-                    })
-                    .collect(),
-            })
-            .collect();
+        let pools =
+            self.publisher
+                .pools()
+                .iter()
+                .map(|(name, p)| PoolStatus {
+                    name: name.clone(),
+                    backends: p
+                        .backends
+                        .iter()
+                        .map(|b| BackendStatus {
+                            address: b.address.to_string(),
+                            weight: b.weight,
+                            healthy: b.usable(),
+                            probe: self.probes.get(&(name.clone(), b.address)).cloned(),
+                            next_hop: Some(
+                                self.next_hops.get(&b.address).cloned().unwrap_or_else(|| {
+                                    NextHopStatus::resolving("resolving".into())
+                                }),
+                            ),
+                        })
+                        .collect(),
+                })
+                .collect();
         Status {
             generation: self.publisher.generation(),
             config_dir: self.config_dir.display().to_string(),

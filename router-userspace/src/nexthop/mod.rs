@@ -338,7 +338,8 @@ fn relevant(
     }
 }
 
-fn neighbour_key(n: &NeighbourMessage) -> Option<NeighbourKey> {
+/// The `(ifindex, address)` a neighbour message is about.
+pub(crate) fn neighbour_key(n: &NeighbourMessage) -> Option<NeighbourKey> {
     n.attributes.iter().find_map(|a| match a {
         NeighbourAttribute::Destination(NeighbourAddress::Inet(v4)) => {
             Some((n.header.ifindex, IpAddr::V4(*v4)))

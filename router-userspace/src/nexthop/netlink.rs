@@ -310,24 +310,15 @@ pub(crate) async fn ours(handle: &Handle) -> Result<Vec<(u32, IpAddr)>, NextHopE
     let mut dump = handle.neighbours().get().execute();
     while let Some(n) = dump.next().await {
         let n = n.map_err(failed("listing neighbour entries".to_owned()))?;
-        let mut mine = false;
-        let mut managed = false;
-        let mut addr = None;
-        for attr in &n.attributes {
-            match attr {
-                NeighbourAttribute::Protocol(p) => mine = u8::from(*p) == PROTOCOL,
-                NeighbourAttribute::ExtFlags(f) => managed = f.contains(NeighbourExtFlags::Managed),
-                NeighbourAttribute::Destination(NeighbourAddress::Inet(a)) => {
-                    addr = Some(IpAddr::V4(*a));
-                }
-                NeighbourAttribute::Destination(NeighbourAddress::Inet6(a)) => {
-                    addr = Some(IpAddr::V6(*a));
-                }
-                _ => {}
-            }
-        }
-        if let (true, true, Some(addr)) = (mine, managed, addr) {
-            found.push((n.header.ifindex, addr));
+        let marked = n
+            .attributes
+            .iter()
+            .any(|a| matches!(a, NeighbourAttribute::Protocol(p) if u8::from(*p) == PROTOCOL));
+        let managed = n.attributes.iter().any(|a| {
+            matches!(a, NeighbourAttribute::ExtFlags(f) if f.contains(NeighbourExtFlags::Managed))
+        });
+        if let (true, true, Some(key)) = (marked, managed, super::neighbour_key(&n)) {
+            found.push(key);
         }
     }
     Ok(found)
