@@ -6,8 +6,8 @@
 //! so that every change switches. One iteration: take the event time, set the push variable
 //! `maintenance_mode` (alternately true and false; `Store::set_push`, which also recomputes the
 //! derived variables), `Driver::on_change` with the changed slots (finds the group that reads
-//! them, evaluates its rules, `require` and switch policy, `Publisher::publish_decision` writes
-//! the word, the audit record is kept), stop the clock. Every iteration must publish exactly one
+//! them, evaluates its rules, `require` and switch policy), `Publisher::publish_decision` writes
+//! the word, and the audit record is kept, as the agent's runtime does, stop the clock. Every iteration must publish exactly one
 //! switch, to the expected pool.
 //!
 //! Two groups: the two-rule `web-failover`, and the same two rules on top of 998 filler rules
@@ -22,7 +22,10 @@ use std::time::{Duration, Instant};
 
 use rules::engine::Action;
 use switchyard::{
-    config::load_files, dataplane::memory::MemoryDataplane, engine::Driver, publish::Publisher,
+    config::load_files,
+    dataplane::memory::MemoryDataplane,
+    decision::{AUDIT_CAPACITY, Audit, Driver, View},
+    publish::Publisher,
     state::Store,
 };
 
@@ -92,26 +95,34 @@ fn us(d: Duration) -> f64 {
 
 fn run(label: &str, fillers: usize, iters: usize) {
     let cfg = load_files(&[("10-web.yaml".into(), yaml(fillers))]).expect("config");
-    let mut store = Store::new(&cfg).expect("store");
-    store.set_probe("dc1_api_healthy", true);
     let mut publisher = Publisher::new();
+    let mut health = publisher.health().clone();
+    health.configure(&cfg);
+    let mut store = Store::new(&cfg, &health);
+    store.set_probe("dc1_api_healthy", true);
     let mut dp = MemoryDataplane::default();
-    let mut driver = Driver::new(&cfg, &store, None).expect("driver");
-    let first = driver.initial_actions(&store, &publisher, Duration::ZERO);
+    let mut driver = Driver::new(&cfg);
+    let mut audit = Audit::new(AUDIT_CAPACITY, None);
+    let first = driver.initial_actions(View {
+        state: store.state(),
+        health: &health,
+        now: Duration::ZERO,
+    });
     publisher
         .apply_decided(&mut dp, &cfg, &first)
         .expect("apply");
-    let start = Instant::now();
-    driver.on_change(
-        &[],
-        true,
-        &store,
-        &mut publisher,
-        &mut dp,
-        Duration::ZERO,
-        "start",
-        start,
-    );
+    let view = View {
+        state: store.state(),
+        health: publisher.health(),
+        now: Duration::ZERO,
+    };
+    for d in driver.on_change(&[], true, view, "start") {
+        if let Some(to) = &d.switch_to {
+            publisher
+                .publish_decision(&mut dp, &d.group, to)
+                .expect("write");
+        }
+    }
     let slot = publisher.groups()[GROUP].slot;
     let words: BTreeMap<bool, u64> = [
         (
@@ -138,26 +149,38 @@ fn run(label: &str, fillers: usize, iters: usize) {
                 if maintenance { "true" } else { "false" },
             )
             .expect("set");
-        let out = driver.on_change(
-            &changed,
-            false,
-            &store,
-            &mut publisher,
-            &mut dp,
+        // As the agent's runtime does: the pure driver decides, the publisher writes the
+        // word, the audit trail keeps the records with the latency.
+        let view = View {
+            state: store.state(),
+            health: publisher.health(),
             now,
-            "bench",
-            event,
-        );
+        };
+        let decided = driver.on_change(&changed, false, view, "bench");
+        let mut out = Vec::new();
+        for d in decided {
+            let Some(to) = &d.switch_to else { continue };
+            if let Some(word) = publisher
+                .publish_decision(&mut dp, &d.group, to)
+                .expect("write")
+            {
+                let latency_us = event.elapsed().as_micros() as u64;
+                out.push((word, latency_us));
+                for mut r in d.records {
+                    r.latency_us = Some(latency_us);
+                    audit.push(r);
+                }
+            }
+        }
         let took = event.elapsed();
         assert_eq!(out.len(), 1, "iteration {i}: {out:?}");
         assert_eq!(dp.decisions[&slot], words[&maintenance], "iteration {i}");
         if i >= warmup {
             times.push(took);
-            reported.push(out[0].latency_us);
+            reported.push(out[0].1);
         }
-        // Keep the in-memory write log and audit ring from growing the measurement.
+        // Keep the in-memory write log from growing the measurement.
         dp.log.clear();
-        driver.evaluations.clear();
     }
     times.sort();
     reported.sort_unstable();

@@ -165,6 +165,7 @@ pools:
                 }],
                 state: vec![],
                 decisions: vec![],
+                rules: Default::default(),
             }
         );
     }

@@ -14,7 +14,7 @@
 //!   version's: nothing else is done, the apply is a no-op);
 //! - **load**: `Fragments::load` — parse, validate, compile every rule expression;
 //! - **engine**: the new configuration's state store and decision driver, carrying over what the
-//!   running ones know (`state::Store::new`, `carry_over`, `engine::Driver::new`, `resume`), and
+//!   running ones know (`state::Store::new`, `carry_over`, `decision::Driver::new`, `resume`), and
 //!   the resource diff against the running configuration (`config::Diff::between`);
 //! - **maps**: `initial_actions`, `Publisher::apply_decided` (backends, Maglev tables built and
 //!   written, pool flips, decision words, services, removals, generation) and the driver's first
@@ -66,7 +66,7 @@ use switchyard::{
         maps::KernelMaps,
         memory::{MemoryDataplane, Write},
     },
-    engine::Driver,
+    decision::{Driver, View},
     history::{History, NewVersion},
     publish::Publisher,
     state::Store,
@@ -113,9 +113,10 @@ impl Running {
     /// `state_dir`.
     fn new(state_dir: &Path) -> Result<Self> {
         let config = config::load_files(&[])?;
-        let store = Store::new(&config)?;
+        let publisher = Publisher::new();
+        let store = Store::new(&config, publisher.health());
         Ok(Self {
-            publisher: Publisher::new(),
+            publisher,
             config,
             store,
             hash: String::new(),
@@ -139,16 +140,31 @@ fn apply(dir: &Path, run: &mut Running, dp: &mut dyn Dataplane) -> Result<Stages
     }
     let cfg = fragments.load()?;
     let t2 = Instant::now();
-    let mut store = Store::new(&cfg)?;
-    store.carry_over(&run.store, &run.publisher, &cfg);
-    let mut driver = Driver::new(&cfg, &store, None)?;
+    let mut health = run.publisher.health().clone();
+    health.configure(&cfg);
+    let mut store = Store::new(&cfg, &health);
+    store.carry_over(&run.store);
+    let mut driver = Driver::new(&cfg);
     let now = run.started.elapsed();
     driver.resume(&cfg, &run.publisher, now);
     let diff = Diff::between(&run.config, &cfg);
     let t3 = Instant::now();
-    let first = driver.initial_actions(&store, &run.publisher, now);
+    let first = driver.initial_actions(View {
+        state: store.state(),
+        health: &health,
+        now,
+    });
     let generation = run.publisher.apply_decided(dp, &cfg, &first)?;
-    driver.on_change(&[], true, &store, &mut run.publisher, dp, now, "apply", t3);
+    let view = View {
+        state: store.state(),
+        health: run.publisher.health(),
+        now,
+    };
+    for d in driver.on_change(&[], true, view, "apply") {
+        if let Some(to) = &d.switch_to {
+            run.publisher.publish_decision(dp, &d.group, to)?;
+        }
+    }
     let t4 = Instant::now();
     let ledger = serde_json::to_string(&run.publisher.ledger())?;
     let time = SystemTime::now().duration_since(UNIX_EPOCH)?.as_secs();

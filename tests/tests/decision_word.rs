@@ -55,6 +55,7 @@ fn config() -> Config {
             require: None,
             automatic: None,
         }],
+        rules: Default::default(),
     }
 }
 

@@ -91,6 +91,7 @@ fn fixture_config() -> Config {
         ],
         state: vec![],
         decisions: vec![],
+        rules: Default::default(),
     }
 }
 

@@ -102,6 +102,7 @@ fn config() -> Config {
         ],
         state: vec![],
         decisions: vec![],
+        rules: Default::default(),
     }
 }
 

@@ -16,25 +16,29 @@ use std::{
     collections::{BTreeMap, BTreeSet, HashMap},
     net::IpAddr,
     path::PathBuf,
-    sync::{Arc, Mutex},
     time::{Instant, SystemTime, UNIX_EPOCH},
 };
 
-use log::{error, info, warn};
+use log::{info, warn};
 use tokio::sync::mpsc;
 
 pub mod apply;
-pub mod decisions;
-pub mod next_hops;
+pub mod command;
+mod next_hops;
+mod queries;
+mod rates;
+pub mod recorder;
+pub mod runtime;
 mod watch;
 
-pub use apply::{Outcome, Running};
+pub use apply::{ApplyError, Outcome, Running};
+
+use command::Command;
+use recorder::Recorder;
+use runtime::Runtime;
 
 use crate::{
-    api::{
-        metrics::Metrics,
-        status::{NextHopStatus, ProbeStatus},
-    },
+    api::{self, metrics::Metrics},
     config::{self, Config},
     dataplane::{
         Dataplane as _, DataplaneError,
@@ -42,10 +46,10 @@ use crate::{
         load,
         maps::KernelMaps,
     },
-    engine::Driver,
+    decision::{AUDIT_CAPACITY, Audit, AuditFile, Driver},
     history::History,
-    nexthop::{self, NextHopEvent, Resolver},
-    probe::{HealthEvent, ProbeTarget},
+    nexthop::{self, NextHopEvent},
+    probe::HealthEvent,
     publish::{Ledger, PublishError, Publisher, RestoreError},
     record::{self, Record},
     state::Store,
@@ -76,9 +80,6 @@ pub enum AgentError {
     /// Publishing the config failed.
     #[error(transparent)]
     Publish(#[from] PublishError),
-    /// The state variables or decision groups could not be set up.
-    #[error("state and decisions: {0}")]
-    Decisions(String),
     /// The first apply failed.
     #[error(transparent)]
     Apply(#[from] apply::ApplyError),
@@ -94,6 +95,9 @@ pub enum AgentError {
     /// A signal handler could not be installed.
     #[error("installing a signal handler: {0}")]
     Signal(#[source] std::io::Error),
+    /// The history store's thread could not be started.
+    #[error("starting the history store's thread: {0}")]
+    HistoryThread(#[source] std::io::Error),
     /// The API socket could not be bound.
     #[error("binding the local API on {addr}: {source}")]
     Api {
@@ -103,57 +107,6 @@ pub enum AgentError {
         #[source]
         source: std::io::Error,
     },
-}
-
-/// State shared by the event loop and the API.
-pub struct Shared {
-    /// The map writer and what it published.
-    pub publisher: Publisher,
-    /// The maps.
-    pub maps: KernelMaps,
-    /// The running config.
-    pub config: Config,
-    /// Where it came from.
-    pub config_dir: PathBuf,
-    /// Interfaces and how they were attached.
-    pub interfaces: Vec<(String, Attached)>,
-    /// Kernel id of the program this agent loaded (the one it attached; adopted links keep
-    /// the program an earlier agent attached).
-    pub program_id: Option<u32>,
-    /// Last probe per (pool, backend).
-    pub probes: HashMap<(String, IpAddr), ProbeStatus>,
-    /// The last rejected config change, with its errors, until a change applies.
-    pub rejected: Option<String>,
-    /// Agent metrics.
-    pub metrics: Metrics,
-    /// XDP mode.
-    pub mode: Mode,
-    /// The live state.
-    pub store: Store,
-    /// The decision groups.
-    pub driver: Driver,
-    /// Engine time is the time since this instant.
-    pub started: Instant,
-    /// Wakes the event loop when a deadline may have moved (an API change).
-    pub wake: Arc<tokio::sync::Notify>,
-    /// The running config's version.
-    pub running: Running,
-    /// Applied versions.
-    pub history: History,
-    /// Applies asked for through the API go to the event loop through here.
-    pub apply_tx: mpsc::Sender<apply::Request>,
-    /// Content hash of the config directory's fragments when it was last read (by any entry
-    /// point): the watch applies the directory only when its fragments changed since, so after
-    /// a rollback an event that changes no fragment does not apply the files again; `status`
-    /// compares it with the running hash. Empty when the last read failed.
-    pub seen: String,
-    /// Resolves and follows every backend's next hop (`None` only in tests without netlink).
-    pub resolver: Option<Resolver>,
-    /// What the agent last made of each backend address's next hop, for `status`.
-    pub next_hops: BTreeMap<IpAddr, NextHopStatus>,
-    /// Interfaces the program is attached to, by ifindex: the only ones a next hop may
-    /// leave by (they are the redirect targets in `TX_PORTS`).
-    pub egress: BTreeMap<u32, String>,
 }
 
 pub(crate) fn now_secs() -> u64 {
@@ -167,30 +120,6 @@ pub fn backend_addresses(cfg: &Config) -> BTreeSet<IpAddr> {
     cfg.pools
         .iter()
         .flat_map(|p| p.backends.iter().map(|b| b.address))
-        .collect()
-}
-
-/// The probes of `cfg`, each starting from the health `publisher` has for its backend (up for
-/// a backend it does not know).
-fn targets(cfg: &Config, publisher: &Publisher) -> Vec<ProbeTarget> {
-    let healthy = |pool: &str, address: IpAddr| {
-        publisher
-            .pools()
-            .get(pool)
-            .and_then(|p| p.backends.iter().find(|b| b.address == address))
-            .is_none_or(|b| b.healthy)
-    };
-    cfg.pools
-        .iter()
-        .filter_map(|p| p.health_check.as_ref().map(|hc| (p, hc)))
-        .flat_map(|(p, hc)| {
-            p.backends.iter().map(move |b| ProbeTarget {
-                pool: p.name.clone(),
-                address: b.address,
-                check: hc.clone(),
-                healthy: healthy(&p.name, b.address),
-            })
-        })
         .collect()
 }
 
@@ -269,10 +198,6 @@ pub async fn run(opts: Options) -> Result<(), AgentError> {
             }
         }
     }
-    let program_id = load::program(&ebpf)
-        .ok()
-        .and_then(|p| p.info().ok())
-        .map(|i| i.id());
     let resumed = if adopting_maps {
         resume(&history, &maps)
     } else {
@@ -300,71 +225,66 @@ pub async fn run(opts: Options) -> Result<(), AgentError> {
     let resolver = nexthop::spawn(hop_tx)?;
     // The agent settings this process runs with are the ones it started with (the API bound,
     // the pins and history opened above), whatever a resumed version recorded: applies keep
-    // them (`apply::try_apply`), and they are not a change.
+    // them (`Runtime::running_agent`), and they are not a change.
     previous.agent = cfg.agent.clone();
-    let store = Store::new(&previous).map_err(|e| AgentError::Decisions(e.to_string()))?;
-    let driver =
-        Driver::new(&previous, &store, None).map_err(|e| AgentError::Decisions(e.to_string()))?;
-    let (tx, mut rx) = mpsc::channel::<HealthEvent>(1024);
-    let (apply_tx, mut apply_rx) = mpsc::channel::<apply::Request>(16);
-    let wake = Arc::new(tokio::sync::Notify::new());
-    let mut shared = Shared {
+    let store = Store::new(&previous, publisher.health());
+    let driver = Driver::new(&previous);
+    let recorder = Recorder::spawn(history).map_err(AgentError::HistoryThread)?;
+    let (probe_tx, mut probe_rx) = mpsc::channel::<HealthEvent>(1024);
+    let (commands, mut command_rx) = mpsc::channel::<Command>(64);
+    let metrics = Metrics::default();
+    let mut rt = Runtime {
         publisher,
         maps,
         config: previous,
         config_dir: opts.config_dir.clone(),
         interfaces,
-        program_id,
-        probes: HashMap::new(),
-        rejected: None,
-        metrics: Metrics::default(),
         mode: opts.mode,
+        probes: HashMap::new(),
+        probe_set: None,
+        probe_tx,
+        rejected: None,
+        metrics: metrics.clone(),
         store,
         driver,
+        audit: Audit::new(AUDIT_CAPACITY, Some(AuditFile::open(&cfg.agent.state_dir))),
         started: epoch,
-        wake: wake.clone(),
         running,
-        history,
-        apply_tx,
+        recorder: recorder.clone(),
+        commands: commands.clone(),
         seen: fragments.hash(),
         resolver: Some(resolver),
         next_hops: BTreeMap::new(),
         egress,
+        sampler: rates::RateSampler::default(),
     };
-    next_hops::first_round(&mut shared, &cfg, &mut hop_rx).await;
-    let mut probes = match apply::start(&mut shared, fragments, &tx) {
-        Ok(set) => set,
-        Err(e) => {
-            // Nothing this run attached may stay behind a config that never applied.
-            for (iface, how) in &shared.interfaces {
-                if how.attached_now() {
-                    let _ = attach::detach(&pin_dir, iface, true);
-                }
+    next_hops::first_round(&mut rt, &cfg, &mut hop_rx).await;
+    if let Err(e) = rt.start(fragments) {
+        // Nothing this run attached may stay behind a config that never applied.
+        for (iface, how) in &rt.interfaces {
+            if how.attached_now() {
+                let _ = attach::detach(&pin_dir, iface, true);
             }
-            return Err(e.into());
         }
-    };
+        return Err(e.into());
+    }
     // Adopted maps may hold services an earlier agent published and this config no longer
     // has (removed while no agent ran, with no ledger to resume): the publisher does not know
     // them, so nothing else would ever remove them.
-    remove_unknown_services(&shared.publisher, &mut shared.maps)?;
-    let shared = Arc::new(Mutex::new(shared));
-    let mut sampler = decisions::RateSampler::default();
+    remove_unknown_services(&rt.publisher, &mut rt.maps)?;
+    let api = tokio::spawn(api::serve(
+        listener,
+        api::Api {
+            commands,
+            recorder,
+            metrics,
+        },
+    ));
     let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
-    let api = tokio::spawn(crate::api::serve(listener, shared.clone()));
-
     // When the directory has been quiet for the debounce after its last event.
     let mut settle: Option<tokio::time::Instant> = None;
     loop {
-        let deadline = shared
-            .lock()
-            .ok()
-            .and_then(|s| s.driver.next_deadline())
-            // Engine time saturates (an override TTL or a `stable_for` of billions of years is
-            // valid input); an instant that far out does not exist, and `+` would panic and
-            // kill the agent. Such a deadline never comes.
-            .and_then(|d| epoch.checked_add(d))
-            .map(tokio::time::Instant::from_std);
+        let deadline = rt.next_deadline().map(tokio::time::Instant::from_std);
         let timer = async {
             match deadline {
                 Some(d) => tokio::time::sleep_until(d).await,
@@ -377,55 +297,42 @@ pub async fn run(opts: Options) -> Result<(), AgentError> {
                 None => std::future::pending().await,
             }
         };
-        tokio::select! {
-            Some(ev) = rx.recv() => on_health(&shared, ev),
-            Some(events) = hop_rx.recv() => {
-                if let Ok(mut s) = shared.lock() {
-                    next_hops::on_events(&mut s, events);
-                }
-            }
-            () = timer => {
-                if let Ok(mut s) = shared.lock() {
-                    decisions::timer(&mut s);
-                }
-            }
-            () = wake.notified() => {}
+        let command = tokio::select! {
+            Some(command) = command_rx.recv() => command,
+            Some(ev) = probe_rx.recv() => Command::Health(ev),
+            Some(events) = hop_rx.recv() => Command::NextHops(events),
+            () = timer => Command::Deadline,
             _ = tick.tick() => {
-                sampler.sample(&shared);
                 if watch.follow() {
                     settle = Some(tokio::time::Instant::now() + watch::DEBOUNCE);
                 }
+                Command::Sample
             }
             Some(()) = watch_rx.recv() => {
                 settle = Some(tokio::time::Instant::now() + watch::DEBOUNCE);
+                continue;
             }
             () = settled => {
                 if watch.writing().is_some() {
                     // A fragment is still being written: read it once it is closed.
                     settle = Some(tokio::time::Instant::now() + watch::DEBOUNCE);
-                } else {
-                    settle = None;
-                    if let Some(set) = apply::watched(&shared, &tx) {
-                        probes = set;
-                    }
+                    continue;
                 }
+                settle = None;
+                Command::ApplyDirectory { source: "watch", only_if_changed: true, reply: None }
             }
-            _ = hup.recv() => {
-                if let Some(set) = apply::directory(&shared, "sighup", &tx) {
-                    probes = set;
-                }
-            }
-            Some(req) = apply_rx.recv() => {
-                if let Some(set) = apply::serve(&shared, req, &tx) {
-                    probes = set;
-                }
-            }
+            _ = hup.recv() => Command::ApplyDirectory {
+                source: "sighup",
+                only_if_changed: false,
+                reply: None,
+            },
             _ = term.recv() => break,
             _ = tokio::signal::ctrl_c() => break,
-        }
+        };
+        rt.execute(command);
     }
     drop(watch);
-    drop(probes);
+    rt.stop();
     api.abort();
     // Keep `ebpf` alive until here: the maps and program stay pinned and attached after exit.
     drop(ebpf);
@@ -515,72 +422,6 @@ fn remove_unknown_services(
         }
     }
     Ok(())
-}
-
-fn on_health(shared: &Arc<Mutex<Shared>>, ev: HealthEvent) {
-    let event = Instant::now();
-    let Ok(mut s) = shared.lock() else { return };
-    if let Some(var) = ev.pool.strip_prefix(decisions::STATE_PROBE_PREFIX) {
-        let slots = s.store.set_probe(var, ev.healthy);
-        decisions::changed(&mut s, &slots, false, var, event);
-        return;
-    }
-    let rtt = s.store.record_rtt(ev.address, ev.outcome.latency);
-    decisions::changed(&mut s, &rtt, false, "rtt", event);
-    s.metrics
-        .health_check
-        .get_or_create(&vec![("pool", ev.pool.clone())])
-        .observe(ev.outcome.latency.as_secs_f64());
-    s.probes.insert(
-        (ev.pool.clone(), ev.address),
-        ProbeStatus {
-            healthy: ev.healthy,
-            last_ok: ev.outcome.success,
-            detail: ev.outcome.detail.clone(),
-            latency_us: ev.outcome.latency.as_micros() as u64,
-        },
-    );
-    if ev.transition.is_none() {
-        return;
-    }
-    let started = Instant::now();
-    let Shared {
-        publisher, maps, ..
-    } = &mut *s;
-    match publisher.set_health(maps, &ev.pool, ev.address, ev.healthy) {
-        Ok(true) => {
-            let took = started.elapsed();
-            s.metrics.map_write.observe(took.as_secs_f64());
-            let verdict = if ev.healthy { "up" } else { "down" };
-            info!(
-                "pool {} backend {} is {verdict} ({}); maps written in {} µs",
-                ev.pool,
-                ev.address,
-                ev.outcome.detail,
-                took.as_micros()
-            );
-        }
-        Ok(false) => {}
-        Err(e) => error!(
-            "pool {} backend {}: writing health failed: {e}",
-            ev.pool, ev.address
-        ),
-    }
-    let usable = usable(&s.publisher, &ev.pool, ev.address).unwrap_or(ev.healthy);
-    let slots = s.store.set_backend_health(&ev.pool, ev.address, usable);
-    let cause = format!("pool {} backend {}", ev.pool, ev.address);
-    decisions::changed(&mut s, &slots, false, &cause, event);
-}
-
-/// Whether `address` in `pool` takes new flows (healthy and reachable), as published.
-fn usable(publisher: &Publisher, pool: &str, address: IpAddr) -> Option<bool> {
-    publisher
-        .pools()
-        .get(pool)?
-        .backends
-        .iter()
-        .find(|b| b.address == address)
-        .map(crate::publish::BackendState::usable)
 }
 
 #[cfg(test)]

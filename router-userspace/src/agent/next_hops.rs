@@ -1,85 +1,70 @@
 //! The agent's side of next hops: each round of the resolver's changes goes into the maps
 //! (`Publisher::set_next_hops`), into the state the rules read, and into what `status` says.
 
-use std::{collections::HashSet, net::IpAddr, time::Instant};
+use std::{net::IpAddr, time::Instant};
 
 use log::{error, info, warn};
 
-use super::{Shared, decisions, now_secs};
+use super::{now_secs, runtime::Runtime};
 use crate::{
     api::status::NextHopStatus,
     nexthop::{NextHopEvent, Resolution},
 };
 
-/// Applies a round of next-hop changes: the map entries, the tables of the pools whose usable
-/// backends changed, the state the rules read (a backend without a next hop is not healthy to
-/// them), and what `status` says. A next hop that leaves by an interface the program is not
-/// attached to cannot be used (the program could not redirect there): it counts as
-/// unresolved, with that reason.
-pub fn on_events(s: &mut Shared, events: Vec<NextHopEvent>) {
-    let event = Instant::now();
-    let mut hops = Vec::with_capacity(events.len());
-    let mut round = HashSet::with_capacity(events.len());
-    for ev in events {
-        let (hop, status) = judge(s, ev.address, ev.resolution);
-        match (&hop, &status.reason) {
-            (Some(_), _) => info!(
-                "backend {}: next hop {}",
-                ev.address,
-                status.via.as_deref().unwrap_or("")
-            ),
-            (None, Some(why)) if status.decided() => {
-                warn!("backend {}: no next hop, no new flows ({why})", ev.address);
-                s.metrics
-                    .unresolved
-                    .get_or_create(&vec![("backend", ev.address.to_string())])
-                    .inc();
+impl Runtime {
+    /// Applies a round of next-hop changes: the map entries, the tables of the pools whose usable
+    /// backends changed, the state the rules read (a backend without a next hop is not healthy to
+    /// them), and what `status` says. A next hop that leaves by an interface the program is not
+    /// attached to cannot be used (the program could not redirect there): it counts as
+    /// unresolved, with that reason.
+    pub(super) fn on_next_hops(&mut self, events: Vec<NextHopEvent>) {
+        let s = self;
+        let event = Instant::now();
+        let mut hops = Vec::with_capacity(events.len());
+        for ev in events {
+            let (hop, status) = judge(s, ev.address, ev.resolution);
+            match (&hop, &status.reason) {
+                (Some(_), _) => info!(
+                    "backend {}: next hop {}",
+                    ev.address,
+                    status.via.as_deref().unwrap_or("")
+                ),
+                (None, Some(why)) if status.decided() => {
+                    warn!("backend {}: no next hop, no new flows ({why})", ev.address);
+                    s.metrics
+                        .unresolved
+                        .get_or_create(&vec![("backend", ev.address.to_string())])
+                        .inc();
+                }
+                (None, _) => {}
             }
-            (None, _) => {}
+            s.next_hops.insert(ev.address, status);
+            hops.push((ev.address, hop));
         }
-        s.next_hops.insert(ev.address, status);
-        round.insert(ev.address);
-        hops.push((ev.address, hop));
-    }
-    let started = Instant::now();
-    let Shared {
-        publisher, maps, ..
-    } = s;
-    let pools = match publisher.set_next_hops(maps, &hops) {
-        Ok(pools) => pools,
-        Err(e) => {
-            error!("writing next hops failed: {e}");
-            return;
+        let started = Instant::now();
+        let pools = match s.publisher.set_next_hops(&mut s.maps, &hops) {
+            Ok(pools) => pools,
+            Err(e) => {
+                error!("writing next hops failed: {e}");
+                return;
+            }
+        };
+        s.metrics.map_write.observe(started.elapsed().as_secs_f64());
+        // The rules see what the tables hold; a pool that gained or lost usable backends changes
+        // what `require` vetoes: every group is evaluated again.
+        let slots = s.store.refresh_health(s.publisher.health(), &pools);
+        if !slots.is_empty() || !pools.is_empty() {
+            s.decide(&slots, !pools.is_empty(), "next hop", event);
         }
-    };
-    s.metrics.map_write.observe(started.elapsed().as_secs_f64());
-    // The rules see what the tables hold: every backend of the round, healthy only if usable.
-    let usable: Vec<(String, IpAddr, bool)> = s
-        .publisher
-        .pools()
-        .iter()
-        .flat_map(|(name, p)| {
-            p.backends
-                .iter()
-                .filter(|b| round.contains(&b.address))
-                .map(|b| (name.clone(), b.address, b.usable()))
-        })
-        .collect();
-    let mut slots = Vec::new();
-    for (pool, address, up) in usable {
-        slots.extend(s.store.set_backend_health(&pool, address, up));
     }
-    // A pool that gained or lost usable backends changes what `require` vetoes: every group
-    // is evaluated again.
-    decisions::changed(s, &slots, !pools.is_empty(), "next hop", event);
 }
 
 /// Before the first apply of a start: has the resolver resolve `cfg`'s backends and takes its
 /// reports until every one has a verdict, for at most [`FIRST_ROUND`], so the first tables
 /// already hold the backends that can be reached (a backend still resolving then joins when
 /// it resolves, as after any apply).
-pub async fn first_round(
-    s: &mut Shared,
+pub(super) async fn first_round(
+    s: &mut Runtime,
     cfg: &crate::config::Config,
     rx: &mut tokio::sync::mpsc::Receiver<Vec<NextHopEvent>>,
 ) {
@@ -92,7 +77,7 @@ pub async fn first_round(
         .all(|a| s.next_hops.get(a).is_some_and(NextHopStatus::decided))
     {
         match tokio::time::timeout_at(deadline, rx.recv()).await {
-            Ok(Some(events)) => on_events(s, events),
+            Ok(Some(events)) => s.on_next_hops(events),
             Ok(None) | Err(_) => break,
         }
     }
@@ -104,7 +89,7 @@ pub const FIRST_ROUND: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// The map entry (`None`: unresolved) and the status of one backend address's resolution.
 fn judge(
-    s: &Shared,
+    s: &Runtime,
     address: IpAddr,
     resolution: Resolution,
 ) -> (Option<router_common::NextHop>, NextHopStatus) {
@@ -141,7 +126,7 @@ fn judge(
 
 /// The status of a next hop that just became (or stays) unresolved: it keeps the time it
 /// first became so.
-fn unresolved(s: &Shared, address: IpAddr, reason: String) -> NextHopStatus {
+fn unresolved(s: &Runtime, address: IpAddr, reason: String) -> NextHopStatus {
     let since = s
         .next_hops
         .get(&address)

@@ -1,4 +1,4 @@
-//! The operator endpoints of the local API (`switchyard ctl …`), and the state metrics.
+//! The operator endpoints of the local API (`switchyard ctl …`).
 //!
 //! | endpoint | body / query | does |
 //! |---|---|---|
@@ -10,37 +10,21 @@
 //! | `GET /explain/{group}` | | explain |
 //! | `POST /what-if` | `{"group","set":["var=value",…]}` | explain on a hypothetical state |
 //!
-//! Errors are `400 {"error": "…"}`; nothing changes.
+//! Changes go to the agent's event loop as commands, reads as queries. Errors are
+//! `400 {"error": "…"}`; nothing changes.
 
-use std::{
-    sync::{Arc, Mutex},
-    time::Instant,
-};
+use std::time::Instant;
 
 use axum::{
     Json,
     extract::{Path, Query, State},
-    http::StatusCode,
     response::{IntoResponse, Response},
 };
 use rules::engine::{Action, OverrideRequest};
 use serde::{Deserialize, Serialize};
 
-use crate::agent::{Shared, decisions};
-
-type SharedState = Arc<Mutex<Shared>>;
-
-fn bad(e: impl std::fmt::Display) -> Response {
-    (
-        StatusCode::BAD_REQUEST,
-        Json(serde_json::json!({ "error": e.to_string() })),
-    )
-        .into_response()
-}
-
-fn locked(shared: &SharedState) -> Result<std::sync::MutexGuard<'_, Shared>, StatusCode> {
-    shared.lock().map_err(|_| StatusCode::INTERNAL_SERVER_ERROR)
-}
+use super::{Api, answer, bad};
+use crate::agent::command::{self, Command};
 
 /// One variable in `GET /state`.
 #[derive(Debug, Serialize, Deserialize)]
@@ -54,22 +38,11 @@ pub struct StateEntry {
 }
 
 /// `GET /state`.
-pub async fn get_state(State(shared): State<SharedState>) -> Response {
-    let s = match locked(&shared) {
-        Ok(s) => s,
-        Err(r) => return r.into_response(),
-    };
-    let entries: Vec<StateEntry> = s
-        .store
-        .values()
-        .filter(|(n, _)| !n.starts_with("target."))
-        .map(|(n, v)| StateEntry {
-            name: n.to_owned(),
-            value: v.to_string(),
-            source: s.store.source_of(n).to_owned(),
-        })
-        .collect();
-    Json(entries).into_response()
+pub async fn get_state(State(api): State<Api>) -> Response {
+    match api.query(command::Query::State).await {
+        Ok(entries) => Json(entries).into_response(),
+        Err(r) => r,
+    }
 }
 
 /// `POST /state` body.
@@ -82,21 +55,17 @@ pub struct SetState {
 }
 
 /// `POST /state`.
-pub async fn set_state(State(shared): State<SharedState>, Json(req): Json<SetState>) -> Response {
+pub async fn set_state(State(api): State<Api>, Json(req): Json<SetState>) -> Response {
     let event = Instant::now();
-    let mut s = match locked(&shared) {
-        Ok(s) => s,
-        Err(r) => return r.into_response(),
-    };
-    match s.store.set_push(&req.name, &req.value) {
-        Ok(slots) => {
-            let cause = format!("state set {}={}", req.name, req.value);
-            decisions::changed(&mut s, &slots, false, &cause, event);
-            s.wake.notify_one();
-            Json(serde_json::json!({ "changed": !slots.is_empty() })).into_response()
-        }
-        Err(e) => bad(e),
-    }
+    let r = api
+        .ask(|reply| Command::SetState {
+            name: req.name,
+            value: req.value,
+            event,
+            reply,
+        })
+        .await;
+    answer(r.map(|r| r.map(|changed| serde_json::json!({ "changed": changed }))))
 }
 
 /// `POST /override` body.
@@ -134,38 +103,21 @@ pub fn parse_action(text: &str) -> Result<Action, String> {
     Err(format!("{text:?}: expected pool=NAME or split=A:W,B:W"))
 }
 
-fn override_op(s: &mut Shared, group: &str, req: Option<OverrideRequest>, cause: &str) -> Response {
-    if let Some(r) = &req {
-        let known = |p: &str| s.publisher.pools().contains_key(p);
-        if let Some(p) = r.action.live_pools().find(|p| !known(p)) {
-            return bad(format!("unknown pool {p:?}"));
-        }
-    }
-    let now = s.started.elapsed();
-    let Shared {
-        store,
-        driver,
-        publisher,
-        maps,
-        metrics,
-        wake,
-        ..
-    } = s;
-    match driver.set_override(group, req, store, publisher, maps, now, cause) {
-        Ok(p) => {
-            decisions::record(metrics, driver, p.as_slice());
-            wake.notify_one();
-            Json(serde_json::json!({ "switched": p })).into_response()
-        }
-        Err(e) => bad(e),
-    }
+async fn override_op(api: &Api, group: String, request: Option<OverrideRequest>) -> Response {
+    let event = Instant::now();
+    let r = api
+        .ask(|reply| Command::Override {
+            group,
+            request,
+            event,
+            reply,
+        })
+        .await;
+    answer(r.map(|r| r.map(|p| serde_json::json!({ "switched": p }))))
 }
 
 /// `POST /override`.
-pub async fn set_override(
-    State(shared): State<SharedState>,
-    Json(req): Json<SetOverride>,
-) -> Response {
+pub async fn set_override(State(api): State<Api>, Json(req): Json<SetOverride>) -> Response {
     let action = match parse_action(&req.to) {
         Ok(a) => a,
         Err(e) => return bad(e),
@@ -180,23 +132,12 @@ pub async fn set_override(
     if req.force {
         request = request.force();
     }
-    let mut s = match locked(&shared) {
-        Ok(s) => s,
-        Err(r) => return r.into_response(),
-    };
-    override_op(&mut s, &req.group, Some(request), "override set")
+    override_op(&api, req.group, Some(request)).await
 }
 
 /// `DELETE /override/{group}`.
-pub async fn clear_override(
-    State(shared): State<SharedState>,
-    Path(group): Path<String>,
-) -> Response {
-    let mut s = match locked(&shared) {
-        Ok(s) => s,
-        Err(r) => return r.into_response(),
-    };
-    override_op(&mut s, &group, None, "override clear")
+pub async fn clear_override(State(api): State<Api>, Path(group): Path<String>) -> Response {
+    override_op(&api, group, None).await
 }
 
 /// `GET /decisions` query.
@@ -207,35 +148,26 @@ pub struct DecisionsQuery {
 }
 
 /// `GET /decisions`.
-pub async fn decisions_log(
-    State(shared): State<SharedState>,
-    Query(q): Query<DecisionsQuery>,
-) -> Response {
-    let s = match locked(&shared) {
-        Ok(s) => s,
-        Err(r) => return r.into_response(),
-    };
-    let records: Vec<_> = s
-        .driver
-        .audit
-        .iter()
-        .filter(|r| q.group.as_ref().is_none_or(|g| &r.group == g))
-        .cloned()
-        .collect();
-    Json(records).into_response()
+pub async fn decisions_log(State(api): State<Api>, Query(q): Query<DecisionsQuery>) -> Response {
+    match api
+        .query(|reply| command::Query::Decisions(q.group, reply))
+        .await
+    {
+        Ok(records) => Json(records).into_response(),
+        Err(r) => r,
+    }
 }
 
 /// `GET /explain/{group}`.
-pub async fn explain(State(shared): State<SharedState>, Path(group): Path<String>) -> Response {
-    let s = match locked(&shared) {
-        Ok(s) => s,
-        Err(r) => return r.into_response(),
-    };
-    let now = s.started.elapsed();
-    match s.driver.explain(&group, s.store.state(), &s.publisher, now) {
-        Ok(e) => Json(e).into_response(),
-        Err(e) => bad(e),
-    }
+pub async fn explain(State(api): State<Api>, Path(group): Path<String>) -> Response {
+    let r = api
+        .query(|reply| command::Query::Explain {
+            group,
+            sets: Vec::new(),
+            reply,
+        })
+        .await;
+    answer(r)
 }
 
 /// `POST /what-if` body.
@@ -248,7 +180,7 @@ pub struct WhatIf {
 }
 
 /// `POST /what-if`.
-pub async fn what_if(State(shared): State<SharedState>, Json(req): Json<WhatIf>) -> Response {
+pub async fn what_if(State(api): State<Api>, Json(req): Json<WhatIf>) -> Response {
     let mut sets = Vec::new();
     for x in &req.set {
         match x.split_once('=') {
@@ -256,19 +188,14 @@ pub async fn what_if(State(shared): State<SharedState>, Json(req): Json<WhatIf>)
             None => return bad(format!("{x:?}: expected var=value")),
         }
     }
-    let s = match locked(&shared) {
-        Ok(s) => s,
-        Err(r) => return r.into_response(),
-    };
-    let state = match s.store.hypothetical(&sets) {
-        Ok(st) => st,
-        Err(e) => return bad(e),
-    };
-    let now = s.started.elapsed();
-    match s.driver.explain(&req.group, &state, &s.publisher, now) {
-        Ok(e) => Json(e).into_response(),
-        Err(e) => bad(e),
-    }
+    let r = api
+        .query(|reply| command::Query::Explain {
+            group: req.group,
+            sets,
+            reply,
+        })
+        .await;
+    answer(r)
 }
 
 #[cfg(test)]

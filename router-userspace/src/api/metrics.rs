@@ -16,7 +16,7 @@
 //! | `switchyard_config_applied_total` | counter | |
 //! | `switchyard_history_errors_total` | counter | |
 
-use std::sync::{Arc, Mutex};
+use std::net::IpAddr;
 
 use prometheus_client::{
     collector::Collector,
@@ -33,17 +33,15 @@ use prometheus_client::{
 
 use std::collections::BTreeMap;
 
-use rules::{
-    Value,
-    engine::{Action, AuditKind},
-};
+use rules::engine::{Action, AuditKind, AuditRecord};
 
-use crate::{agent::Shared, dataplane::counters};
+use crate::dataplane::counters;
 
 type Labels = Vec<(&'static str, String)>;
 
-/// The agent's own metrics (the data-plane counters are read at scrape time).
-#[derive(Debug)]
+/// The agent's own metrics (the data-plane counters are read at scrape time). Clones share
+/// the same families: the runtime updates them, `/metrics` encodes them.
+#[derive(Clone, Debug)]
 pub struct Metrics {
     /// Health-check probe latency by pool, seconds.
     pub health_check: Family<Labels, Histogram>,
@@ -85,8 +83,45 @@ impl Default for Metrics {
     }
 }
 
-/// A registry holding `metrics` and a collector over `shared`'s maps.
-pub fn registry(metrics: &Metrics, shared: Arc<Mutex<Shared>>) -> Registry {
+/// One backend of one pool, at scrape time.
+#[derive(Clone, Debug)]
+pub struct BackendRow {
+    /// The pool.
+    pub pool: String,
+    /// The backend's address.
+    pub address: IpAddr,
+    /// Its slot (its counters' index).
+    pub slot: u32,
+    /// Its health check's verdict.
+    pub healthy: bool,
+    /// Whether its next hop is resolved.
+    pub reachable: bool,
+}
+
+/// What the runtime hands `/metrics` at scrape time.
+pub struct Scrape {
+    /// The program's per-CPU counters, summed.
+    pub counters: counters::Snapshot,
+    /// Service names and slots.
+    pub services: Vec<(String, u32)>,
+    /// Every backend of every pool.
+    pub backends: Vec<BackendRow>,
+    /// Every bool (0/1) and number variable and built-in.
+    pub state: Vec<(String, f64)>,
+    /// The audit ring.
+    pub audit: Vec<AuditRecord>,
+    /// Decision groups under an override.
+    pub overrides: usize,
+}
+
+impl std::fmt::Debug for Scrape {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Scrape")
+    }
+}
+
+/// A registry holding `metrics` and the values of one scrape.
+pub fn registry(metrics: &Metrics, scrape: Scrape) -> Registry {
     let mut r = Registry::with_prefix("switchyard");
     r.register(
         "health_check_duration_seconds",
@@ -133,19 +168,13 @@ pub fn registry(metrics: &Metrics, shared: Arc<Mutex<Shared>>) -> Registry {
         "Times a backend's next hop was found unresolved (no new flows until it resolves)",
         metrics.unresolved.clone(),
     );
-    r.register_collector(Box::new(StateCollector(shared.clone())));
-    r.register_collector(Box::new(DataplaneCollector(shared)));
+    r.register_collector(Box::new(ScrapeCollector(scrape)));
     r
 }
 
-/// Reads the per-CPU counters at scrape time.
-struct DataplaneCollector(Arc<Mutex<Shared>>);
-
-impl std::fmt::Debug for DataplaneCollector {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("DataplaneCollector")
-    }
-}
+/// The values of one scrape, as metric families.
+#[derive(Debug)]
+struct ScrapeCollector(Scrape);
 
 fn family(
     encoder: &mut DescriptorEncoder,
@@ -164,192 +193,161 @@ fn family(
     Ok(())
 }
 
-impl Collector for DataplaneCollector {
+impl Collector for ScrapeCollector {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        let Ok(shared) = self.0.lock() else {
-            return Ok(());
+        dataplane(&self.0, &mut encoder)?;
+        state(&self.0, &mut encoder)
+    }
+}
+
+/// The program's counters and each backend's state.
+fn dataplane(scrape: &Scrape, encoder: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
+    let snap = &scrape.counters;
+    let (mut pk, mut by) = (Vec::new(), Vec::new());
+    for (r, t) in &snap.reasons {
+        pk.push((vec![("reason", r.name().to_owned())], t.packets));
+        by.push((vec![("reason", r.name().to_owned())], t.bytes));
+    }
+    family(
+        encoder,
+        "packets",
+        "Packets by reason",
+        MetricType::Counter,
+        &pk,
+    )?;
+    family(
+        encoder,
+        "bytes",
+        "Bytes by reason",
+        MetricType::Counter,
+        &by,
+    )?;
+
+    let (mut pk, mut by) = (Vec::new(), Vec::new());
+    for (slot, verdict, t) in &snap.services {
+        let Some((name, _)) = scrape.services.iter().find(|(_, s)| s == slot) else {
+            continue;
         };
-        let pools = shared.publisher.pools();
-        let services = shared.publisher.services();
-        let snap = counters::snapshot(
-            &shared.maps,
-            services.values().map(|s| s.value.id),
-            pools
-                .values()
-                .flat_map(|p| p.backends.iter().map(|b| b.slot)),
-        );
-        let (mut pk, mut by) = (Vec::new(), Vec::new());
-        for (r, t) in &snap.reasons {
-            pk.push((vec![("reason", r.name().to_owned())], t.packets));
-            by.push((vec![("reason", r.name().to_owned())], t.bytes));
-        }
-        family(
-            &mut encoder,
-            "packets",
-            "Packets by reason",
-            MetricType::Counter,
-            &pk,
-        )?;
-        family(
-            &mut encoder,
-            "bytes",
-            "Bytes by reason",
-            MetricType::Counter,
-            &by,
-        )?;
-
-        let (mut pk, mut by) = (Vec::new(), Vec::new());
-        for (slot, verdict, t) in &snap.services {
-            let Some(name) = services
-                .iter()
-                .find(|(_, s)| s.value.id == *slot)
-                .map(|(n, _)| n)
-            else {
-                continue;
-            };
-            let labels = vec![
-                ("service", name.clone()),
-                ("action", verdict.name().to_owned()),
-            ];
-            pk.push((labels.clone(), t.packets));
-            by.push((labels, t.bytes));
-        }
-        family(
-            &mut encoder,
-            "service_packets",
-            "Packets by service and action",
-            MetricType::Counter,
-            &pk,
-        )?;
-        family(
-            &mut encoder,
-            "service_bytes",
-            "Bytes by service and action",
-            MetricType::Counter,
-            &by,
-        )?;
-
-        let (mut pk, mut by, mut up, mut hop) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-        for (pool, p) in pools {
-            for b in &p.backends {
-                let labels = vec![("pool", pool.clone()), ("backend", b.address.to_string())];
-                let t = snap
-                    .backends
-                    .iter()
-                    .find(|(s, _)| *s == b.slot)
-                    .map(|(_, t)| *t)
-                    .unwrap_or_default();
-                pk.push((labels.clone(), t.packets));
-                by.push((labels.clone(), t.bytes));
-                up.push((labels.clone(), u64::from(b.healthy)));
-                hop.push((labels, u64::from(b.reachable)));
-            }
-        }
-        family(
-            &mut encoder,
-            "backend_packets",
-            "Packets forwarded to each backend",
-            MetricType::Counter,
-            &pk,
-        )?;
-        family(
-            &mut encoder,
-            "backend_bytes",
-            "Bytes forwarded to each backend",
-            MetricType::Counter,
-            &by,
-        )?;
-        family(
-            &mut encoder,
-            "backend_healthy",
-            "1 if the backend passes its health check",
-            MetricType::Gauge,
-            &up,
-        )?;
-        family(
-            &mut encoder,
-            "backend_next_hop_resolved",
-            "1 if the backend's next hop is resolved (0: no new flows)",
-            MetricType::Gauge,
-            &hop,
-        )?;
-        Ok(())
+        let labels = vec![
+            ("service", name.clone()),
+            ("action", verdict.name().to_owned()),
+        ];
+        pk.push((labels.clone(), t.packets));
+        by.push((labels, t.bytes));
     }
+    family(
+        encoder,
+        "service_packets",
+        "Packets by service and action",
+        MetricType::Counter,
+        &pk,
+    )?;
+    family(
+        encoder,
+        "service_bytes",
+        "Bytes by service and action",
+        MetricType::Counter,
+        &by,
+    )?;
+
+    let (mut pk, mut by, mut up, mut hop) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for b in &scrape.backends {
+        let labels = vec![("pool", b.pool.clone()), ("backend", b.address.to_string())];
+        let t = snap
+            .backends
+            .iter()
+            .find(|(s, _)| *s == b.slot)
+            .map(|(_, t)| *t)
+            .unwrap_or_default();
+        pk.push((labels.clone(), t.packets));
+        by.push((labels.clone(), t.bytes));
+        up.push((labels.clone(), u64::from(b.healthy)));
+        hop.push((labels, u64::from(b.reachable)));
+    }
+    family(
+        encoder,
+        "backend_packets",
+        "Packets forwarded to each backend",
+        MetricType::Counter,
+        &pk,
+    )?;
+    family(
+        encoder,
+        "backend_bytes",
+        "Bytes forwarded to each backend",
+        MetricType::Counter,
+        &by,
+    )?;
+    family(
+        encoder,
+        "backend_healthy",
+        "1 if the backend passes its health check",
+        MetricType::Gauge,
+        &up,
+    )?;
+    family(
+        encoder,
+        "backend_next_hop_resolved",
+        "1 if the backend's next hop is resolved (0: no new flows)",
+        MetricType::Gauge,
+        &hop,
+    )
 }
 
-/// State and decision metrics, read at scrape time: `switchyard_state_value{name}` (bool as
-/// 0/1, strings and unset omitted), `switchyard_decision_switches_total{group,from,to}`,
+/// State and decision metrics: `switchyard_state_value{name}` (bool as 0/1, strings and unset
+/// omitted), `switchyard_decision_switches_total{group,from,to}`,
 /// `switchyard_decision_vetoes_total{group}`, `switchyard_decision_overrides_active`.
-pub struct StateCollector(pub Arc<Mutex<Shared>>);
-
-impl std::fmt::Debug for StateCollector {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("StateCollector")
+fn state(scrape: &Scrape, encoder: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
+    let mut m = encoder.encode_descriptor(
+        "state_value",
+        "Value of each state variable and built-in (bool as 0/1)",
+        None,
+        MetricType::Gauge,
+    )?;
+    for (name, x) in &scrape.state {
+        let labels: Labels = vec![("name", name.clone())];
+        ConstGauge::new(*x).encode(m.encode_family(&labels)?)?;
     }
-}
-
-impl Collector for StateCollector {
-    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        let Ok(s) = self.0.lock() else { return Ok(()) };
-        let mut m = encoder.encode_descriptor(
-            "state_value",
-            "Value of each state variable and built-in (bool as 0/1)",
-            None,
-            MetricType::Gauge,
-        )?;
-        for (name, v) in s.store.values() {
-            let x = match v {
-                Value::Bool(b) => f64::from(u8::from(*b)),
-                Value::Number(n) => *n,
-                _ => continue,
-            };
-            let labels: Labels = vec![("name", name.to_owned())];
-            ConstGauge::new(x).encode(m.encode_family(&labels)?)?;
-        }
-        let mut switches: BTreeMap<Labels, u64> = BTreeMap::new();
-        let mut vetoes: BTreeMap<Labels, u64> = BTreeMap::new();
-        let show = |a: &Option<Action>| a.as_ref().map_or("none".to_owned(), ToString::to_string);
-        for r in s.driver.audit.iter() {
-            match r.kind {
-                AuditKind::Switch | AuditKind::OverrideSet => {
-                    *switches
-                        .entry(vec![
-                            ("group", r.group.clone()),
-                            ("from", show(&r.from)),
-                            ("to", show(&r.to)),
-                        ])
-                        .or_default() += 1;
-                }
-                AuditKind::Veto => {
-                    *vetoes.entry(vec![("group", r.group.clone())]).or_default() += 1
-                }
-                _ => {}
+    let mut switches: BTreeMap<Labels, u64> = BTreeMap::new();
+    let mut vetoes: BTreeMap<Labels, u64> = BTreeMap::new();
+    let show = |a: &Option<Action>| a.as_ref().map_or("none".to_owned(), ToString::to_string);
+    for r in &scrape.audit {
+        match r.kind {
+            AuditKind::Switch | AuditKind::OverrideSet => {
+                *switches
+                    .entry(vec![
+                        ("group", r.group.clone()),
+                        ("from", show(&r.from)),
+                        ("to", show(&r.to)),
+                    ])
+                    .or_default() += 1;
             }
+            AuditKind::Veto => *vetoes.entry(vec![("group", r.group.clone())]).or_default() += 1,
+            _ => {}
         }
-        for (name, help, rows) in [
-            (
-                "decision_switches",
-                "Switches by group, from and to (in the audit ring)",
-                &switches,
-            ),
-            (
-                "decision_vetoes",
-                "Switches vetoed by require (in the audit ring)",
-                &vetoes,
-            ),
-        ] {
-            let mut m = encoder.encode_descriptor(name, help, None, MetricType::Counter)?;
-            for (labels, n) in rows {
-                ConstCounter::new(*n).encode(m.encode_family(labels)?)?;
-            }
-        }
-        let m = encoder.encode_descriptor(
-            "decision_overrides_active",
-            "Decision groups under a manual override",
-            None,
-            MetricType::Gauge,
-        )?;
-        ConstGauge::new(s.driver.active_overrides() as i64).encode(m)?;
-        Ok(())
     }
+    for (name, help, rows) in [
+        (
+            "decision_switches",
+            "Switches by group, from and to (in the audit ring)",
+            &switches,
+        ),
+        (
+            "decision_vetoes",
+            "Switches vetoed by require (in the audit ring)",
+            &vetoes,
+        ),
+    ] {
+        let mut m = encoder.encode_descriptor(name, help, None, MetricType::Counter)?;
+        for (labels, n) in rows {
+            ConstCounter::new(*n).encode(m.encode_family(labels)?)?;
+        }
+    }
+    let m = encoder.encode_descriptor(
+        "decision_overrides_active",
+        "Decision groups under a manual override",
+        None,
+        MetricType::Gauge,
+    )?;
+    ConstGauge::new(scrape.overrides as i64).encode(m)
 }

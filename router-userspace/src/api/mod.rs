@@ -1,31 +1,84 @@
 //! The local HTTP API on `agent.api` (loopback): `GET /status` (JSON), `GET /metrics`
-//! (Prometheus text format), and the operator endpoints of [`ctl`].
+//! (Prometheus text format), and the operator endpoints of [`ctl`] and [`versions`].
+//!
+//! Handlers change nothing themselves: a change is a [`Command`] for the agent's event loop,
+//! a read a [`Query`] answered there between two commands, and the history's versions are read
+//! on the history thread ([`Recorder`]).
 
 pub mod ctl;
 pub mod metrics;
 pub mod status;
 pub mod versions;
 
-use std::sync::{Arc, Mutex};
-
 use axum::{
     Json, Router,
     extract::State,
     http::{StatusCode, header},
-    response::IntoResponse,
+    response::{IntoResponse, Response},
     routing::{delete, get, post},
 };
+use tokio::sync::{mpsc, oneshot};
 
-use crate::agent::Shared;
+use crate::agent::{
+    command::{Command, Query},
+    recorder::Recorder,
+};
 
-type SharedState = Arc<Mutex<Shared>>;
+/// What every handler has.
+#[derive(Clone, Debug)]
+pub struct Api {
+    /// The event loop's queue.
+    pub commands: mpsc::Sender<Command>,
+    /// The history thread.
+    pub recorder: Recorder,
+    /// The agent's metric families.
+    pub metrics: metrics::Metrics,
+}
+
+impl Api {
+    /// Sends `command` (built around a reply channel) and waits for the answer.
+    pub(crate) async fn ask<T>(
+        &self,
+        command: impl FnOnce(oneshot::Sender<T>) -> Command,
+    ) -> Result<T, Response> {
+        let (reply, answer) = oneshot::channel();
+        if self.commands.send(command(reply)).await.is_err() {
+            return Err(bad("the agent is shutting down"));
+        }
+        answer
+            .await
+            .map_err(|_| bad("the agent dropped the request"))
+    }
+
+    /// [`ask`](Self::ask) for a query.
+    pub(crate) async fn query<T>(
+        &self,
+        query: impl FnOnce(oneshot::Sender<T>) -> Query,
+    ) -> Result<T, Response> {
+        self.ask(|reply| Command::Query(query(reply))).await
+    }
+}
+
+/// `400 {"error": "…"}`.
+pub(crate) fn bad(e: impl std::fmt::Display) -> Response {
+    (
+        StatusCode::BAD_REQUEST,
+        Json(serde_json::json!({ "error": e.to_string() })),
+    )
+        .into_response()
+}
+
+/// An answer that is a value or a problem: JSON, or `400`.
+pub(crate) fn answer<T: serde::Serialize>(r: Result<Result<T, String>, Response>) -> Response {
+    match r {
+        Ok(Ok(v)) => Json(v).into_response(),
+        Ok(Err(e)) => bad(e),
+        Err(r) => r,
+    }
+}
 
 /// Serves the API on `listener` until the task is aborted.
-pub async fn serve(listener: tokio::net::TcpListener, shared: SharedState) {
-    let registry = {
-        let Ok(s) = shared.lock() else { return };
-        Arc::new(crate::api::metrics::registry(&s.metrics, shared.clone()))
-    };
+pub async fn serve(listener: tokio::net::TcpListener, api: Api) {
     let app = Router::new()
         .route("/status", get(status))
         .route("/state", get(ctl::get_state).post(ctl::set_state))
@@ -39,29 +92,28 @@ pub async fn serve(listener: tokio::net::TcpListener, shared: SharedState) {
         .route("/versions", get(versions::list))
         .route("/versions/{n}", get(versions::show))
         .route("/diff/{a}/{b}", get(versions::diff))
-        .route(
-            "/metrics",
-            get(move || {
-                let registry = registry.clone();
-                async move { metrics(&registry) }
-            }),
-        )
-        .with_state(shared);
+        .route("/metrics", get(scrape))
+        .with_state(api);
     if let Err(e) = axum::serve(listener, app).await {
         log::error!("local API stopped: {e}");
     }
 }
 
-async fn status(State(shared): State<SharedState>) -> impl IntoResponse {
-    match shared.lock() {
-        Ok(s) => Json(s.status()).into_response(),
-        Err(_) => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
+async fn status(State(api): State<Api>) -> Response {
+    match api.query(Query::Status).await {
+        Ok(s) => Json(s).into_response(),
+        Err(r) => r,
     }
 }
 
-fn metrics(registry: &prometheus_client::registry::Registry) -> axum::response::Response {
+async fn scrape(State(api): State<Api>) -> Response {
+    let scrape = match api.query(Query::Scrape).await {
+        Ok(s) => s,
+        Err(r) => return r,
+    };
+    let registry = metrics::registry(&api.metrics, scrape);
     let mut body = String::new();
-    match prometheus_client::encoding::text::encode(&mut body, registry) {
+    match prometheus_client::encoding::text::encode(&mut body, &registry) {
         Ok(()) => (
             StatusCode::OK,
             [(

@@ -1,14 +1,12 @@
 //! The `/status` document: what the agent runs and how each service, pool, backend and
 //! interface stands. The wire types are read back by `switchyard status`, `ctl` and the tests.
 
-use std::net::IpAddr;
-
 use serde::{Deserialize, Serialize};
 
 use crate::{
-    agent::{Running, Shared, apply, now_secs},
+    agent::{Running, now_secs},
     config,
-    dataplane::{attach, load},
+    dataplane::attach,
 };
 
 /// The last probe of one backend.
@@ -105,7 +103,7 @@ pub struct InterfaceStatus {
 
 impl InterfaceStatus {
     /// The status of `name`, whose link is pinned under `pin_dir`.
-    fn of(pin_dir: &std::path::Path, name: &str) -> Self {
+    pub fn of(pin_dir: &std::path::Path, name: &str) -> Self {
         let (program_id, link) = match attach::link_state(pin_dir, name) {
             Ok(state) => (
                 match &state {
@@ -162,82 +160,8 @@ pub struct BackendStatus {
     pub next_hop: Option<NextHopStatus>,
 }
 
-impl Shared {
-    /// The status document.
-    pub fn status(&self) -> Status {
-        let services = self
-            .config
-            .services
-            .iter()
-            .map(|s| ServiceStatus {
-                name: s.name.clone(),
-                address: match s.vip {
-                    IpAddr::V4(a) => format!("{a}:{}/{}", s.port, protocol(s.protocol)),
-                    IpAddr::V6(a) => format!("[{a}]:{}/{}", s.port, protocol(s.protocol)),
-                },
-                forward: match s.forward {
-                    config::Forward::DsrL2 => "dsr-l2",
-                    config::Forward::Nat => "nat",
-                }
-                .to_owned(),
-                to: match &s.to {
-                    config::Target::Pool(p) => format!("pool {p}"),
-                    config::Target::Decide(g) => format!("decide {g}"),
-                    config::Target::Split(v) => v
-                        .iter()
-                        .map(|x| format!("{} {}", x.pool, x.weight))
-                        .collect::<Vec<_>>()
-                        .join(" / "),
-                },
-            })
-            .collect();
-        let pools =
-            self.publisher
-                .pools()
-                .iter()
-                .map(|(name, p)| PoolStatus {
-                    name: name.clone(),
-                    backends: p
-                        .backends
-                        .iter()
-                        .map(|b| BackendStatus {
-                            address: b.address.to_string(),
-                            weight: b.weight,
-                            healthy: b.usable(),
-                            probe: self.probes.get(&(name.clone(), b.address)).cloned(),
-                            next_hop: Some(
-                                self.next_hops.get(&b.address).cloned().unwrap_or_else(|| {
-                                    NextHopStatus::resolving("resolving".into())
-                                }),
-                            ),
-                        })
-                        .collect(),
-                })
-                .collect();
-        Status {
-            generation: self.publisher.generation(),
-            config_dir: self.config_dir.display().to_string(),
-            mode: self.mode.name().to_owned(),
-            // The pinned link says which program runs now (it follows `switchyard upgrade` and
-            // adopted links) and whether it still runs on the interface.
-            interfaces: self
-                .interfaces
-                .iter()
-                .map(|(name, _)| {
-                    InterfaceStatus::of(&load::pin_dir(&self.config.agent.pin_path), name)
-                })
-                .collect(),
-            services,
-            pools,
-            rejected: self.rejected.clone(),
-            running: self.running.clone(),
-            differs_from_files: apply::differs_from_files(self),
-            time: now_secs(),
-        }
-    }
-}
-
-fn protocol(p: config::Protocol) -> &'static str {
+/// `tcp` or `udp`.
+pub fn protocol(p: config::Protocol) -> &'static str {
     match p {
         config::Protocol::Tcp => "tcp",
         config::Protocol::Udp => "udp",

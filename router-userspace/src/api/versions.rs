@@ -8,80 +8,68 @@
 //! | `GET /diff/{a}/{b}` | the resource-level diff from version `a` to version `b` |
 //! | `POST /rollback/{n}` | applies version `n` as a new version (the files are left alone) |
 //!
-//! Applies go to the agent's event loop (one apply at a time, one path); errors are
-//! `400 {"error": "…"}` with every problem, and nothing changed.
-
-use std::sync::{Arc, Mutex};
+//! Applies go to the agent's event loop (one apply at a time, one path); the history is read
+//! on its own thread. Errors are `400 {"error": "…"}` with every problem, and nothing changed.
 
 use axum::{
     Json,
     extract::{Path, State},
-    http::StatusCode,
     response::{IntoResponse, Response},
 };
 
-use crate::{
-    agent::{
-        Shared,
-        apply::{Request, What},
-    },
-    config::{self, Diff},
-};
-
-type SharedState = Arc<Mutex<Shared>>;
-
-fn bad(e: impl std::fmt::Display) -> Response {
-    (
-        StatusCode::BAD_REQUEST,
-        Json(serde_json::json!({ "error": e.to_string() })),
-    )
-        .into_response()
-}
-
-async fn ask(shared: &SharedState, what: What) -> Response {
-    let Ok(tx) = shared.lock().map(|s| s.apply_tx.clone()) else {
-        return StatusCode::INTERNAL_SERVER_ERROR.into_response();
-    };
-    let (reply, answer) = tokio::sync::oneshot::channel();
-    if tx.send(Request { what, reply }).await.is_err() {
-        return bad("the agent is shutting down");
-    }
-    match answer.await {
-        Ok(Ok(outcome)) => Json(outcome).into_response(),
-        Ok(Err(e)) => bad(e),
-        Err(_) => bad("the agent dropped the request"),
-    }
-}
+use super::{Api, answer, bad};
+use crate::agent::command::Command;
 
 /// `POST /apply`.
-pub async fn apply(State(shared): State<SharedState>) -> Response {
-    ask(&shared, What::Directory).await
+pub async fn apply(State(api): State<Api>) -> Response {
+    let r = api
+        .ask(|reply| Command::ApplyDirectory {
+            source: "ctl apply",
+            only_if_changed: false,
+            reply: Some(reply),
+        })
+        .await;
+    answer(r)
 }
 
 /// `POST /rollback/{n}`.
-pub async fn rollback(State(shared): State<SharedState>, Path(n): Path<u64>) -> Response {
-    ask(&shared, What::Rollback(n)).await
+pub async fn rollback(State(api): State<Api>, Path(n): Path<u64>) -> Response {
+    let fragments = match api.recorder.get(n).await {
+        Ok(Some(v)) => v.fragments(),
+        Ok(None) => {
+            return bad(format!(
+                "no version {n} in the history (`switchyard ctl versions` lists them)"
+            ));
+        }
+        Err(e) => return bad(format!("history: {e}")),
+    };
+    let r = api
+        .ask(|reply| Command::Apply {
+            fragments,
+            source: format!("rollback to {n}"),
+            reply,
+        })
+        .await;
+    answer(r)
 }
 
 /// `GET /versions`.
-pub async fn list(State(shared): State<SharedState>) -> Response {
-    let Ok(s) = shared.lock() else {
-        return StatusCode::INTERNAL_SERVER_ERROR.into_response();
+pub async fn list(State(api): State<Api>) -> Response {
+    let versions = match api.recorder.list().await {
+        Ok(v) => v,
+        Err(e) => return bad(e),
     };
-    match s.history.list() {
-        Ok(v) => {
-            Json(serde_json::json!({ "running": s.running.version, "versions": v })).into_response()
+    match api.query(crate::agent::command::Query::Running).await {
+        Ok(running) => {
+            Json(serde_json::json!({ "running": running, "versions": versions })).into_response()
         }
-        Err(e) => bad(e),
+        Err(r) => r,
     }
 }
 
 /// `GET /versions/{n}`.
-pub async fn show(State(shared): State<SharedState>, Path(n): Path<u64>) -> Response {
-    let Ok(s) = shared.lock() else {
-        return StatusCode::INTERNAL_SERVER_ERROR.into_response();
-    };
-    match s.history.get(n) {
+pub async fn show(State(api): State<Api>, Path(n): Path<u64>) -> Response {
+    match api.recorder.get(n).await {
         Ok(Some(v)) => Json(v).into_response(),
         Ok(None) => bad(format!("no version {n}")),
         Err(e) => bad(e),
@@ -89,27 +77,9 @@ pub async fn show(State(shared): State<SharedState>, Path(n): Path<u64>) -> Resp
 }
 
 /// `GET /diff/{a}/{b}`.
-pub async fn diff(State(shared): State<SharedState>, Path((a, b)): Path<(u64, u64)>) -> Response {
-    let Ok(s) = shared.lock() else {
-        return StatusCode::INTERNAL_SERVER_ERROR.into_response();
-    };
-    let config_of = |n: u64| -> Result<config::Config, String> {
-        let v = s
-            .history
-            .get(n)
-            .map_err(|e| e.to_string())?
-            .ok_or_else(|| format!("no version {n}"))?;
-        v.fragments()
-            .load()
-            .map_err(|e| format!("version {n}: {e}"))
-    };
-    match config_of(a).and_then(|x| config_of(b).map(|y| (x, y))) {
-        Ok((x, y)) => {
-            let changes: Vec<String> = Diff::between(&x, &y)
-                .changes
-                .iter()
-                .map(ToString::to_string)
-                .collect();
+pub async fn diff(State(api): State<Api>, Path((a, b)): Path<(u64, u64)>) -> Response {
+    match api.recorder.diff(a, b).await {
+        Ok(changes) => {
             Json(serde_json::json!({ "from": a, "to": b, "changes": changes })).into_response()
         }
         Err(e) => bad(e),

@@ -19,6 +19,7 @@
 //!
 //! The keys are documented for operators in `docs/configuration.md`.
 
+pub mod compiled;
 pub mod diff;
 pub mod model;
 pub mod schema;

@@ -47,6 +47,21 @@ pub struct Config {
     pub state: Vec<StateVar>,
     /// `decisions:` groups, in file order.
     pub decisions: Vec<DecisionGroup>,
+    /// The expressions of `state` and `decisions`, compiled once (at the end of validation).
+    pub rules: std::sync::Arc<super::compiled::Rules>,
+}
+
+impl Config {
+    /// This configuration with its rules compiled ([`super::compiled::compile`]); validation
+    /// calls it, and so do tests that build a configuration by hand.
+    ///
+    /// # Errors
+    ///
+    /// What did not compile (validation reports it before this is reached).
+    pub fn compiled(mut self) -> Result<Self, String> {
+        self.rules = std::sync::Arc::new(super::compiled::compile(&self)?);
+        Ok(self)
+    }
 }
 
 /// `agent:` settings.

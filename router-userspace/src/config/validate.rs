@@ -153,8 +153,16 @@ pub(crate) fn validate(parsed: Parsed, report: &mut Report) -> Option<Config> {
         pools: pools.into_iter().map(|p| p.value).collect::<Option<_>>()?,
         state: state.into_iter().map(|v| v.value).collect::<Option<_>>()?,
         decisions: groups.into_iter().map(|g| g.value).collect::<Option<_>>()?,
+        rules: std::sync::Arc::default(),
     };
-    Some(config)
+    match config.compiled() {
+        Ok(config) => Some(config),
+        Err(e) => {
+            let message = format!("the rules do not compile: {e}");
+            report.add(0, None, String::new(), message, None);
+            None
+        }
+    }
 }
 
 /// The agent: defaults, or the one `agent:` (more than one is an error).

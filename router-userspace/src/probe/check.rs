@@ -10,7 +10,7 @@
 use std::{
     error::Error as StdError,
     io,
-    net::{IpAddr, SocketAddr},
+    net::{IpAddr, Ipv4Addr, SocketAddr},
     time::Duration,
 };
 
@@ -58,21 +58,25 @@ impl Checker {
     ///
     /// Never fails: a check that cannot be run yields a checker whose every probe fails with the
     /// reason in [`ProbeOutcome::detail`].
-    pub fn new(address: IpAddr, check: &HealthCheck) -> Self {
+    pub fn new(address: Option<IpAddr>, check: &HealthCheck) -> Self {
+        // Validation gives every tcp and http check an address, and allows `{address}` only
+        // in the commands of pools' checks, which have one.
+        let at = |port: u16| SocketAddr::new(address.unwrap_or(Ipv4Addr::UNSPECIFIED.into()), port);
         let kind = match &check.kind {
-            CheckKind::Tcp { port } => Prepared::Tcp(SocketAddr::new(address, *port)),
-            CheckKind::Http { port, path, expect } => {
-                prepare_http(SocketAddr::new(address, *port), path, expect)
-            }
-            CheckKind::Exec { command } => {
-                let text = address.to_string();
-                Prepared::Exec(
-                    command
-                        .iter()
-                        .map(|a| a.replace("{address}", &text))
-                        .collect(),
-                )
-            }
+            CheckKind::Tcp { port } => Prepared::Tcp(at(*port)),
+            CheckKind::Http { port, path, expect } => prepare_http(at(*port), path, expect),
+            CheckKind::Exec { command } => match address {
+                Some(address) => {
+                    let text = address.to_string();
+                    Prepared::Exec(
+                        command
+                            .iter()
+                            .map(|a| a.replace("{address}", &text))
+                            .collect(),
+                    )
+                }
+                None => Prepared::Exec(command.clone()),
+            },
         };
         Self {
             timeout: check.timeout,
@@ -282,7 +286,7 @@ mod tests {
     }
 
     async fn probe(address: IpAddr, check: HealthCheck) -> ProbeOutcome {
-        Checker::new(address, &check).probe().await
+        Checker::new(Some(address), &check).probe().await
     }
 
     fn v4() -> IpAddr {
@@ -386,7 +390,7 @@ mod tests {
     async fn http_probe_over_ipv6_uses_a_bracketed_url() {
         let server = HttpServer::start(v6(), 200).await;
         let check = http_check(server.port(), "/health", &[200]);
-        let checker = Checker::new(v6(), &check);
+        let checker = Checker::new(Some(v6()), &check);
         let url = format!("http://[::1]:{}/health", server.port());
         assert_eq!(checker.url(), Some(url.as_str()));
         let out = checker.probe().await;

@@ -23,18 +23,41 @@ use tokio::{sync::mpsc, task::JoinSet};
 pub use check::{Checker, ProbeOutcome};
 pub use policy::{HealthState, Transition};
 
-use crate::config::HealthCheck;
+use crate::config::{Config, HealthCheck, model::StateSource};
 
 /// Floor on the time between two probes of one target, so a zero interval cannot spin a core.
 pub const MIN_DELAY: Duration = Duration::from_millis(10);
 
-/// One backend to probe.
+/// What a probe's verdict is about.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Subject {
+    /// A backend of a pool with a health check.
+    Backend {
+        /// The pool.
+        pool: String,
+        /// The backend's address.
+        address: IpAddr,
+    },
+    /// A `state:` variable with a `probe:` source.
+    State(String),
+}
+
+impl std::fmt::Display for Subject {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Backend { pool, address } => write!(f, "{pool}/{address}"),
+            Self::State(var) => write!(f, "state {var}"),
+        }
+    }
+}
+
+/// One thing to probe.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ProbeTarget {
-    /// Name of the pool the backend belongs to.
-    pub pool: String,
-    /// The backend's address; the port comes from the check.
-    pub address: IpAddr,
+    /// What the verdict is about.
+    pub subject: Subject,
+    /// The address probed (the port comes from the check); `None` for an `exec` state probe.
+    pub address: Option<IpAddr>,
     /// How and how often to probe it.
     pub check: HealthCheck,
     /// Its health when probing starts: up for a new backend, the published health for one
@@ -43,18 +66,45 @@ pub struct ProbeTarget {
     pub healthy: bool,
 }
 
-/// The result of one probe, with the health it leaves the backend in.
+/// The probes of `cfg`: every backend of a pool with a health check, starting from
+/// `healthy(pool, address)`, then every probe variable (starting healthy).
+pub fn targets(cfg: &Config, healthy: impl Fn(&str, IpAddr) -> bool) -> Vec<ProbeTarget> {
+    let backends = cfg
+        .pools
+        .iter()
+        .filter_map(|p| p.health_check.as_ref().map(|hc| (p, hc)))
+        .flat_map(|(p, hc)| p.backends.iter().map(move |b| (p, hc, b.address)))
+        .map(|(p, hc, address)| ProbeTarget {
+            subject: Subject::Backend {
+                pool: p.name.clone(),
+                address,
+            },
+            address: Some(address),
+            check: hc.clone(),
+            healthy: healthy(&p.name, address),
+        });
+    let state = cfg.state.iter().filter_map(|v| match &v.source {
+        StateSource::Probe(p) => Some(ProbeTarget {
+            subject: Subject::State(v.name.clone()),
+            address: p.address,
+            check: p.check.clone(),
+            healthy: true,
+        }),
+        _ => None,
+    });
+    backends.chain(state).collect()
+}
+
+/// The result of one probe, with the health it leaves its subject in.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct HealthEvent {
-    /// Pool of the probed backend.
-    pub pool: String,
-    /// Address of the probed backend.
-    pub address: IpAddr,
+    /// What was probed.
+    pub subject: Subject,
     /// What the probe saw.
     pub outcome: ProbeOutcome,
     /// The change of health this probe caused, if any (at most one per threshold crossing).
     pub transition: Option<Transition>,
-    /// Whether the backend counts as healthy after this probe.
+    /// Whether the subject counts as healthy after this probe.
     pub healthy: bool,
 }
 
@@ -103,16 +153,10 @@ async fn run(target: ProbeTarget, events: mpsc::Sender<HealthEvent>) {
         let outcome = checker.probe().await;
         let transition = state.record(outcome.success);
         if let Some(t) = transition {
-            log::debug!(
-                "probe {}/{}: {t:?} ({})",
-                target.pool,
-                target.address,
-                outcome.detail
-            );
+            log::debug!("probe {}: {t:?} ({})", target.subject, outcome.detail);
         }
         let event = HealthEvent {
-            pool: target.pool.clone(),
-            address: target.address,
+            subject: target.subject.clone(),
             outcome,
             transition,
             healthy: state.is_healthy(),
@@ -152,8 +196,11 @@ mod tests {
 
     fn target(pool: &str, address: IpAddr, kind: CheckKind) -> ProbeTarget {
         ProbeTarget {
-            pool: pool.to_owned(),
-            address,
+            subject: Subject::Backend {
+                pool: pool.to_owned(),
+                address,
+            },
+            address: Some(address),
             check: fast_check(kind),
             healthy: true,
         }
@@ -215,7 +262,13 @@ mod tests {
         let _set = spawn(vec![target("api", ip, kind)], tx);
 
         let first = next(&mut rx).await;
-        assert_eq!((first.pool.as_str(), first.address), ("api", ip));
+        assert_eq!(
+            first.subject,
+            Subject::Backend {
+                pool: "api".into(),
+                address: ip
+            }
+        );
         assert_eq!(first.outcome.detail, "status 200");
         assert!(first.healthy);
 
@@ -276,9 +329,13 @@ mod tests {
         while seen.len() < 2 {
             let ev = next(&mut rx).await;
             assert!(ev.outcome.success, "{ev:?}");
-            seen.insert((ev.pool, ev.address));
+            seen.insert(ev.subject);
         }
-        assert!(seen.contains(&("a".to_owned(), v4)) && seen.contains(&("b".to_owned(), v6)));
+        let backend = |pool: &str, address| Subject::Backend {
+            pool: pool.into(),
+            address,
+        };
+        assert!(seen.contains(&backend("a", v4)) && seen.contains(&backend("b", v6)));
     }
 
     #[tokio::test]

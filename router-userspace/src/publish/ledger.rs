@@ -230,16 +230,17 @@ impl Publisher {
                     .ok()
                     .filter(|h| h.flags & router_common::NH_F_RESOLVED != 0);
                 if let Some(h) = hop {
-                    p.hops.insert(address, Some(h));
+                    p.hops.insert(address, h);
                 }
+                p.health
+                    .resume(name, address, entry.state != BACKEND_DOWN, hop.is_some());
                 backends.push(BackendState {
                     address,
                     slot,
                     weight,
-                    healthy: entry.state != BACKEND_DOWN,
-                    reachable: true,
                     hop,
                     half,
+                    written: Some(entry),
                 });
             }
             p.pools.insert(

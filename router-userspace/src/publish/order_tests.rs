@@ -193,6 +193,7 @@ fn config(services: Vec<CfgService>, pools: Vec<CfgPool>) -> Config {
         pools,
         state: vec![],
         decisions: vec![],
+        rules: Default::default(),
     }
 }
 
@@ -349,12 +350,12 @@ fn a_table_names_only_backends_whose_next_hop_is_resolved() {
     )
     .unwrap();
     p.apply(&mut dp, &cfg).unwrap();
-    assert_eq!(p.pools()["dc1"].healthy_count(), 2);
+    assert_eq!(p.health().counts("dc1").0, 2);
     let changed = p
         .set_next_hops(&mut dp, &[(backends[2], Some(hop(3)))])
         .unwrap();
     assert_eq!(changed, vec!["dc1".to_owned()]);
-    assert_eq!(p.pools()["dc1"].healthy_count(), 3);
+    assert_eq!(p.health().counts("dc1").0, 3);
     // A changed MAC is written into the other half, which the entry then names.
     let slot = p.pools()["dc1"].backends[0].slot;
     let half = dp.inner.backends[&slot].hop;
@@ -373,7 +374,7 @@ fn a_table_names_only_backends_whose_next_hop_is_resolved() {
     // Unresolved after it was resolved: out of the table, the entry drains (its tracked flows
     // stay), the last next hop kept. One never resolved is down.
     p.set_next_hops(&mut dp, &[(backends[1], None)]).unwrap();
-    assert_eq!(p.pools()["dc1"].healthy_count(), 2);
+    assert_eq!(p.health().counts("dc1").0, 2);
     let gone = p.pools()["dc1"].backends[1].slot;
     assert_eq!(dp.inner.backends[&gone].state, BACKEND_DRAINING);
     let never = p.pools()["dc1"].backends[3].slot;

@@ -63,6 +63,7 @@ fn config(services: Vec<CfgService>, pools: Vec<CfgPool>) -> Config {
         pools,
         state: vec![],
         decisions: vec![],
+        rules: Default::default(),
     }
 }
 
@@ -135,7 +136,10 @@ fn an_unhealthy_backend_leaves_the_table_before_it_is_marked_down() {
     let mut p = Publisher::new();
     let cfg = config(
         vec![service("web", 80, Target::Pool("dc1".into()))],
-        vec![pool("dc1", &[("198.18.1.11", 100), ("198.18.1.12", 100)])],
+        vec![checked(pool(
+            "dc1",
+            &[("198.18.1.11", 100), ("198.18.1.12", 100)],
+        ))],
     );
     p.apply(&mut dp, &cfg).unwrap();
     let dead = p.pools()["dc1"].backends[0].slot;
@@ -180,7 +184,7 @@ fn an_unhealthy_backend_leaves_the_table_before_it_is_marked_down() {
 fn all_backends_down_empties_the_table() {
     let mut dp = MemoryDataplane::default();
     let mut p = Publisher::new();
-    let cfg = config(vec![], vec![pool("dc1", &[("198.18.1.11", 100)])]);
+    let cfg = config(vec![], vec![checked(pool("dc1", &[("198.18.1.11", 100)]))]);
     p.apply(&mut dp, &cfg).unwrap();
     p.set_health(&mut dp, "dc1", "198.18.1.11".parse().unwrap(), false)
         .unwrap();
@@ -230,7 +234,10 @@ fn removing_the_health_check_brings_down_backends_up() {
     p.apply(&mut dp, &cfg).unwrap();
     let pool = &p.pools()["dc1"];
     let down = &pool.backends[1];
-    assert!(down.healthy, "nothing would ever probe it up");
+    assert!(
+        p.health().usable("dc1", down.address),
+        "nothing would ever probe it up"
+    );
     assert_eq!(dp.backends[&down.slot].state, BACKEND_UP);
     let live = dp.tables[&(pool.slot, pool.active)].clone();
     assert_eq!(owners(&live).len(), 2, "back in the table");

@@ -10,7 +10,7 @@
 mod metric;
 
 use std::{
-    collections::{BTreeMap, HashMap, VecDeque},
+    collections::{HashMap, VecDeque},
     net::IpAddr,
     time::Duration,
 };
@@ -19,10 +19,13 @@ use rules::{Compiled, Schema, Slot, State, Type, Value};
 
 pub use metric::Hysteresis;
 
-use crate::config::{
-    Config,
-    model::{PushValue, StateSource},
-    schema::{self, backend_name, pool_name},
+use crate::{
+    config::{
+        Config,
+        compiled::VarKind,
+        schema::{backend_name, pool_name},
+    },
+    health::Health,
 };
 
 /// Probe latencies kept per backend for `backend.<address>.rtt_p99_ms`.
@@ -57,9 +60,6 @@ pub enum StateError {
         /// The value given.
         value: String,
     },
-    /// The configuration's names or expressions do not compile (validation should have caught it).
-    #[error("state: {0}")]
-    Config(String),
 }
 
 #[derive(Clone, Debug)]
@@ -85,86 +85,69 @@ pub struct Store {
     vars: Vec<Var>,
     /// Indices into `vars` of the `expr` variables, in dependency order.
     expr_order: Vec<usize>,
-    /// Backends of each pool, with their health.
-    pools: BTreeMap<String, Vec<(IpAddr, bool)>>,
+    /// Pool names, for the built-ins of every pool.
+    pools: Vec<String>,
     rtt: HashMap<IpAddr, VecDeque<f64>>,
 }
 
 impl Store {
-    /// The state of `cfg`: push variables at their defaults, every backend healthy (as the
-    /// publisher starts them), probe variables true (healthy, like backends) and metric
-    /// variables false until their first result,
-    /// derived variables computed.
-    pub fn new(cfg: &Config) -> Result<Self, StateError> {
-        let schema = schema::build(cfg).map_err(|e| StateError::Config(e.to_string()))?;
-        let mut vars = Vec::new();
-        for v in &cfg.state {
-            let (slot, _) = schema
-                .get(&v.name)
-                .ok_or_else(|| StateError::Config(format!("{} missing from schema", v.name)))?;
-            let kind = match &v.source {
-                StateSource::Probe(_) => Kind::Probe,
-                StateSource::Push(_) => Kind::Push,
-                StateSource::Expr(text) => Kind::Expr(
-                    rules::compile(text, &schema)
-                        .map_err(|e| StateError::Config(format!("{}: {e}", v.name)))?,
-                ),
-                StateSource::Metric(m) => Kind::Metric {
-                    of: m.of.clone(),
-                    hysteresis: Hysteresis::new(m.above, m.below, m.hold),
-                },
-            };
-            vars.push(Var {
-                name: v.name.clone(),
-                slot,
-                kind,
-            });
-        }
-        let expr_order = dependency_order(&vars)?;
-        let pools = cfg
-            .pools
+    /// The state of `cfg` over its compiled rules: push variables at their defaults, probe
+    /// variables true (healthy, like backends) and metric variables false until their first
+    /// result, pool and backend built-ins from `health`, derived variables computed.
+    pub fn new(cfg: &Config, health: &Health) -> Self {
+        let rules = &cfg.rules;
+        let vars = rules
+            .vars
             .iter()
-            .map(|p| {
-                let backends = p.backends.iter().map(|b| (b.address, true)).collect();
-                (p.name.clone(), backends)
+            .map(|v| Var {
+                name: v.name.clone(),
+                slot: v.slot,
+                kind: match &v.kind {
+                    VarKind::Probe => Kind::Probe,
+                    VarKind::Push(_) => Kind::Push,
+                    VarKind::Expr(e) => Kind::Expr(e.clone()),
+                    VarKind::Metric {
+                        of,
+                        above,
+                        below,
+                        hold,
+                    } => Kind::Metric {
+                        of: of.clone(),
+                        hysteresis: Hysteresis::new(*above, *below, *hold),
+                    },
+                },
             })
             .collect();
         let mut store = Self {
-            state: State::for_schema(&schema),
-            schema,
+            state: State::for_schema(&rules.schema),
+            schema: rules.schema.clone(),
             vars,
-            expr_order,
-            pools,
+            expr_order: rules.derived_order.clone(),
+            pools: cfg.pools.iter().map(|p| p.name.clone()).collect(),
             rtt: HashMap::new(),
         };
-        for v in &cfg.state {
-            let Some((slot, _)) = store.schema.get(&v.name) else {
-                continue;
-            };
-            match &v.source {
-                StateSource::Push(value) => {
-                    store.state.set(slot, push_value(value));
+        for v in &rules.vars {
+            match &v.kind {
+                VarKind::Push(value) => {
+                    store.state.set(v.slot, value.clone());
                 }
                 // A probe starts healthy, as a pool's backends do (keepalived's default): its
                 // health state needs `unhealthy_threshold` failures to turn false. Left unset,
                 // `NOT probe_var` would read true and fail a group over at every start.
-                StateSource::Probe(_) => {
-                    store.state.set(slot, true);
+                VarKind::Probe => {
+                    store.state.set(v.slot, true);
                 }
                 // A rate not measured yet is below every threshold.
-                StateSource::Metric(_) => {
-                    store.state.set(slot, false);
+                VarKind::Metric { .. } => {
+                    store.state.set(v.slot, false);
                 }
-                StateSource::Expr(_) => {}
+                VarKind::Expr(_) => {}
             }
         }
-        let names: Vec<String> = store.pools.keys().cloned().collect();
-        let mut changed = Vec::new();
-        for p in names {
-            store.pool_builtins(&p, None, &mut changed);
-        }
+        let pools = store.pools.clone();
+        let mut changed = store.refresh_health(health, &pools);
         store.recompute(&mut changed);
-        Ok(store)
+        store
     }
 
     /// The names and types.
@@ -248,18 +231,11 @@ impl Store {
         Ok(self.set_and_derive(slot, value))
     }
 
-    /// Takes over from `old` (the store of the config being replaced) the values that do not
-    /// come from the config: pushed values (`ctl state set`) and state probes' last verdicts,
-    /// for each variable that keeps its name, source and type; and the backend health the
-    /// publisher has, for the pools of `cfg` that stay and still have a health check (a pool
-    /// without one has every backend up, as the publisher makes it). A reload must not reset
-    /// `maintenance_mode` or forget that a probe failed.
-    pub fn carry_over(
-        &mut self,
-        old: &Store,
-        publisher: &crate::publish::Publisher,
-        cfg: &crate::config::Config,
-    ) {
+    /// Takes over from `old` (the store of the configuration being replaced) the values that
+    /// do not come from the configuration: pushed values (`ctl state set`) and state probes'
+    /// last verdicts, for each variable that keeps its name, source and type. A reload must
+    /// not reset `maintenance_mode` or forget that a probe failed.
+    pub fn carry_over(&mut self, old: &Store) {
         let kept: Vec<(Slot, Value)> = self
             .vars
             .iter()
@@ -278,20 +254,6 @@ impl Store {
         for (slot, value) in kept {
             self.set_and_derive(slot, value);
         }
-        let checked = |pool: &str| {
-            cfg.pools
-                .iter()
-                .any(|p| p.name == pool && p.health_check.is_some())
-        };
-        // A backend is healthy to the rules when it takes new flows: it passes its check (a
-        // pool without one has none to fail) and its next hop is resolved.
-        for (pool, state) in publisher.pools() {
-            for b in &state.backends {
-                if !b.reachable || (!b.healthy && checked(pool)) {
-                    self.set_backend_health(pool, b.address, false);
-                }
-            }
-        }
     }
 
     /// A state probe's verdict. Unknown or non-probe names are ignored.
@@ -309,21 +271,40 @@ impl Store {
         }
     }
 
-    /// A backend's health in `pool` (as the publisher has it): updates `pool.<pool>.*` and
-    /// `backend.<address>.healthy` (healthy in any pool).
-    pub fn set_backend_health(&mut self, pool: &str, address: IpAddr, healthy: bool) -> Vec<Slot> {
-        let Some(backends) = self.pools.get_mut(pool) else {
-            return Vec::new();
-        };
-        let Some(b) = backends.iter_mut().find(|(a, _)| *a == address) else {
-            return Vec::new();
-        };
-        if b.1 == healthy {
-            return Vec::new();
-        }
-        b.1 = healthy;
+    /// The built-ins of `pools` after their backends' health changed in `health`:
+    /// `pool.<pool>.*`, and `backend.<address>.healthy` (usable in any pool) of their backends.
+    /// Returns the slots that changed, derived variables included. Linear in the backends of
+    /// all pools.
+    pub fn refresh_health(&mut self, health: &Health, pools: &[String]) -> Vec<Slot> {
         let mut changed = Vec::new();
-        self.pool_builtins(pool, Some(address), &mut changed);
+        if pools.is_empty() {
+            return changed;
+        }
+        let usable = health.usable_addresses();
+        for pool in pools {
+            let (up, total) = health.counts(pool);
+            let ratio = if total == 0 {
+                0.0
+            } else {
+                up as f64 / total as f64
+            };
+            let mut sets = vec![
+                (pool_name(pool, "healthy"), Value::Bool(up > 0)),
+                (pool_name(pool, "healthy_count"), Value::Number(up as f64)),
+                (pool_name(pool, "healthy_ratio"), Value::Number(ratio)),
+            ];
+            for b in health.pool(pool) {
+                let any = usable.contains(&b.address);
+                sets.push((backend_name(b.address, "healthy"), Value::Bool(any)));
+            }
+            for (name, value) in sets {
+                if let Some((slot, _)) = self.schema.get(&name)
+                    && self.state.set(slot, value)
+                {
+                    changed.push(slot);
+                }
+            }
+        }
         self.recompute(&mut changed);
         changed
     }
@@ -404,60 +385,6 @@ impl Store {
         changed
     }
 
-    /// Recomputes `pool.<pool>.*` and `backend.<address>.healthy` of `only` (one backend whose
-    /// health changed) or of every backend of the pool (`None`).
-    fn pool_builtins(&mut self, pool: &str, only: Option<IpAddr>, changed: &mut Vec<Slot>) {
-        let Some(backends) = self.pools.get(pool) else {
-            return;
-        };
-        let total = backends.len();
-        let up = backends.iter().filter(|(_, h)| *h).count();
-        let ratio = if total == 0 {
-            0.0
-        } else {
-            up as f64 / total as f64
-        };
-        let mut sets = vec![
-            (pool_name(pool, "healthy"), Value::Bool(up > 0)),
-            (pool_name(pool, "healthy_count"), Value::Number(up as f64)),
-            (pool_name(pool, "healthy_ratio"), Value::Number(ratio)),
-        ];
-        // `backend.A.healthy` is "healthy in any pool". One backend changed: scan for it alone
-        // (one pass over all backends). Every backend (the first state): one set of the
-        // healthy addresses, so building a store stays linear in backends (it was quadratic:
-        // 20 ms at 5,000 backends).
-        match only {
-            Some(address) => {
-                let any = self
-                    .pools
-                    .values()
-                    .flatten()
-                    .any(|(a, h)| *a == address && *h);
-                sets.push((backend_name(address, "healthy"), Value::Bool(any)));
-            }
-            None => {
-                let healthy: std::collections::HashSet<IpAddr> = self
-                    .pools
-                    .values()
-                    .flatten()
-                    .filter(|(_, h)| *h)
-                    .map(|(a, _)| *a)
-                    .collect();
-                for (address, _) in backends {
-                    let any = healthy.contains(address);
-                    sets.push((backend_name(*address, "healthy"), Value::Bool(any)));
-                }
-            }
-        }
-        for (name, value) in sets {
-            if let Some((slot, _)) = self.schema.get(&name)
-                && self.state.set(slot, value)
-            {
-                changed.push(slot);
-            }
-        }
-    }
-
     /// Recomputes, in dependency order, every derived variable that reads a changed slot,
     /// appending those whose value changed.
     fn recompute(&mut self, changed: &mut Vec<Slot>) {
@@ -488,49 +415,6 @@ impl Store {
             }
         }
     }
-}
-
-fn push_value(v: &PushValue) -> Value {
-    match v {
-        PushValue::Bool(b) => Value::Bool(*b),
-        PushValue::Number(n) => Value::Number(*n),
-        PushValue::String(s) => Value::String(s.as_str().into()),
-    }
-}
-
-/// The `expr` variables ordered so each comes after the variables it reads.
-fn dependency_order(vars: &[Var]) -> Result<Vec<usize>, StateError> {
-    let exprs: Vec<usize> = (0..vars.len())
-        .filter(|&i| matches!(vars[i].kind, Kind::Expr(_)))
-        .collect();
-    let mut done: Vec<usize> = Vec::new();
-    let mut pending = exprs.clone();
-    while !pending.is_empty() {
-        let before = pending.len();
-        pending.retain(|&i| {
-            let Kind::Expr(e) = &vars[i].kind else {
-                return false;
-            };
-            let ready = e.reads().iter().all(|r| {
-                exprs
-                    .iter()
-                    .filter(|&&j| vars[j].slot == *r)
-                    .all(|j| done.contains(j))
-            });
-            if ready {
-                done.push(i);
-            }
-            !ready
-        });
-        if pending.len() == before {
-            let names: Vec<&str> = pending.iter().map(|&i| vars[i].name.as_str()).collect();
-            return Err(StateError::Config(format!(
-                "derived variables form a cycle: {}",
-                names.join(", ")
-            )));
-        }
-    }
-    Ok(done)
 }
 
 /// The 99th percentile (nearest rank) of the window, ms.

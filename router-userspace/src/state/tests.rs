@@ -6,7 +6,9 @@ use super::*;
 use crate::config::{
     Agent, Backend, Forward, HashMode, HealthCheck, Pool, Protocol, Service, Target, WhenAllDown,
     model::{DecisionGroup, DecisionRule, MetricSpec, StateProbe, StateVar, SwitchPolicy},
+    model::{PushValue, StateSource},
 };
+use crate::health::Health;
 
 fn check() -> HealthCheck {
     HealthCheck {
@@ -133,7 +135,17 @@ pub(crate) fn web_failover(switch: SwitchPolicy) -> Config {
             require: Some("target.healthy_count >= 1".into()),
             automatic: Some("automation_enabled".into()),
         }],
+        rules: Default::default(),
     }
+    .compiled()
+    .expect("rules")
+}
+
+/// The store of `cfg` over a health table with every backend up.
+fn store(cfg: &Config) -> Store {
+    let mut health = Health::new();
+    health.configure(cfg);
+    Store::new(cfg, &health)
 }
 
 fn slot(s: &Store, name: &str) -> Slot {
@@ -142,7 +154,7 @@ fn slot(s: &Store, name: &str) -> Slot {
 
 #[test]
 fn starts_with_defaults_builtins_and_derived_values() {
-    let s = Store::new(&web_failover(SwitchPolicy::default())).expect("store");
+    let s = store(&web_failover(SwitchPolicy::default()));
     assert_eq!(s.get("maintenance_mode"), Some(&Value::Bool(false)));
     assert_eq!(s.get("region"), Some(&Value::String("eu".into())));
     assert_eq!(s.get("pool.dc1.healthy_count"), Some(&Value::Number(2.0)));
@@ -156,7 +168,7 @@ fn starts_with_defaults_builtins_and_derived_values() {
 
 #[test]
 fn set_is_typed_push_only_and_reports_only_real_changes() {
-    let mut s = Store::new(&web_failover(SwitchPolicy::default())).expect("store");
+    let mut s = store(&web_failover(SwitchPolicy::default()));
     s.set_probe("dc1_api_healthy", true);
     let changed = s.set_push("maintenance_mode", "true").expect("set");
     assert_eq!(
@@ -192,26 +204,32 @@ fn set_is_typed_push_only_and_reports_only_real_changes() {
 
 #[test]
 fn backend_health_drives_pool_builtins_and_derived_variables_in_order() {
-    let mut s = Store::new(&web_failover(SwitchPolicy::default())).expect("store");
+    let mut s = store(&web_failover(SwitchPolicy::default()));
     s.set_probe("dc1_api_healthy", true);
     assert_eq!(s.get("dc1_ok"), Some(&Value::Bool(true)));
     let a = "198.18.1.11".parse().expect("a");
     let b = "198.18.1.12".parse().expect("b");
-    let changed = s.set_backend_health("dc1", a, false);
+    let mut health = Health::new();
+    health.configure(&web_failover(SwitchPolicy::default()));
+    let mut set = |s: &mut Store, address, healthy| {
+        health.set_check("dc1", address, healthy);
+        s.refresh_health(&health, &["dc1".to_owned()])
+    };
+    let changed = set(&mut s, a, false);
     assert!(changed.contains(&slot(&s, "pool.dc1.healthy_ratio")));
     assert!(changed.contains(&slot(&s, "backend.198.18.1.11.healthy")));
     // 1/2 is still >= 0.5: the derived variables did not change.
     assert!(!changed.contains(&slot(&s, "dc1_capacity_ok")));
-    let changed = s.set_backend_health("dc1", b, false);
+    let changed = set(&mut s, b, false);
     assert!(changed.contains(&slot(&s, "dc1_capacity_ok")));
     assert!(changed.contains(&slot(&s, "dc1_ok")));
     assert_eq!(s.get("pool.dc1.healthy"), Some(&Value::Bool(false)));
-    assert_eq!(s.set_backend_health("dc1", b, false), vec![]);
+    assert_eq!(set(&mut s, b, false), vec![]);
 }
 
 #[test]
 fn rtt_p99_over_a_window_and_metric_hysteresis_over_rates() {
-    let mut s = Store::new(&web_failover(SwitchPolicy::default())).expect("store");
+    let mut s = store(&web_failover(SwitchPolicy::default()));
     let a = "198.18.2.11".parse().expect("a");
     for ms in 1..=100u64 {
         s.record_rtt(a, Duration::from_millis(ms));
@@ -235,7 +253,7 @@ fn rtt_p99_over_a_window_and_metric_hysteresis_over_rates() {
 
 #[test]
 fn hypothetical_changes_nothing_and_recomputes_derived_values() {
-    let s = Store::new(&web_failover(SwitchPolicy::default())).expect("store");
+    let s = store(&web_failover(SwitchPolicy::default()));
     let h = s
         .hypothetical(&[("dc1_api_healthy".into(), "false".into())])
         .expect("what-if");

@@ -67,3 +67,36 @@ impl AuditFile {
         all
     }
 }
+
+/// The audit trail: the in-memory ring `ctl decisions` reads, and the file it is appended to.
+#[derive(Debug)]
+pub struct Audit {
+    /// The ring.
+    pub log: rules::engine::AuditLog,
+    file: Option<AuditFile>,
+}
+
+impl Audit {
+    /// A ring of `capacity` records; with `file`, seeded with the records a previous run left
+    /// there, and appended to from now on.
+    pub fn new(capacity: usize, file: Option<AuditFile>) -> Self {
+        let mut log = rules::engine::AuditLog::new(capacity);
+        if let Some(f) = &file {
+            for r in f.read_tail(capacity) {
+                log.push(r);
+            }
+        }
+        Self { log, file }
+    }
+
+    /// Keeps `record`, stamped with the wall-clock time.
+    pub fn push(&mut self, mut record: AuditRecord) {
+        record.at = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        let seq = self.log.push(record);
+        if let (Some(f), Some(r)) = (&mut self.file, self.log.get(seq)) {
+            f.append(r);
+        }
+    }
+}

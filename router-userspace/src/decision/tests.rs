@@ -10,8 +10,11 @@ use rules::engine::{Action, AuditKind, OverrideRequest};
 
 use super::*;
 use crate::{
+    config::Config,
     config::model::SwitchPolicy,
     dataplane::memory::{MemoryDataplane, Write},
+    publish::Publisher,
+    state::Store,
     state::tests::web_failover,
 };
 
@@ -21,6 +24,14 @@ struct World {
     publisher: Publisher,
     dp: MemoryDataplane,
     driver: Driver,
+    audit: Audit,
+    /// Groups evaluated since last cleared.
+    evaluations: Vec<String>,
+}
+
+/// One switch written.
+struct Published {
+    word: u64,
 }
 
 fn ms(n: u64) -> Duration {
@@ -29,32 +40,32 @@ fn ms(n: u64) -> Duration {
 
 fn world(switch: SwitchPolicy) -> World {
     let cfg = web_failover(switch);
-    let mut store = Store::new(&cfg).expect("store");
-    store.set_probe("dc1_api_healthy", true);
     let mut publisher = Publisher::new();
+    let mut health = publisher.health().clone();
+    health.configure(&cfg);
+    let mut store = Store::new(&cfg, &health);
+    store.set_probe("dc1_api_healthy", true);
     let mut dp = MemoryDataplane::default();
-    let mut driver = Driver::new(&cfg, &store, None).expect("driver");
-    let first = driver.initial_actions(&store, &publisher, ms(0));
+    let driver = Driver::new(&cfg);
+    let first = driver.initial_actions(View {
+        state: store.state(),
+        health: &health,
+        now: ms(0),
+    });
     publisher
         .apply_decided(&mut dp, &cfg, &first)
         .expect("apply");
-    driver.on_change(
-        &[],
-        true,
-        &store,
-        &mut publisher,
-        &mut dp,
-        ms(0),
-        "start",
-        Instant::now(),
-    );
-    World {
+    let mut w = World {
         cfg,
         store,
         publisher,
         dp,
         driver,
-    }
+        audit: Audit::new(AUDIT_CAPACITY, None),
+        evaluations: Vec::new(),
+    };
+    w.run(&[], true, ms(0));
+    w
 }
 
 impl World {
@@ -65,24 +76,76 @@ impl World {
     fn pool(&self, name: &str) -> u16 {
         self.publisher.pools()[name].slot as u16
     }
-    fn change(&mut self, changed: Vec<rules::Slot>, now: Duration) -> Vec<Published> {
-        self.driver.on_change(
-            &changed,
-            false,
-            &self.store,
-            &mut self.publisher,
-            &mut self.dp,
+    fn view(&self, now: Duration) -> View<'_> {
+        View {
+            state: self.store.state(),
+            health: self.publisher.health(),
             now,
-            "test",
-            Instant::now(),
-        )
+        }
+    }
+    /// Writes what the driver decided, as the agent's runtime does.
+    fn publish(&mut self, decided: Vec<Decided>) -> Vec<Published> {
+        let event = Instant::now();
+        let mut out = Vec::new();
+        for d in decided {
+            self.evaluations.push(d.group.clone());
+            let mut latency = None;
+            if let Some(to) = &d.switch_to
+                && let Some(word) = self
+                    .publisher
+                    .publish_decision(&mut self.dp, &d.group, to)
+                    .expect("write")
+            {
+                latency = Some(event.elapsed().as_micros() as u64);
+                out.push(Published { word });
+            }
+            for mut r in d.records {
+                if r.kind == AuditKind::Switch {
+                    r.latency_us = latency;
+                }
+                self.audit.push(r);
+            }
+        }
+        out
+    }
+    fn run(&mut self, changed: &[rules::Slot], all: bool, now: Duration) -> Vec<Published> {
+        let view = View {
+            state: self.store.state(),
+            health: self.publisher.health(),
+            now,
+        };
+        let decided = self.driver.on_change(changed, all, view, "test");
+        self.publish(decided)
+    }
+    fn change(&mut self, changed: Vec<rules::Slot>, now: Duration) -> Vec<Published> {
+        self.run(&changed, false, now)
+    }
+    fn timer(&mut self, now: Duration) -> Vec<Published> {
+        self.run(&[], false, now)
+    }
+    fn set_override(
+        &mut self,
+        request: Option<OverrideRequest>,
+        now: Duration,
+    ) -> Result<Option<Published>, DriverError> {
+        let view = View {
+            state: self.store.state(),
+            health: self.publisher.health(),
+            now,
+        };
+        let d = self
+            .driver
+            .set_override("web-failover", request, view, "ctl")?;
+        Ok(self.publish(vec![d]).pop())
     }
     fn health(&mut self, pool: &str, addr: &str, healthy: bool, now: Duration) -> Vec<Published> {
         let a: IpAddr = addr.parse().expect("addr");
         self.publisher
             .set_health(&mut self.dp, pool, a, healthy)
             .expect("health");
-        let changed = self.store.set_backend_health(pool, a, healthy);
+        let changed = self
+            .store
+            .refresh_health(self.publisher.health(), &[pool.to_owned()]);
         self.change(changed, now)
     }
 }
@@ -102,7 +165,7 @@ fn a_switch_writes_exactly_one_word_shared_by_every_service_of_the_group() {
     for s in ["web", "web2"] {
         assert_eq!(w.publisher.services()[s].value.decision, slot);
     }
-    let rec = w.driver.audit.iter().last().expect("audit");
+    let rec = w.audit.log.iter().last().expect("audit");
     assert_eq!(rec.kind, AuditKind::Switch);
     assert!(rec.latency_us.is_some());
     assert_eq!(rec.values.get("dc1_ok").map(String::as_str), Some("false"));
@@ -118,38 +181,23 @@ fn only_groups_that_read_a_changed_slot_reevaluate_and_deadlines_drive_the_timer
     });
     // A slot no group reads.
     let region = w.store.set_push("region", "\"us\"").expect("set");
-    w.driver.evaluations.clear();
+    w.evaluations.clear();
     assert!(w.change(region, ms(5)).is_empty());
-    assert!(
-        w.driver.evaluations.is_empty(),
-        "{:?}",
-        w.driver.evaluations
-    );
+    assert!(w.evaluations.is_empty(), "{:?}", w.evaluations);
     // dc1 loses its API: pending stable_for, nothing written yet.
     let changed = w.store.set_probe("dc1_api_healthy", false);
     assert!(w.change(changed, ms(10)).is_empty());
-    assert_eq!(w.driver.evaluations.len(), 1);
+    assert_eq!(w.evaluations.len(), 1);
     assert_eq!(w.driver.next_deadline(), Some(ms(60)));
-    assert!(
-        w.driver
-            .on_timer(&w.store, &mut w.publisher, &mut w.dp, ms(59))
-            .is_empty()
-    );
-    let out = w
-        .driver
-        .on_timer(&w.store, &mut w.publisher, &mut w.dp, ms(60));
+    assert!(w.timer(ms(59)).is_empty());
+    let out = w.timer(ms(60));
     assert_eq!(out.len(), 1);
     assert_eq!(w.word().pool_a, w.pool("dc2"));
     // Back: failback waits failback_after.
     let changed = w.store.set_probe("dc1_api_healthy", true);
     assert!(w.change(changed, ms(100)).is_empty());
     assert_eq!(w.driver.next_deadline(), Some(ms(1100)));
-    assert_eq!(
-        w.driver
-            .on_timer(&w.store, &mut w.publisher, &mut w.dp, ms(1100))
-            .len(),
-        1
-    );
+    assert_eq!(w.timer(ms(1100)).len(), 1);
     assert_eq!(w.word().pool_a, w.pool("dc1"));
 }
 
@@ -177,44 +225,15 @@ fn overrides_are_vetoed_by_require_unless_forced_and_the_gate_freezes() {
     let n = w.dp.log.len();
     let req = OverrideRequest::new(Action::pool("dc2"), "drill");
     let e = w
-        .driver
-        .set_override(
-            "web-failover",
-            Some(req.clone()),
-            &w.store,
-            &mut w.publisher,
-            &mut w.dp,
-            ms(2),
-            "ctl",
-        )
-        .expect_err("vetoed");
+        .set_override(Some(req.clone()), ms(2))
+        .err()
+        .expect("vetoed");
     assert!(e.to_string().contains("vetoed"), "{e}");
     assert_eq!(w.dp.log.len(), n, "nothing written");
-    let out = w
-        .driver
-        .set_override(
-            "web-failover",
-            Some(req.force()),
-            &w.store,
-            &mut w.publisher,
-            &mut w.dp,
-            ms(3),
-            "ctl",
-        )
-        .expect("forced");
+    let out = w.set_override(Some(req.force()), ms(3)).expect("forced");
     assert!(out.is_some());
     assert_eq!(w.driver.active_overrides(), 1);
-    w.driver
-        .set_override(
-            "web-failover",
-            None,
-            &w.store,
-            &mut w.publisher,
-            &mut w.dp,
-            ms(4),
-            "ctl",
-        )
-        .expect("clear");
+    w.set_override(None, ms(4)).expect("clear");
     assert_eq!(w.word().pool_a, w.pool("dc1"));
     // Gate off: maintenance does not move traffic.
     let mut changed = w
@@ -229,7 +248,7 @@ fn overrides_are_vetoed_by_require_unless_forced_and_the_gate_freezes() {
     assert_eq!(w.word().pool_a, w.pool("dc1"));
     let explained = w
         .driver
-        .explain("web-failover", w.store.state(), &w.publisher, ms(7))
+        .explain("web-failover", w.view(ms(7)))
         .expect("explain");
     assert!(explained.text.contains("frozen"), "{}", explained.text);
     // What-if with the gate on shows the switch, changing nothing.
@@ -239,7 +258,14 @@ fn overrides_are_vetoed_by_require_unless_forced_and_the_gate_freezes() {
         .expect("h");
     let e = w
         .driver
-        .explain("web-failover", &hypo, &w.publisher, ms(7))
+        .explain(
+            "web-failover",
+            View {
+                state: &hypo,
+                health: w.publisher.health(),
+                now: ms(7),
+            },
+        )
         .expect("what-if");
     assert_eq!(
         e.explanation.active.map(|a| a.action),

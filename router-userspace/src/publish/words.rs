@@ -1,4 +1,6 @@
-//! Decision groups in the maps: each group owns ONE decision slot, and every service with
+//! Decision words: the one encoder of an action into the 8-byte word the program reads
+//! ([`Publisher::action_word`]), used for static targets and decision groups alike; and
+//! decision groups in the maps: each group owns ONE decision slot, and every service with
 //! `to: { decide: G }` points its `decision` at it, so one 8-byte write switches them all.
 //!
 //! A group's slot comes from the service slot space (decision slots and service slots share
@@ -32,7 +34,22 @@ impl Publisher {
         &self.groups
     }
 
-    /// The word of `action` with `fallback`, from the published pool slots.
+    /// The word of a service's static target: a `decide` target is published through its
+    /// group's slot, never here, so it gets a word with no pool.
+    pub(super) fn target_word(&self, to: &crate::config::Target) -> u64 {
+        use crate::config::Target;
+        let action = match to {
+            Target::Decide(_) => None,
+            Target::Pool(p) => Some(Action::Pool(p.clone())),
+            Target::Split(shares) => Some(Action::Split(
+                shares.iter().map(|s| (s.pool.clone(), s.weight)).collect(),
+            )),
+        };
+        self.action_word(action.as_ref(), None)
+    }
+
+    /// The word of `action` with `fallback`, from the published pool slots. A split's shares
+    /// of weight zero are left out; a split with one live share is that pool.
     pub fn action_word(&self, action: Option<&Action>, fallback: Option<&str>) -> u64 {
         let slot = |name: &str| self.pools.get(name).map_or(NO_POOL, |p| p.slot as u16);
         let fallback = fallback.map_or(NO_POOL, slot);
@@ -72,7 +89,7 @@ impl Publisher {
         previous: Option<&str>,
     ) -> Option<String> {
         let in_to = |p: &str| to.live_pools().any(|q| q == p);
-        let healthy = |p: &str| self.pools.get(p).is_some_and(|s| s.healthy_count() > 0);
+        let healthy = |p: &str| self.health.counts(p).0 > 0;
         from.into_iter()
             .flat_map(Action::live_pools)
             .find(|p| !in_to(p) && healthy(p))

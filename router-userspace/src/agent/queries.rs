@@ -1,0 +1,182 @@
+//! Answers to [`super::command::Query`]: snapshots of the runtime for `status`, `ctl` and
+//! `/metrics`, taken between two commands.
+
+use std::net::IpAddr;
+
+use rules::Value;
+
+use super::{now_secs, runtime::Runtime};
+use crate::{
+    api::{
+        ctl::StateEntry,
+        metrics::{BackendRow, Scrape},
+        status::{
+            BackendStatus, InterfaceStatus, NextHopStatus, PoolStatus, ServiceStatus, Status,
+            protocol,
+        },
+    },
+    config,
+    dataplane::{counters, load},
+    decision::{GroupExplanation, View},
+};
+
+impl Runtime {
+    /// The status document.
+    pub(super) fn status(&self) -> Status {
+        let services = self
+            .config
+            .services
+            .iter()
+            .map(|s| ServiceStatus {
+                name: s.name.clone(),
+                address: match s.vip {
+                    IpAddr::V4(a) => format!("{a}:{}/{}", s.port, protocol(s.protocol)),
+                    IpAddr::V6(a) => format!("[{a}]:{}/{}", s.port, protocol(s.protocol)),
+                },
+                forward: match s.forward {
+                    config::Forward::DsrL2 => "dsr-l2",
+                    config::Forward::Nat => "nat",
+                }
+                .to_owned(),
+                to: match &s.to {
+                    config::Target::Pool(p) => format!("pool {p}"),
+                    config::Target::Decide(g) => format!("decide {g}"),
+                    config::Target::Split(v) => v
+                        .iter()
+                        .map(|x| format!("{} {}", x.pool, x.weight))
+                        .collect::<Vec<_>>()
+                        .join(" / "),
+                },
+            })
+            .collect();
+        let pools =
+            self.publisher
+                .pools()
+                .iter()
+                .map(|(name, p)| PoolStatus {
+                    name: name.clone(),
+                    backends: p
+                        .backends
+                        .iter()
+                        .map(|b| BackendStatus {
+                            address: b.address.to_string(),
+                            weight: b.weight,
+                            healthy: self.publisher.health().usable(name, b.address),
+                            probe: self.probes.get(&(name.clone(), b.address)).cloned(),
+                            next_hop: Some(
+                                self.next_hops.get(&b.address).cloned().unwrap_or_else(|| {
+                                    NextHopStatus::resolving("resolving".into())
+                                }),
+                            ),
+                        })
+                        .collect(),
+                })
+                .collect();
+        Status {
+            generation: self.publisher.generation(),
+            config_dir: self.config_dir.display().to_string(),
+            mode: self.mode.name().to_owned(),
+            // The pinned link says which program runs now (it follows `switchyard upgrade` and
+            // adopted links) and whether it still runs on the interface.
+            interfaces: self
+                .interfaces
+                .iter()
+                .map(|(name, _)| {
+                    InterfaceStatus::of(&load::pin_dir(&self.config.agent.pin_path), name)
+                })
+                .collect(),
+            services,
+            pools,
+            rejected: self.rejected.clone(),
+            running: self.running.clone(),
+            differs_from_files: self.differs_from_files(),
+            time: now_secs(),
+        }
+    }
+}
+
+impl Runtime {
+    /// Every variable and built-in (but `target.*`) with its value and source.
+    pub(super) fn state_entries(&self) -> Vec<StateEntry> {
+        self.store
+            .values()
+            .filter(|(n, _)| !n.starts_with("target."))
+            .map(|(n, v)| StateEntry {
+                name: n.to_owned(),
+                value: v.to_string(),
+                source: self.store.source_of(n).to_owned(),
+            })
+            .collect()
+    }
+
+    /// `group` explained over the live state, or over a copy with `sets` applied.
+    pub(super) fn explain(
+        &self,
+        group: &str,
+        sets: &[(String, String)],
+    ) -> Result<GroupExplanation, String> {
+        let hypothetical;
+        let state = if sets.is_empty() {
+            self.store.state()
+        } else {
+            hypothetical = self.store.hypothetical(sets).map_err(|e| e.to_string())?;
+            &hypothetical
+        };
+        let view = View {
+            state,
+            health: self.publisher.health(),
+            now: self.now(),
+        };
+        self.driver.explain(group, view).map_err(|e| e.to_string())
+    }
+
+    /// What `/metrics` reads at scrape time: the program's counters, every backend, the state
+    /// values and the decision counts of the audit ring.
+    pub(super) fn scrape(&self) -> Scrape {
+        let pools = self.publisher.pools();
+        let services = self.publisher.services();
+        let counters = counters::snapshot(
+            &self.maps,
+            services.values().map(|s| s.value.id),
+            pools
+                .values()
+                .flat_map(|p| p.backends.iter().map(|b| b.slot)),
+        );
+        let health = self.publisher.health();
+        let backends = pools
+            .iter()
+            .flat_map(|(pool, p)| {
+                p.backends.iter().map(move |b| {
+                    let h = health.get(pool, b.address);
+                    BackendRow {
+                        pool: pool.clone(),
+                        address: b.address,
+                        slot: b.slot,
+                        healthy: h.is_some_and(|h| h.healthy),
+                        reachable: h.is_some_and(|h| h.reachable),
+                    }
+                })
+            })
+            .collect();
+        let state = self
+            .store
+            .values()
+            .filter_map(|(name, v)| match v {
+                Value::Bool(b) => Some((name.to_owned(), f64::from(u8::from(*b)))),
+                Value::Number(n) => Some((name.to_owned(), *n)),
+                _ => None,
+            })
+            .collect();
+        Scrape {
+            counters,
+            services: services
+                .iter()
+                .map(|(n, s)| (n.clone(), s.value.id))
+                .collect(),
+            backends,
+            state,
+            audit: self.audit.log.iter().cloned().collect(),
+            overrides: self.driver.active_overrides(),
+        }
+    }
+}

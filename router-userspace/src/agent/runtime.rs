@@ -1,0 +1,343 @@
+//! The runtime: everything the running agent knows, behind one mutator.
+//!
+//! The event loop owns the [`Runtime`] and is the only caller of [`Runtime::execute`]; the API
+//! sends [`Command`]s and reads [`Query`] answers. The pipeline of every command is the same:
+//! event → state (the health table, the state store) → decide (the pure driver) → publish (the
+//! publisher writes the maps) → what the operator sees (status, metrics, the audit trail).
+
+use std::{
+    collections::{BTreeMap, HashMap},
+    net::IpAddr,
+    path::PathBuf,
+    time::Instant,
+};
+
+use log::{error, info};
+use rules::{Slot, engine::AuditKind};
+use tokio::sync::mpsc;
+
+use super::{
+    apply::Running,
+    command::{Command, Published, Query},
+    rates::RateSampler,
+    recorder::Recorder,
+};
+use crate::{
+    api::{
+        metrics::Metrics,
+        status::{NextHopStatus, ProbeStatus},
+    },
+    config::Config,
+    dataplane::{attach::Attached, attach::Mode, maps::KernelMaps},
+    decision::{Audit, Decided, Driver, View},
+    nexthop::Resolver,
+    probe::{self, HealthEvent, ProbeSet, Subject},
+    publish::Publisher,
+    state::Store,
+};
+
+/// The running agent's state. Fields are the agent module's; nothing outside it changes them.
+pub struct Runtime {
+    /// The map writer, what it published, and the backend-health table.
+    pub(super) publisher: Publisher,
+    /// The maps.
+    pub(super) maps: KernelMaps,
+    /// The running config.
+    pub(super) config: Config,
+    /// Where it came from.
+    pub(super) config_dir: PathBuf,
+    /// Interfaces and how they were attached.
+    pub(super) interfaces: Vec<(String, Attached)>,
+    /// XDP mode.
+    pub(super) mode: Mode,
+    /// Last probe per (pool, backend).
+    pub(super) probes: HashMap<(String, IpAddr), ProbeStatus>,
+    /// The running probes (dropping them stops them).
+    pub(super) probe_set: Option<ProbeSet>,
+    /// Where probes report.
+    pub(super) probe_tx: mpsc::Sender<HealthEvent>,
+    /// The last rejected change of the config directory, with its errors, until one applies.
+    pub(super) rejected: Option<String>,
+    /// Agent metrics.
+    pub(super) metrics: Metrics,
+    /// The live state.
+    pub(super) store: Store,
+    /// The decision groups.
+    pub(super) driver: Driver,
+    /// The audit trail.
+    pub(super) audit: Audit,
+    /// Engine time is the time since this instant.
+    pub(super) started: Instant,
+    /// The running config's version.
+    pub(super) running: Running,
+    /// The history store's thread.
+    pub(super) recorder: Recorder,
+    /// The loop's own queue, for what finishes elsewhere (a history record).
+    pub(super) commands: mpsc::Sender<Command>,
+    /// Content hash of the config directory's fragments when it was last read: the watch
+    /// applies the directory only when its fragments changed since, so after a rollback an
+    /// event that changes no fragment does not apply the files again; `status` compares it with
+    /// the running hash. Empty when the last read failed.
+    pub(super) seen: String,
+    /// Resolves and follows every backend's next hop (`None` only without netlink).
+    pub(super) resolver: Option<Resolver>,
+    /// What the agent last made of each backend address's next hop, for `status`.
+    pub(super) next_hops: BTreeMap<IpAddr, NextHopStatus>,
+    /// Interfaces the program is attached to, by ifindex: the only ones a next hop may
+    /// leave by (they are the redirect targets in `TX_PORTS`).
+    pub(super) egress: BTreeMap<u32, String>,
+    /// Counter rates between two samples.
+    pub(super) sampler: RateSampler,
+}
+
+impl Runtime {
+    /// Executes one command.
+    pub fn execute(&mut self, command: Command) {
+        match command {
+            Command::Health(ev) => self.on_health(ev),
+            Command::NextHops(events) => self.on_next_hops(events),
+            Command::Deadline => self.decide(&[], false, "timer", Instant::now()),
+            Command::Sample => self.sample(),
+            Command::ApplyDirectory {
+                source,
+                only_if_changed,
+                reply,
+            } => self.apply_directory(source, only_if_changed, reply),
+            Command::Apply {
+                fragments,
+                source,
+                reply,
+            } => self.apply_fragments(fragments, &source, Some(reply)),
+            Command::Recorded { hash, version } => self.recorded(&hash, version),
+            Command::SetState {
+                name,
+                value,
+                event,
+                reply,
+            } => {
+                let answer = match self.store.set_push(&name, &value) {
+                    Ok(slots) => {
+                        let cause = format!("state set {name}={value}");
+                        self.decide(&slots, false, &cause, event);
+                        Ok(!slots.is_empty())
+                    }
+                    Err(e) => Err(e.to_string()),
+                };
+                let _ = reply.send(answer);
+            }
+            Command::Override {
+                group,
+                request,
+                event,
+                reply,
+            } => {
+                let _ = reply.send(self.set_override(&group, request, event));
+            }
+            Command::Query(q) => self.answer(q),
+        }
+    }
+
+    /// When the next decision deadline falls, as an instant (`None`: none pending, or too far
+    /// out to exist: engine time saturates, and an override TTL of billions of years is valid
+    /// input).
+    pub fn next_deadline(&self) -> Option<Instant> {
+        self.driver
+            .next_deadline()
+            .and_then(|d| self.started.checked_add(d))
+    }
+
+    /// Engine time now.
+    pub(super) fn now(&self) -> std::time::Duration {
+        self.started.elapsed()
+    }
+
+    /// Re-evaluates the groups that read `changed` (every group if `all`) and those whose
+    /// deadline passed, and publishes their switches.
+    pub(super) fn decide(&mut self, changed: &[Slot], all: bool, cause: &str, event: Instant) {
+        let view = View {
+            state: self.store.state(),
+            health: self.publisher.health(),
+            now: self.started.elapsed(),
+        };
+        let decided = self.driver.on_change(changed, all, view, cause);
+        for d in decided {
+            self.publish(d, event);
+        }
+    }
+
+    /// Writes a group's switch (one decision-word write), then keeps its audit records with
+    /// the latency from `event` to the completed write.
+    pub(super) fn publish(&mut self, d: Decided, event: Instant) -> Option<Published> {
+        self.metrics
+            .evaluation
+            .get_or_create(&vec![("group", d.group.clone())])
+            .observe(d.took.as_secs_f64());
+        let mut published = None;
+        if let Some(to) = &d.switch_to {
+            match self
+                .publisher
+                .publish_decision(&mut self.maps, &d.group, to)
+            {
+                Ok(written) => {
+                    let latency_us = u64::try_from(event.elapsed().as_micros()).unwrap_or(u64::MAX);
+                    info!(
+                        "decision group {}: {} written in {latency_us} µs",
+                        d.group, d.summary
+                    );
+                    self.metrics
+                        .decision_latency
+                        .observe(latency_us as f64 / 1e6);
+                    published = written.map(|word| Published {
+                        group: d.group.clone(),
+                        to: to.clone(),
+                        word,
+                        latency_us,
+                    });
+                }
+                Err(e) => error!("decision group {}: writing the switch failed: {e}", d.group),
+            }
+        }
+        for mut record in d.records {
+            if record.kind == AuditKind::Switch {
+                record.latency_us = published.as_ref().map(|p| p.latency_us);
+            }
+            self.audit.push(record);
+        }
+        published
+    }
+
+    fn set_override(
+        &mut self,
+        group: &str,
+        request: Option<rules::engine::OverrideRequest>,
+        event: Instant,
+    ) -> Result<Option<Published>, String> {
+        if let Some(r) = &request {
+            let known = |p: &str| self.publisher.pools().contains_key(p);
+            if let Some(p) = r.action.live_pools().find(|p| !known(p)) {
+                return Err(format!("unknown pool {p:?}"));
+            }
+        }
+        let cause = if request.is_some() {
+            "override set"
+        } else {
+            "override clear"
+        };
+        let view = View {
+            state: self.store.state(),
+            health: self.publisher.health(),
+            now: self.started.elapsed(),
+        };
+        let d = self
+            .driver
+            .set_override(group, request, view, cause)
+            .map_err(|e| e.to_string())?;
+        Ok(self.publish(d, event))
+    }
+
+    fn on_health(&mut self, ev: HealthEvent) {
+        let event = Instant::now();
+        let (pool, address) = match &ev.subject {
+            Subject::State(var) => {
+                let slots = self.store.set_probe(var, ev.healthy);
+                let var = var.clone();
+                self.decide(&slots, false, &var, event);
+                return;
+            }
+            Subject::Backend { pool, address } => (pool.clone(), *address),
+        };
+        let rtt = self.store.record_rtt(address, ev.outcome.latency);
+        self.decide(&rtt, false, "rtt", event);
+        self.metrics
+            .health_check
+            .get_or_create(&vec![("pool", pool.clone())])
+            .observe(ev.outcome.latency.as_secs_f64());
+        self.probes.insert(
+            (pool.clone(), address),
+            ProbeStatus {
+                healthy: ev.healthy,
+                last_ok: ev.outcome.success,
+                detail: ev.outcome.detail.clone(),
+                latency_us: ev.outcome.latency.as_micros() as u64,
+            },
+        );
+        if ev.transition.is_none() {
+            return;
+        }
+        let started = Instant::now();
+        match self
+            .publisher
+            .set_health(&mut self.maps, &pool, address, ev.healthy)
+        {
+            Ok(true) => {
+                let took = started.elapsed();
+                self.metrics.map_write.observe(took.as_secs_f64());
+                let verdict = if ev.healthy { "up" } else { "down" };
+                info!(
+                    "pool {pool} backend {address} is {verdict} ({}); maps written in {} µs",
+                    ev.outcome.detail,
+                    took.as_micros()
+                );
+            }
+            Ok(false) => return,
+            Err(e) => error!("pool {pool} backend {address}: writing health failed: {e}"),
+        }
+        let slots = self
+            .store
+            .refresh_health(self.publisher.health(), std::slice::from_ref(&pool));
+        self.decide(
+            &slots,
+            false,
+            &format!("pool {pool} backend {address}"),
+            event,
+        );
+    }
+
+    /// Starts the probes of the running config (backends and state probes), each backend from
+    /// the verdict the health table has for it, and has the resolver follow its backends.
+    pub(super) fn start_probes(&mut self) {
+        if let Some(resolver) = &self.resolver {
+            resolver.set_targets(super::backend_addresses(&self.config));
+        }
+        let health = self.publisher.health();
+        let targets = probe::targets(&self.config, |pool, address| {
+            health.get(pool, address).is_none_or(|b| b.healthy)
+        });
+        self.probe_set = Some(probe::spawn(targets, self.probe_tx.clone()));
+    }
+
+    /// Stops the probes (the runtime is shutting down).
+    pub fn stop(&mut self) {
+        self.probe_set = None;
+    }
+
+    fn answer(&mut self, q: Query) {
+        match q {
+            Query::Status(reply) => {
+                let _ = reply.send(self.status());
+            }
+            Query::State(reply) => {
+                let _ = reply.send(self.state_entries());
+            }
+            Query::Decisions(group, reply) => {
+                let records = self
+                    .audit
+                    .log
+                    .iter()
+                    .filter(|r| group.as_ref().is_none_or(|g| &r.group == g))
+                    .cloned()
+                    .collect();
+                let _ = reply.send(records);
+            }
+            Query::Explain { group, sets, reply } => {
+                let _ = reply.send(self.explain(&group, &sets));
+            }
+            Query::Scrape(reply) => {
+                let _ = reply.send(self.scrape());
+            }
+            Query::Running(reply) => {
+                let _ = reply.send(self.running.version);
+            }
+        }
+    }
+}

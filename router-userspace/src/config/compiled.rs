@@ -1,0 +1,235 @@
+//! A configuration's expressions, compiled once, at the end of validation, into what the state
+//! store and the decision driver run: the [`Schema`] of every name, each state variable with its
+//! slot (derived ones compiled and in dependency order), and each decision group's compiled
+//! `when`s, `require` and gate with the slots it reads.
+//!
+//! Validation has checked every expression with file, line and path before this runs, so a
+//! failure here is a problem of validation itself; it is reported like any other config
+//! problem, and nothing after validation has an error path for the rules.
+
+use std::collections::BTreeSet;
+
+use rules::{Compiled, Schema, Slot, Value, engine::GroupConfig};
+
+use super::{
+    model::{Config, PushValue, StateSource},
+    schema,
+};
+
+/// How a state variable gets its value.
+#[derive(Clone, Debug)]
+pub enum VarKind {
+    /// A `probe:` verdict (starts true).
+    Probe,
+    /// `push:`, starting at its default.
+    Push(Value),
+    /// `expr:`, recomputed when a slot it reads changes.
+    Expr(Compiled),
+    /// `metric:`, a hysteresis over a counter rate (starts false).
+    Metric {
+        /// The rate's name.
+        of: String,
+        /// Turns true above this rate (per second) …
+        above: f64,
+        /// … false below this one …
+        below: f64,
+        /// … once the rate stayed past the threshold this long.
+        hold: std::time::Duration,
+    },
+}
+
+/// One state variable.
+#[derive(Clone, Debug)]
+pub struct Var {
+    /// Its name.
+    pub name: String,
+    /// Its slot in the schema.
+    pub slot: Slot,
+    /// Its source.
+    pub kind: VarKind,
+}
+
+/// One decision group, compiled.
+#[derive(Clone, Debug)]
+pub struct Group {
+    /// The engine's view of the group: rules with their actions, default, switch policy.
+    pub config: GroupConfig,
+    /// Each rule's `when`, in declaration order.
+    pub whens: Vec<Compiled>,
+    /// `require`.
+    pub require: Option<Compiled>,
+    /// The slot of `automatic`.
+    pub automatic: Option<Slot>,
+    /// Every slot whose change can change the group's decision: what its expressions and
+    /// gate read, and the pool built-ins of every pool its actions name (pool health feeds
+    /// the emergency exit and `require`).
+    pub reads: BTreeSet<Slot>,
+}
+
+/// Everything compiled of one configuration.
+#[derive(Clone, Debug, Default)]
+pub struct Rules {
+    /// Every name: state variables first, then built-ins.
+    pub schema: Schema,
+    /// State variables in declaration order.
+    pub vars: Vec<Var>,
+    /// Indices into `vars` of the derived variables, each after those it reads.
+    pub derived_order: Vec<usize>,
+    /// Decision groups in declaration order.
+    pub groups: Vec<Group>,
+    /// `target.healthy_count`, bound per candidate while `require` is evaluated.
+    pub target_count: Option<Slot>,
+    /// `target.healthy_ratio`, likewise.
+    pub target_ratio: Option<Slot>,
+}
+
+/// Rules are a function of the rest of the configuration: two configurations that are equal
+/// otherwise compile alike.
+impl PartialEq for Rules {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+/// Compiles `cfg`'s expressions. Errors are messages for a problem of validation itself.
+pub fn compile(cfg: &Config) -> Result<Rules, String> {
+    let schema = schema::build(cfg).map_err(|e| e.to_string())?;
+    let slot = |name: &str| {
+        schema
+            .get(name)
+            .map(|(s, _)| s)
+            .ok_or_else(|| format!("{name} is missing from the schema"))
+    };
+    let mut vars = Vec::with_capacity(cfg.state.len());
+    for v in &cfg.state {
+        let kind = match &v.source {
+            StateSource::Probe(_) => VarKind::Probe,
+            StateSource::Push(value) => VarKind::Push(push_value(value)),
+            StateSource::Expr(text) => VarKind::Expr(
+                rules::compile(text, &schema).map_err(|e| format!("state {}: {e}", v.name))?,
+            ),
+            StateSource::Metric(m) => VarKind::Metric {
+                of: m.of.clone(),
+                above: m.above,
+                below: m.below,
+                hold: m.hold,
+            },
+        };
+        vars.push(Var {
+            name: v.name.clone(),
+            slot: slot(&v.name)?,
+            kind,
+        });
+    }
+    let derived_order = dependency_order(&vars)?;
+    let mut groups = Vec::with_capacity(cfg.decisions.len());
+    for g in &cfg.decisions {
+        let compile = |text: &str| {
+            rules::compile(text, &schema).map_err(|e| format!("decision group {}: {e}", g.name))
+        };
+        let whens = g
+            .rules
+            .iter()
+            .map(|r| compile(&r.when))
+            .collect::<Result<Vec<_>, _>>()?;
+        let require = g.require.as_deref().map(compile).transpose()?;
+        let automatic = g.automatic.as_deref().map(slot).transpose()?;
+        let mut reads: BTreeSet<Slot> = whens
+            .iter()
+            .chain(require.iter())
+            .flat_map(|w| w.reads().iter().copied())
+            .collect();
+        reads.extend(automatic);
+        let pools: BTreeSet<&str> = g
+            .rules
+            .iter()
+            .flat_map(|r| r.then.live_pools())
+            .chain(g.default.iter().flat_map(rules::engine::Action::live_pools))
+            .collect();
+        for p in pools {
+            for what in ["healthy", "healthy_count"] {
+                if let Some((s, _)) = schema.get(&schema::pool_name(p, what)) {
+                    reads.insert(s);
+                }
+            }
+        }
+        let config = GroupConfig {
+            name: g.name.clone(),
+            rules: g
+                .rules
+                .iter()
+                .map(|r| rules::engine::Rule {
+                    id: r.id.clone(),
+                    priority: r.priority,
+                    action: r.then.clone(),
+                })
+                .collect(),
+            default: g.default.clone(),
+            policy: rules::engine::SwitchPolicy {
+                stable_for: g.switch.stable_for,
+                cooldown: g.switch.cooldown,
+                failback_after: g.switch.failback_after,
+            },
+        };
+        // The engine's own checks (a rule's action, the policy) run here once too.
+        rules::engine::Group::new(config.clone()).map_err(|e| e.to_string())?;
+        groups.push(Group {
+            config,
+            whens,
+            require,
+            automatic,
+            reads,
+        });
+    }
+    Ok(Rules {
+        target_count: schema.get(schema::TARGET_HEALTHY_COUNT).map(|(s, _)| s),
+        target_ratio: schema.get(schema::TARGET_HEALTHY_RATIO).map(|(s, _)| s),
+        schema,
+        vars,
+        derived_order,
+        groups,
+    })
+}
+
+fn push_value(v: &PushValue) -> Value {
+    match v {
+        PushValue::Bool(b) => Value::Bool(*b),
+        PushValue::Number(n) => Value::Number(*n),
+        PushValue::String(s) => Value::String(s.as_str().into()),
+    }
+}
+
+/// The derived variables ordered so each comes after the derived variables it reads.
+fn dependency_order(vars: &[Var]) -> Result<Vec<usize>, String> {
+    let derived: Vec<usize> = (0..vars.len())
+        .filter(|&i| matches!(vars[i].kind, VarKind::Expr(_)))
+        .collect();
+    let mut done: Vec<usize> = Vec::new();
+    let mut pending = derived.clone();
+    while !pending.is_empty() {
+        let before = pending.len();
+        pending.retain(|&i| {
+            let VarKind::Expr(e) = &vars[i].kind else {
+                return false;
+            };
+            let ready = e.reads().iter().all(|r| {
+                derived
+                    .iter()
+                    .filter(|&&j| vars[j].slot == *r)
+                    .all(|j| done.contains(j))
+            });
+            if ready {
+                done.push(i);
+            }
+            !ready
+        });
+        if pending.len() == before {
+            let names: Vec<&str> = pending.iter().map(|&i| vars[i].name.as_str()).collect();
+            return Err(format!(
+                "derived variables form a cycle: {}",
+                names.join(", ")
+            ));
+        }
+    }
+    Ok(done)
+}

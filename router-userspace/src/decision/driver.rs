@@ -1,0 +1,407 @@
+//! The driver: evaluates decision groups over a [`View`] of the live state and returns what
+//! they decided. It writes nothing.
+
+use std::{
+    cell::RefCell,
+    collections::BTreeMap,
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use rules::{
+    Compiled, Slot, State, Value,
+    engine::{
+        Action, AuditRecord, By, Decision, EngineError, Facts, Group, Input, OverrideRequest,
+    },
+};
+
+use crate::{
+    config::{Config, compiled::Rules},
+    health::Health,
+    publish::Publisher,
+};
+
+/// Why a driver operation failed; nothing changed.
+#[derive(Debug, thiserror::Error)]
+pub enum DriverError {
+    /// No such group.
+    #[error("no decision group {0:?}")]
+    UnknownGroup(String),
+    /// The engine refused (override vetoed, missing reason, …).
+    #[error(transparent)]
+    Engine(#[from] EngineError),
+}
+
+/// What the driver reads for one evaluation.
+#[derive(Clone, Copy)]
+pub struct View<'a> {
+    /// The state variables and built-ins.
+    pub state: &'a State,
+    /// Backend health, for `require` and the emergency exit.
+    pub health: &'a Health,
+    /// Engine time.
+    pub now: Duration,
+}
+
+/// What one group decided in one evaluation.
+#[derive(Clone, Debug)]
+pub struct Decided {
+    /// The group.
+    pub group: String,
+    /// The action to publish, when the group switched.
+    pub switch_to: Option<Action>,
+    /// How it switched, for the log: `FROM → TO (BY, KIND; cause CAUSE)`.
+    pub summary: String,
+    /// Its audit records (a switch record's latency is filled in by whoever writes the word).
+    pub records: Vec<AuditRecord>,
+    /// How long the evaluation took.
+    pub took: Duration,
+}
+
+struct Running {
+    group: Group,
+    deadline: Option<Duration>,
+}
+
+enum Op {
+    Evaluate,
+    Set(OverrideRequest),
+    Clear,
+}
+
+/// Every decision group of a configuration and its switching state.
+pub struct Driver {
+    rules: Arc<Rules>,
+    groups: Vec<Running>,
+}
+
+/// Pool health and `require`, for one evaluation.
+pub(super) struct HealthFacts<'a> {
+    health: &'a Health,
+    require: Option<&'a Compiled>,
+    scratch: RefCell<State>,
+    count: Option<Slot>,
+    ratio: Option<Slot>,
+}
+
+impl Facts for HealthFacts<'_> {
+    fn passes_require(&self, action: &Action) -> bool {
+        let Some(require) = self.require else {
+            return true;
+        };
+        let (mut up, mut total) = (0usize, 0usize);
+        for p in action.live_pools() {
+            let (u, t) = self.health.counts(p);
+            up += u;
+            total += t;
+        }
+        let mut state = self.scratch.borrow_mut();
+        if let Some(s) = self.count {
+            state.set(s, up as f64);
+        }
+        if let Some(s) = self.ratio {
+            state.set(
+                s,
+                if total == 0 {
+                    0.0
+                } else {
+                    up as f64 / total as f64
+                },
+            );
+        }
+        require.eval(&state)
+    }
+
+    fn pool_healthy(&self, pool: &str) -> bool {
+        self.health.counts(pool).0 > 0
+    }
+}
+
+pub(super) fn explain_values(expr: &Compiled, state: &State) -> BTreeMap<String, String> {
+    expr.explain(state)
+        .values
+        .iter()
+        .map(|r| (r.name.to_owned(), r.value.to_string()))
+        .collect()
+}
+
+impl Driver {
+    /// The groups of `cfg` (its compiled rules), nothing active yet.
+    pub fn new(cfg: &Config) -> Self {
+        let groups = cfg
+            .rules
+            .groups
+            .iter()
+            .filter_map(|g| {
+                // Checked when the rules were compiled.
+                Group::new(g.config.clone()).ok().map(|group| Running {
+                    group,
+                    deadline: None,
+                })
+            })
+            .collect();
+        Self {
+            rules: cfg.rules.clone(),
+            groups,
+        }
+    }
+
+    /// Group names.
+    pub fn group_names(&self) -> impl Iterator<Item = &str> {
+        self.groups.iter().map(|g| g.group.name())
+    }
+
+    /// The engine state of `name`.
+    pub fn group(&self, name: &str) -> Option<&Group> {
+        self.groups
+            .iter()
+            .find(|g| g.group.name() == name)
+            .map(|g| &g.group)
+    }
+
+    /// The earliest pending deadline of any group.
+    pub fn next_deadline(&self) -> Option<Duration> {
+        self.groups.iter().filter_map(|g| g.deadline).min()
+    }
+
+    /// Resumes each group from the action `publisher` has in the maps for it (an agent
+    /// restart that restored the maps, or a reload), so neither switches by itself: the group
+    /// keeps that action until a different candidate holds for `stable_for` (see
+    /// [`Group::resume`]). The published action is matched to the rule or default action of
+    /// `cfg` that gives the same decision word (a word read back from the maps carries pool
+    /// slots and a split, not the configured weights); a group whose published pools are not all
+    /// in `cfg` starts fresh. Returns the groups resumed.
+    pub fn resume(&mut self, cfg: &Config, publisher: &Publisher, now: Duration) -> Vec<String> {
+        let mut resumed = Vec::new();
+        for g in &mut self.groups {
+            let name = g.group.name().to_owned();
+            let Some(published) = publisher.groups().get(&name).and_then(|p| p.action.clone())
+            else {
+                continue;
+            };
+            let word = publisher.action_word(Some(&published), None);
+            let config = g.group.config().clone();
+            let candidate = config
+                .rules
+                .iter()
+                .map(|r| &r.action)
+                .chain(config.default.iter())
+                .find(|a| publisher.action_word(Some(a), None) == word)
+                .cloned()
+                .unwrap_or(published);
+            let known = candidate
+                .live_pools()
+                .all(|p| cfg.pools.iter().any(|q| q.name == p));
+            if !known {
+                continue;
+            }
+            if let Ok(group) = Group::resume(config, candidate, now) {
+                g.group = group;
+                resumed.push(name);
+            }
+        }
+        resumed
+    }
+
+    /// The first decision of every group not resumed, before the first apply: what each would
+    /// adopt now (evaluated on copies; nothing changes).
+    pub fn initial_actions(&self, view: View<'_>) -> BTreeMap<String, Action> {
+        self.groups
+            .iter()
+            .enumerate()
+            .filter(|(_, g)| g.group.active().is_none())
+            .filter_map(|(i, g)| {
+                let (truths, facts, open) = inputs(&self.rules, i, view);
+                let input = Input::new(view.now, &truths, &facts).automatic(open);
+                let d = g.group.what_if(&input).ok()?;
+                Some((g.group.name().to_owned(), d.active?.action))
+            })
+            .collect()
+    }
+
+    /// Re-evaluates the groups that read any of `changed` (every group if `all`), and those
+    /// whose deadline (`stable_for`, cooldown, failback, override TTL) has passed.
+    pub fn on_change(
+        &mut self,
+        changed: &[Slot],
+        all: bool,
+        view: View<'_>,
+        cause: &str,
+    ) -> Vec<Decided> {
+        let rules = self.rules.clone();
+        let due: Vec<usize> = (0..self.groups.len())
+            .filter(|&i| {
+                let reads = &rules.groups[i].reads;
+                all || changed.iter().any(|s| reads.contains(s))
+                    || self.groups[i].deadline.is_some_and(|d| d <= view.now)
+            })
+            .collect();
+        let mut out = Vec::new();
+        for i in due {
+            match self.evaluate(i, view, cause, Op::Evaluate) {
+                Ok(d) => out.push(d),
+                Err(e) => log::error!("decision group {}: {e}", self.groups[i].group.name()),
+            }
+        }
+        out
+    }
+
+    /// Sets (`Some`) or clears (`None`) the override of `group`.
+    ///
+    /// # Errors
+    ///
+    /// [`DriverError`] for an unknown group or an override the engine refuses.
+    pub fn set_override(
+        &mut self,
+        group: &str,
+        request: Option<OverrideRequest>,
+        view: View<'_>,
+        cause: &str,
+    ) -> Result<Decided, DriverError> {
+        let i = self.index(group)?;
+        let op = request.map_or(Op::Clear, Op::Set);
+        self.evaluate(i, view, cause, op)
+    }
+
+    pub(super) fn index(&self, group: &str) -> Result<usize, DriverError> {
+        self.groups
+            .iter()
+            .position(|g| g.group.name() == group)
+            .ok_or_else(|| DriverError::UnknownGroup(group.to_owned()))
+    }
+
+    pub(super) fn rules(&self) -> &Rules {
+        &self.rules
+    }
+
+    fn evaluate(
+        &mut self,
+        i: usize,
+        view: View<'_>,
+        cause: &str,
+        op: Op,
+    ) -> Result<Decided, DriverError> {
+        let started = Instant::now();
+        let rules = self.rules.clone();
+        let decision: Decision = {
+            let (truths, facts, open) = inputs(&rules, i, view);
+            let input = Input::new(view.now, &truths, &facts)
+                .automatic(open)
+                .cause(cause);
+            let group = &mut self.groups[i].group;
+            match op {
+                Op::Evaluate => group.evaluate(&input)?,
+                Op::Set(request) => group.set_override(request, &input)?,
+                Op::Clear => group.clear_override(&input)?,
+            }
+        };
+        self.groups[i].deadline = decision.next_deadline;
+        let name = self.groups[i].group.name().to_owned();
+        if decision.no_match {
+            log::warn!(
+                "decision group {name}: no rule matches and no default; the active action is kept"
+            );
+        }
+        let (switch_to, summary) = match (&decision.switched, &decision.active) {
+            (Some(switch), Some(active)) => (
+                Some(active.action.clone()),
+                format!(
+                    "{} → {} ({}, {:?}; cause {})",
+                    switch
+                        .from
+                        .as_ref()
+                        .map_or("nothing".to_owned(), ToString::to_string),
+                    switch.to,
+                    switch.by,
+                    switch.kind,
+                    switch.cause
+                ),
+            ),
+            _ => (None, String::new()),
+        };
+        let g = &rules.groups[i];
+        let records = decision
+            .audit
+            .into_iter()
+            .map(|mut record| {
+                if let Some(By::Rule(id)) = &record.by
+                    && let Some(pos) = g.config.rules.iter().position(|r| &r.id == id)
+                    && let Some(expr) = g.whens.get(pos)
+                {
+                    record.values = explain_values(expr, view.state);
+                }
+                record
+            })
+            .collect();
+        Ok(Decided {
+            group: name,
+            switch_to,
+            summary,
+            records,
+            took: started.elapsed(),
+        })
+    }
+
+    /// Every override in force, by group, as the request that would set it again at `now`
+    /// (the TTL left; `None` for an override that has expired but not yet been evaluated).
+    pub fn override_requests(&self, now: Duration) -> Vec<(String, OverrideRequest)> {
+        self.groups
+            .iter()
+            .filter_map(|g| {
+                let o = g.group.current_override()?;
+                let ttl = match o.expires_at {
+                    Some(at) if at <= now => return None,
+                    Some(at) => Some(at - now),
+                    None => None,
+                };
+                Some((
+                    g.group.name().to_owned(),
+                    OverrideRequest {
+                        action: o.action.clone(),
+                        reason: o.reason.clone(),
+                        ttl,
+                        force: o.forced,
+                    },
+                ))
+            })
+            .collect()
+    }
+
+    /// Active overrides.
+    pub fn active_overrides(&self) -> usize {
+        self.groups
+            .iter()
+            .filter(|g| g.group.current_override().is_some())
+            .count()
+    }
+
+    pub(super) fn engine_group(&self, i: usize) -> &Group {
+        &self.groups[i].group
+    }
+}
+
+/// The truths of group `i`'s rules, its facts and its gate over `view`.
+pub(super) fn inputs<'a>(
+    rules: &'a Rules,
+    i: usize,
+    view: View<'a>,
+) -> (Vec<bool>, HealthFacts<'a>, bool) {
+    let g = &rules.groups[i];
+    let truths = g.whens.iter().map(|w| w.eval(view.state)).collect();
+    let facts = HealthFacts {
+        health: view.health,
+        require: g.require.as_ref(),
+        scratch: RefCell::new(view.state.clone()),
+        count: rules.target_count,
+        ratio: rules.target_ratio,
+    };
+    (truths, facts, gate(g.automatic, view.state))
+}
+
+/// The gate: true without `automatic`; an unset gate reads as open.
+pub(super) fn gate(automatic: Option<Slot>, state: &State) -> bool {
+    match automatic.map(|s| state.get(s)) {
+        Some(Value::Bool(b)) => *b,
+        _ => true,
+    }
+}

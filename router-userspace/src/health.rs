@@ -1,0 +1,276 @@
+//! The one backend-health table: for each pool, each backend's health-check verdict and
+//! whether its next hop is resolved. A backend takes new flows (is *usable*) only when both
+//! hold.
+//!
+//! Everything that needs health reads it here: the publisher builds the Maglev tables and the
+//! backend entries from it, the state store derives `pool.<name>.*` and
+//! `backend.<address>.healthy` from it, and decision groups' `require` and emergency exit count
+//! its usable backends. Nothing else keeps a copy, so the rules and the maps cannot disagree.
+//!
+//! Defaults follow keepalived and HAProxy: a backend nobody has probed yet is healthy, and a
+//! backend of a pool without a health check is always healthy (nothing would ever probe it
+//! back up).
+
+use std::{
+    collections::{BTreeMap, HashMap, HashSet},
+    net::IpAddr,
+};
+
+use crate::config::Config;
+
+/// One backend of one pool.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BackendHealth {
+    /// Its address.
+    pub address: IpAddr,
+    /// The health check's verdict after thresholds (`true` until a check says otherwise, and
+    /// always for a pool without a check).
+    pub healthy: bool,
+    /// Whether its next hop is resolved (always, when nobody manages next hops).
+    pub reachable: bool,
+}
+
+impl BackendHealth {
+    /// Takes new flows: healthy and reachable.
+    pub fn usable(&self) -> bool {
+        self.healthy && self.reachable
+    }
+}
+
+/// The table.
+#[derive(Clone, Debug, Default)]
+pub struct Health {
+    pools: BTreeMap<String, Pool>,
+    /// The next hop of each backend address, as last reported: `true` resolved.
+    resolved: HashMap<IpAddr, bool>,
+    /// Whether an address with no report is unreachable (the agent, which resolves next hops)
+    /// or reachable (nobody manages next hops: tests and benchmarks).
+    require_hops: bool,
+}
+
+#[derive(Clone, Debug, Default)]
+struct Pool {
+    checked: bool,
+    backends: Vec<BackendHealth>,
+}
+
+impl Health {
+    /// An empty table whose backends are reachable without a next-hop report.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Makes the table hold `cfg`'s pools. A backend that stays in its pool keeps its verdict
+    /// while the pool has a health check; a new backend, and every backend of a pool without a
+    /// check, is healthy. `moved` gives the verdict of an address whose earlier pool is gone
+    /// (a renamed pool keeps its backends' verdicts). Next-hop reports of addresses no pool
+    /// has any more are forgotten: an address that comes back waits for a new report.
+    pub fn configure(&mut self, cfg: &Config) {
+        let old = std::mem::take(&mut self.pools);
+        let verdict = |pool: &str, address: IpAddr| {
+            old.get(pool)
+                .and_then(|p| p.backends.iter().find(|b| b.address == address))
+                .or_else(|| {
+                    old.iter()
+                        .filter(|(name, _)| cfg.pools.iter().all(|p| &p.name != *name))
+                        .find_map(|(_, p)| p.backends.iter().find(|b| b.address == address))
+                })
+                .map(|b| b.healthy)
+        };
+        let configured: HashSet<IpAddr> = cfg
+            .pools
+            .iter()
+            .flat_map(|p| p.backends.iter().map(|b| b.address))
+            .collect();
+        self.resolved.retain(|a, _| configured.contains(a));
+        for p in &cfg.pools {
+            let checked = p.health_check.is_some();
+            let backends = p
+                .backends
+                .iter()
+                .map(|b| BackendHealth {
+                    address: b.address,
+                    healthy: !checked || verdict(&p.name, b.address).unwrap_or(true),
+                    reachable: self.reachable(b.address),
+                })
+                .collect();
+            self.pools
+                .insert(p.name.clone(), Pool { checked, backends });
+        }
+    }
+
+    /// Puts a resumed backend's state back (an agent restarted over pinned maps): its verdict
+    /// and whether its slot holds a resolved next hop.
+    pub fn resume(&mut self, pool: &str, address: IpAddr, healthy: bool, resolved: bool) {
+        if resolved {
+            self.resolved.insert(address, true);
+        }
+        let reachable = self.reachable(address);
+        let p = self.pools.entry(pool.to_owned()).or_insert(Pool {
+            checked: true,
+            backends: Vec::new(),
+        });
+        p.backends.push(BackendHealth {
+            address,
+            healthy,
+            reachable,
+        });
+    }
+
+    /// From now on, a backend needs a resolved next hop. A resumed backend whose slot holds no
+    /// resolved next hop becomes unreachable, and its verdict unknown — healthy, as for a new
+    /// backend, until a probe says otherwise (its down entry is explained by the missing next
+    /// hop).
+    pub fn require_next_hops(&mut self) {
+        self.require_hops = true;
+        let resolved = &self.resolved;
+        for b in self.pools.values_mut().flat_map(|p| p.backends.iter_mut()) {
+            if resolved.get(&b.address) != Some(&true) && b.reachable {
+                b.reachable = false;
+                b.healthy = true;
+            }
+        }
+    }
+
+    fn reachable(&self, address: IpAddr) -> bool {
+        self.resolved
+            .get(&address)
+            .copied()
+            .unwrap_or(!self.require_hops)
+    }
+
+    /// A health check's verdict on `address` in `pool`. Returns whether the verdict changed.
+    /// Unknown pools or addresses (a probe that outlived a config change) and pools without a
+    /// check are ignored.
+    pub fn set_check(&mut self, pool: &str, address: IpAddr, healthy: bool) -> bool {
+        let Some(b) = self
+            .pools
+            .get_mut(pool)
+            .filter(|p| p.checked)
+            .and_then(|p| p.backends.iter_mut().find(|b| b.address == address))
+        else {
+            return false;
+        };
+        let changed = b.healthy != healthy;
+        b.healthy = healthy;
+        changed
+    }
+
+    /// A next-hop report for `address` (`true` resolved), in every pool that has it. Returns
+    /// the pools where a backend's usability changed.
+    pub fn set_next_hop(&mut self, address: IpAddr, resolved: bool) -> Vec<String> {
+        self.resolved.insert(address, resolved);
+        let mut changed = Vec::new();
+        for (name, p) in &mut self.pools {
+            for b in p.backends.iter_mut().filter(|b| b.address == address) {
+                let was = b.usable();
+                b.reachable = resolved;
+                if was != b.usable() && !changed.contains(name) {
+                    changed.push(name.clone());
+                }
+            }
+        }
+        changed
+    }
+
+    /// The backend `address` of `pool`.
+    pub fn get(&self, pool: &str, address: IpAddr) -> Option<BackendHealth> {
+        self.pools
+            .get(pool)?
+            .backends
+            .iter()
+            .find(|b| b.address == address)
+            .copied()
+    }
+
+    /// Whether `address` in `pool` takes new flows (`false` when unknown).
+    pub fn usable(&self, pool: &str, address: IpAddr) -> bool {
+        self.get(pool, address).is_some_and(|b| b.usable())
+    }
+
+    /// The backends of `pool`, in configuration order (empty when unknown).
+    pub fn pool(&self, pool: &str) -> &[BackendHealth] {
+        self.pools.get(pool).map_or(&[], |p| p.backends.as_slice())
+    }
+
+    /// Every pool with its backends.
+    pub fn pools(&self) -> impl Iterator<Item = (&str, &[BackendHealth])> {
+        self.pools
+            .iter()
+            .map(|(n, p)| (n.as_str(), p.backends.as_slice()))
+    }
+
+    /// `(usable, total)` backends of `pool` (`(0, 0)` when unknown).
+    pub fn counts(&self, pool: &str) -> (usize, usize) {
+        let b = self.pool(pool);
+        (b.iter().filter(|b| b.usable()).count(), b.len())
+    }
+
+    /// The addresses usable in at least one pool.
+    pub fn usable_addresses(&self) -> HashSet<IpAddr> {
+        self.pools
+            .values()
+            .flat_map(|p| p.backends.iter())
+            .filter(|b| b.usable())
+            .map(|b| b.address)
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::load_files;
+
+    fn cfg(check: bool) -> Config {
+        let hc = if check {
+            "    health_check: { tcp: { port: 80 }, interval: 1s, timeout: 300ms }\n"
+        } else {
+            ""
+        };
+        let text = format!(
+            "services:\n  - {{ name: web, vip: \"203.0.113.10\", port: 80, protocol: tcp, forward: \
+             dsr-l2, to: {{ pool: dc1 }} }}\npools:\n  - name: dc1\n{hc}    backends:\n      - {{ \
+             address: \"198.18.1.11\" }}\n      - {{ address: \"198.18.1.12\" }}\n"
+        );
+        load_files(&[("a.yaml".into(), text)]).expect("config")
+    }
+
+    fn a(s: &str) -> IpAddr {
+        s.parse().expect("address")
+    }
+
+    #[test]
+    fn a_verdict_stays_while_the_pool_is_checked_and_ends_with_its_check() {
+        let mut h = Health::new();
+        h.configure(&cfg(true));
+        assert!(h.set_check("dc1", a("198.18.1.11"), false));
+        assert!(!h.set_check("dc1", a("198.18.1.11"), false));
+        h.configure(&cfg(true));
+        assert_eq!(h.counts("dc1"), (1, 2));
+        // Nothing probes a pool without a check: a backend its removed check had marked down
+        // would stay down for good.
+        h.configure(&cfg(false));
+        assert_eq!(h.counts("dc1"), (2, 2));
+        assert!(!h.set_check("dc1", a("198.18.1.11"), false));
+    }
+
+    #[test]
+    fn a_backend_needs_a_resolved_next_hop_when_next_hops_are_required() {
+        let mut h = Health::new();
+        h.require_next_hops();
+        h.configure(&cfg(true));
+        assert_eq!(h.counts("dc1"), (0, 2));
+        assert_eq!(
+            h.set_next_hop(a("198.18.1.12"), true),
+            vec!["dc1".to_owned()]
+        );
+        assert!(h.usable("dc1", a("198.18.1.12")));
+        assert!(h.set_next_hop(a("198.18.1.12"), true).is_empty());
+        assert_eq!(
+            h.set_next_hop(a("198.18.1.12"), false),
+            vec!["dc1".to_owned()]
+        );
+        assert_eq!(h.counts("dc1"), (0, 2));
+    }
+}
