@@ -50,7 +50,6 @@ pub struct Health {
 
 #[derive(Clone, Debug, Default)]
 struct Pool {
-    checked: bool,
     backends: Vec<BackendHealth>,
 }
 
@@ -94,8 +93,7 @@ impl Health {
                     reachable: self.reachable(b.address),
                 })
                 .collect();
-            self.pools
-                .insert(p.name.clone(), Pool { checked, backends });
+            self.pools.insert(p.name.clone(), Pool { backends });
         }
     }
 
@@ -106,10 +104,7 @@ impl Health {
             self.resolved.insert(address, true);
         }
         let reachable = self.reachable(address);
-        let p = self.pools.entry(pool.to_owned()).or_insert(Pool {
-            checked: true,
-            backends: Vec::new(),
-        });
+        let p = self.pools.entry(pool.to_owned()).or_default();
         p.backends.push(BackendHealth {
             address,
             healthy,
@@ -140,13 +135,12 @@ impl Health {
     }
 
     /// A health check's verdict on `address` in `pool`. Returns whether the verdict changed.
-    /// Unknown pools or addresses (a probe that outlived a config change) and pools without a
-    /// check are ignored.
+    /// Unknown pools or addresses (a probe that outlived a config change) are ignored; a
+    /// verdict on a pool without a check holds until the next [`configure`](Self::configure).
     pub fn set_check(&mut self, pool: &str, address: IpAddr, healthy: bool) -> bool {
         let Some(b) = self
             .pools
             .get_mut(pool)
-            .filter(|p| p.checked)
             .and_then(|p| p.backends.iter_mut().find(|b| b.address == address))
         else {
             return false;
@@ -252,7 +246,6 @@ mod tests {
         // would stay down for good.
         h.configure(&cfg(false));
         assert_eq!(h.counts("dc1"), (2, 2));
-        assert!(!h.set_check("dc1", a("198.18.1.11"), false));
     }
 
     #[test]

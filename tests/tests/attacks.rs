@@ -451,13 +451,22 @@ fn rapid_churn_with_concurrent_ctl_apply_and_sighup_ends_on_the_last_write() -> 
         Ok(())
     })?;
     let last = [100, 1 + (39 * 37) % 200, 1 + (39 * 11) % 150];
+    // The last write may land after the last read of the directory (`differs_from_files` is
+    // as of that read): the watch applies it once the directory has been quiet for its
+    // debounce. Its version number shows once the history has recorded it.
+    let weights_of = |s: &switchyard::api::status::Status| -> Vec<u32> {
+        s.pools[0].backends.iter().map(|b| b.weight).collect()
+    };
     agent
         .wait_for(LIMIT, |s| {
-            s.differs_from_files == Some(false) && s.rejected.is_none()
+            s.differs_from_files == Some(false)
+                && s.rejected.is_none()
+                && weights_of(s) == last
+                && s.running.version.is_some()
         })
         .context("the last write is not the running config")?;
     let status = agent.status()?;
-    let weights: Vec<u32> = status.pools[0].backends.iter().map(|b| b.weight).collect();
+    let weights = weights_of(&status);
     ensure!(weights == last, "{weights:?} != {last:?}");
     let versions: serde_json::Value =
         serde_json::from_str(&agent.api_get("/versions")?).context("/versions")?;

@@ -70,8 +70,8 @@ pub struct Options {
 #[derive(Debug, thiserror::Error)]
 pub enum AgentError {
     /// The configuration is invalid: every problem, one per line.
-    // Transparent, not `"{0}"` with `#[from]`: that also made the `ConfigError` the source,
-    // so `switchyard attach` (which prints the whole chain, `{:#}`) printed every problem twice.
+    // Transparent: `switchyard attach` prints the whole error chain (`{:#}`), and each problem
+    // must appear in it once (a `"{0}"` message with the error also as its source repeats it).
     #[error(transparent)]
     Config(#[from] config::ConfigError),
     /// Loading, pinning or attaching failed.
@@ -126,9 +126,9 @@ pub fn backend_addresses(cfg: &Config) -> BTreeSet<IpAddr> {
 /// Runs the agent until SIGINT/SIGTERM.
 pub async fn run(opts: Options) -> Result<(), AgentError> {
     // Before anything else: until a handler is installed, SIGHUP's default action terminates
-    // the process, so a reload asked for while the agent starts (a configuration manager
-    // signalling right after a restart) killed it. Signals that arrive during the start are
-    // kept and handled by the event loop: a reload then, or an orderly exit.
+    // the process, and a reload asked for while the agent starts must not end it. Signals that
+    // arrive during the start are kept and handled by the event loop: a reload then, or an
+    // orderly exit.
     use tokio::signal::unix::{SignalKind, signal};
     let mut hup = signal(SignalKind::hangup()).map_err(AgentError::Signal)?;
     let mut term = signal(SignalKind::terminate()).map_err(AgentError::Signal)?;

@@ -136,10 +136,7 @@ fn an_unhealthy_backend_leaves_the_table_before_it_is_marked_down() {
     let mut p = Publisher::new();
     let cfg = config(
         vec![service("web", 80, Target::Pool("dc1".into()))],
-        vec![checked(pool(
-            "dc1",
-            &[("198.18.1.11", 100), ("198.18.1.12", 100)],
-        ))],
+        vec![pool("dc1", &[("198.18.1.11", 100), ("198.18.1.12", 100)])],
     );
     p.apply(&mut dp, &cfg).unwrap();
     let dead = p.pools()["dc1"].backends[0].slot;
@@ -184,7 +181,7 @@ fn an_unhealthy_backend_leaves_the_table_before_it_is_marked_down() {
 fn all_backends_down_empties_the_table() {
     let mut dp = MemoryDataplane::default();
     let mut p = Publisher::new();
-    let cfg = config(vec![], vec![checked(pool("dc1", &[("198.18.1.11", 100)]))]);
+    let cfg = config(vec![], vec![pool("dc1", &[("198.18.1.11", 100)])]);
     p.apply(&mut dp, &cfg).unwrap();
     p.set_health(&mut dp, "dc1", "198.18.1.11".parse().unwrap(), false)
         .unwrap();
@@ -203,10 +200,7 @@ fn checked_pool_with_one_backend_down() -> (Publisher, MemoryDataplane, Config) 
     let mut p = Publisher::new();
     let cfg = config(
         vec![],
-        vec![checked(pool(
-            "dc1",
-            &[("198.18.1.11", 100), ("198.18.1.12", 100)],
-        ))],
+        vec![pool("dc1", &[("198.18.1.11", 100), ("198.18.1.12", 100)])],
     );
     p.apply(&mut dp, &cfg).unwrap();
     p.set_health(&mut dp, "dc1", "198.18.1.12".parse().unwrap(), false)
