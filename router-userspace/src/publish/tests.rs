@@ -200,7 +200,10 @@ fn checked_pool_with_one_backend_down() -> (Publisher, MemoryDataplane, Config) 
     let mut p = Publisher::new();
     let cfg = config(
         vec![],
-        vec![pool("dc1", &[("198.18.1.11", 100), ("198.18.1.12", 100)])],
+        vec![checked(pool(
+            "dc1",
+            &[("198.18.1.11", 100), ("198.18.1.12", 100)],
+        ))],
     );
     p.apply(&mut dp, &cfg).unwrap();
     p.set_health(&mut dp, "dc1", "198.18.1.12".parse().unwrap(), false)
