@@ -4,7 +4,10 @@ use router_common::{Decision, NO_BACKEND, SPLIT_SCALE};
 
 use super::*;
 use crate::{
-    config::{Agent, Backend as CfgBackend, Pool as CfgPool, Service as CfgService, SplitShare},
+    config::{
+        Agent, Backend as CfgBackend, Config, Forward, HashMode, Pool as CfgPool,
+        Service as CfgService, SplitShare, Target, WhenAllDown,
+    },
     dataplane::memory::{MemoryDataplane, Write},
 };
 

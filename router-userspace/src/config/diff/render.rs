@@ -1,0 +1,181 @@
+//! How a configuration's items read in a diff line: the one-line forms `Change` shows.
+
+use std::{fmt, net::SocketAddr, time::Duration};
+
+use super::super::model::{
+    CheckKind, DecisionGroup, DecisionRule, Forward, HashMode, HealthCheck, Pool, Protocol,
+    PushValue, Service, StateSource, Target, WhenAllDown,
+};
+
+pub(super) fn service(s: &Service) -> String {
+    format!(
+        "{}/{}, forward {}, hash {}, to {}",
+        SocketAddr::new(s.vip, s.port),
+        protocol(s.protocol),
+        forward(s.forward),
+        hash(s.hash),
+        target(&s.to)
+    )
+}
+
+pub(super) fn pool(p: &Pool) -> String {
+    let n = p.backends.len();
+    let plural = if n == 1 { "" } else { "s" };
+    format!(
+        "{n} backend{plural}, health_check {}, when_all_down {}",
+        opt_health(p.health_check.as_ref()),
+        when_all_down(p.when_all_down)
+    )
+}
+
+pub(super) fn group(g: &DecisionGroup) -> String {
+    let n = g.rules.len();
+    let plural = if n == 1 { "" } else { "s" };
+    let mut out = format!(
+        "{n} rule{plural}, default {}",
+        opt_action(g.default.as_ref())
+    );
+    let s = &g.switch;
+    if s.stable_for != Duration::ZERO || s.cooldown != Duration::ZERO {
+        out += &format!(", switch.stable_for {}", dur(s.stable_for));
+        out += &format!(", switch.cooldown {}", dur(s.cooldown));
+    }
+    if s.failback_after != Duration::ZERO {
+        out += &format!(", switch.failback_after {}", dur(s.failback_after));
+    }
+    if let Some(require) = &g.require {
+        out += &format!(", require {require:?}");
+    }
+    if let Some(automatic) = &g.automatic {
+        out += &format!(", automatic {automatic}");
+    }
+    out
+}
+
+pub(super) fn rule(r: &DecisionRule) -> String {
+    format!(
+        "priority {}, when {:?}, then {}",
+        r.priority,
+        r.when,
+        action(&r.then)
+    )
+}
+
+pub(super) fn source(s: &StateSource) -> String {
+    match s {
+        StateSource::Probe(p) => match p.address {
+            Some(address) => format!("probe {} on {address}", health(&p.check)),
+            None => format!("probe {}", health(&p.check)),
+        },
+        StateSource::Push(v) => format!("push default {}", push(v)),
+        StateSource::Expr(e) => format!("expr {e:?}"),
+        StateSource::Metric(m) => format!(
+            "metric {} above {} below {} for {}",
+            m.of,
+            m.above,
+            m.below,
+            dur(m.hold)
+        ),
+    }
+}
+
+pub(super) fn push(v: &PushValue) -> String {
+    match v {
+        PushValue::Bool(b) => b.to_string(),
+        PushValue::Number(n) => n.to_string(),
+        PushValue::String(s) => format!("{s:?}"),
+    }
+}
+
+/// `tcp port 80 every 1s`.
+pub(super) fn health(h: &HealthCheck) -> String {
+    format!("{} every {}", probe(&h.kind), dur(h.interval))
+}
+
+pub(super) fn opt_health(h: Option<&HealthCheck>) -> String {
+    h.map_or_else(|| "none".to_owned(), health)
+}
+
+pub(super) fn probe(kind: &CheckKind) -> String {
+    match kind {
+        CheckKind::Tcp { port } => format!("tcp port {port}"),
+        CheckKind::Http { port, path, expect } => {
+            let expect: Vec<String> = expect.iter().map(u16::to_string).collect();
+            format!("http port {port} path {path} expect {}", expect.join(","))
+        }
+        CheckKind::Exec { command } => format!("exec {command:?}"),
+    }
+}
+
+pub(super) fn target(t: &Target) -> String {
+    match t {
+        Target::Pool(p) => format!("pool {p}"),
+        Target::Split(shares) => {
+            let shares: Vec<String> = shares
+                .iter()
+                .map(|s| format!("{}:{}", s.pool, s.weight))
+                .collect();
+            format!("split {}", shares.join(","))
+        }
+        Target::Decide(g) => format!("decide {g}"),
+    }
+}
+
+/// `pool dc1` or `split dc1:95,dc2:5`, as a service's target reads.
+pub(super) fn action(a: &rules::engine::Action) -> String {
+    match a {
+        rules::engine::Action::Pool(p) => format!("pool {p}"),
+        rules::engine::Action::Split(shares) => {
+            let shares: Vec<String> = shares.iter().map(|(p, w)| format!("{p}:{w}")).collect();
+            format!("split {}", shares.join(","))
+        }
+    }
+}
+
+pub(super) fn opt_action(a: Option<&rules::engine::Action>) -> String {
+    a.map_or_else(|| "none".to_owned(), action)
+}
+
+pub(super) fn opt(value: Option<impl fmt::Display>) -> String {
+    value.map_or_else(|| "none".to_owned(), |v| v.to_string())
+}
+
+pub(super) fn opt_quoted(value: Option<&str>) -> String {
+    value.map_or_else(|| "none".to_owned(), |v| format!("{v:?}"))
+}
+
+pub(super) fn dur(d: Duration) -> String {
+    if d.is_zero() {
+        "0s".to_owned()
+    } else {
+        humantime::format_duration(d).to_string()
+    }
+}
+
+pub(super) fn protocol(p: Protocol) -> &'static str {
+    match p {
+        Protocol::Tcp => "tcp",
+        Protocol::Udp => "udp",
+    }
+}
+
+pub(super) fn forward(f: Forward) -> &'static str {
+    match f {
+        Forward::DsrL2 => "dsr-l2",
+        Forward::Nat => "nat",
+    }
+}
+
+pub(super) fn hash(h: HashMode) -> &'static str {
+    match h {
+        HashMode::FiveTuple => "five_tuple",
+        HashMode::SourceIp => "source_ip",
+    }
+}
+
+pub(super) fn when_all_down(w: WhenAllDown) -> &'static str {
+    match w {
+        WhenAllDown::Drop => "drop",
+        WhenAllDown::Pass => "pass",
+    }
+}

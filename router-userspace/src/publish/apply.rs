@@ -1,0 +1,335 @@
+//! One apply, in the order of the module docs: reserve, backends, tables, decision words,
+//! services, removals, generation.
+
+use std::{
+    collections::{BTreeMap, HashMap, HashSet},
+    net::IpAddr,
+};
+
+use router_common::{
+    ABI_VERSION, POOL_F_ALL_DOWN_PASS, SVC_F_HASH_SOURCE, SVC_F_NAT, Service, next_hop_index,
+};
+
+use super::{BackendState, PoolState, PublishError, Publisher, ServiceState, service_key, tables};
+use crate::{
+    config::{Config, Forward, HashMode, Target, WhenAllDown},
+    dataplane::Dataplane,
+};
+
+/// What step 1 of an apply leaves for the later steps.
+struct Staged {
+    /// The new pools, each with whether its flags changed.
+    pools: BTreeMap<String, (PoolState, bool)>,
+    /// Backends that left a pool that stays: down and freed once no live table names them.
+    retired: Vec<BackendState>,
+    /// Slots of removed pools' backends that a new pool took over.
+    adopted: HashSet<u32>,
+}
+
+impl Publisher {
+    /// Makes the maps hold `cfg`, keeping the health of backends that stay. Returns the new
+    /// generation.
+    ///
+    /// # Errors
+    ///
+    /// [`PublishError`]: for want of slots before anything is written; a failed map write
+    /// leaves what was written.
+    pub fn apply(&mut self, dp: &mut dyn Dataplane, cfg: &Config) -> Result<u64, PublishError> {
+        self.apply_decided(dp, cfg, &BTreeMap::new())
+    }
+
+    /// [`apply`](Self::apply), with the actions the engine decided for decision groups (a
+    /// group missing here keeps its published action; a new one without an action publishes a
+    /// word with no pool until [`publish_decision`](Self::publish_decision)).
+    ///
+    /// # Errors
+    ///
+    /// As [`apply`](Self::apply).
+    pub fn apply_decided(
+        &mut self,
+        dp: &mut dyn Dataplane,
+        cfg: &Config,
+        decided: &BTreeMap<String, rules::engine::Action>,
+    ) -> Result<u64, PublishError> {
+        // 0. Every slot the new config needs must be free now (old and new stand side by side
+        //    until the removals): refuse before the first write rather than stop half way.
+        self.reserve(cfg)?;
+        self.health.configure(cfg);
+        // 1. Backends, pool by pool.
+        let staged = self.stage_backends(dp, cfg)?;
+        // 2. Tables and pool words; then the backends that left a pool.
+        let removed_pools = self.publish_tables(dp, staged.pools, staged.retired)?;
+        // 3 + 4. Decisions (groups' words first), then services.
+        let group_names: Vec<String> = cfg.decisions.iter().map(|g| g.name.clone()).collect();
+        let removed_groups = self.apply_groups(dp, &group_names, decided)?;
+        let stale = self.publish_services(dp, cfg)?;
+        // 5. Removals, in reverse.
+        for gone in stale {
+            if !self.services.values().any(|s| s.key == gone.key) {
+                dp.remove_service(&gone.key)?;
+            }
+            self.service_slots.free(gone.value.id);
+        }
+        for gone in removed_groups {
+            self.service_slots.free(gone.slot);
+        }
+        for gone in removed_pools.into_values() {
+            for b in gone.backends {
+                if !staged.adopted.contains(&b.slot) {
+                    self.retire(dp, b)?;
+                }
+            }
+            self.pool_slots.free(gone.slot);
+        }
+        // Next hops of addresses no pool has any more are forgotten: one that comes back gets
+        // the resolver's report, not a MAC from before it left.
+        let configured: HashSet<IpAddr> = cfg
+            .pools
+            .iter()
+            .flat_map(|p| p.backends.iter().map(|b| b.address))
+            .collect();
+        self.hops.retain(|a, _| configured.contains(a));
+        // 6. Generation.
+        self.generation += 1;
+        dp.set_config(router_common::Config {
+            generation: self.generation,
+            abi_version: ABI_VERSION,
+            _pad: 0,
+        })?;
+        Ok(self.generation)
+    }
+
+    /// Step 1: every backend that is new or changed gets its entry (a service cannot reach it
+    /// yet); new pools get slots (their tables come in step 2).
+    fn stage_backends(
+        &mut self,
+        dp: &mut dyn Dataplane,
+        cfg: &Config,
+    ) -> Result<Staged, PublishError> {
+        let mut staged = Staged {
+            pools: BTreeMap::new(),
+            retired: Vec::new(),
+            adopted: HashSet::new(),
+        };
+        // Backends of pools this config removes, by address: a new pool that has the same
+        // address takes the backend's slot over (a renamed pool), so the flows tracked on it
+        // stay where they are instead of re-selecting through the new pool's table.
+        let mut orphans: HashMap<IpAddr, BackendState> = HashMap::new();
+        for (name, old) in &self.pools {
+            if cfg.pools.iter().all(|p| &p.name != name) {
+                for b in &old.backends {
+                    orphans.entry(b.address).or_insert_with(|| b.clone());
+                }
+            }
+        }
+        for p in &cfg.pools {
+            let old = self.pools.remove(&p.name);
+            let mut old_backends: HashMap<IpAddr, BackendState> = old
+                .as_ref()
+                .map(|o| o.backends.iter().map(|b| (b.address, b.clone())).collect())
+                .unwrap_or_default();
+            let mut backends = Vec::with_capacity(p.backends.len());
+            for b in &p.backends {
+                let prev = old_backends.remove(&b.address).or_else(|| {
+                    let orphan = orphans.remove(&b.address)?;
+                    staged.adopted.insert(orphan.slot);
+                    Some(orphan)
+                });
+                let mut state = match prev {
+                    Some(prev) => BackendState {
+                        weight: b.weight,
+                        ..prev
+                    },
+                    None => self.fresh_backend(dp, b.address, b.weight)?,
+                };
+                // Only what differs is written: a restarted agent that resumed the maps
+                // rewrites nothing for an unchanged backend.
+                state.write(dp, state.entry(self.health.get(&p.name, b.address)))?;
+                backends.push(state);
+            }
+            // Backends that left this pool stay as they are until the pool's new table is
+            // live (step 2): marked down before, they would drop the flows the old table
+            // still sends them; freed before, a new backend could take the slot the old table
+            // names.
+            staged.retired.extend(old_backends.into_values());
+            let flags = match p.when_all_down {
+                WhenAllDown::Drop => 0,
+                WhenAllDown::Pass => POOL_F_ALL_DOWN_PASS,
+            };
+            let flags_changed = old.as_ref().is_none_or(|o| o.flags != flags);
+            let state = match old {
+                Some(o) => PoolState {
+                    flags,
+                    backends,
+                    ..o
+                },
+                None => PoolState {
+                    slot: self.pool_slots.take("pool")?,
+                    flags,
+                    backends,
+                    active: 1,
+                    live: None,
+                    built_from: None,
+                },
+            };
+            staged.pools.insert(p.name.clone(), (state, flags_changed));
+        }
+        Ok(staged)
+    }
+
+    /// A backend in a newly taken slot. The slot may hold an earlier backend's next hop: its
+    /// live half gets this address's (or an unresolved entry) before anything names it.
+    fn fresh_backend(
+        &mut self,
+        dp: &mut dyn Dataplane,
+        address: IpAddr,
+        weight: u32,
+    ) -> Result<BackendState, PublishError> {
+        let slot = self.backend_slots.take("backend")?;
+        let hop = self.hops.get(&address).copied();
+        dp.set_next_hop(next_hop_index(slot, 1), hop.unwrap_or_default())?;
+        Ok(BackendState {
+            address,
+            slot,
+            weight,
+            hop,
+            half: 1,
+            written: None,
+        })
+    }
+
+    /// Step 2: every pool's table and pool word; then the backends that left a pool go down
+    /// (no live table names them any more: their tracked flows re-select) and free their
+    /// slots. Returns the pools no longer configured (their slots are freed after services).
+    fn publish_tables(
+        &mut self,
+        dp: &mut dyn Dataplane,
+        mut pools: BTreeMap<String, (PoolState, bool)>,
+        retired: Vec<BackendState>,
+    ) -> Result<BTreeMap<String, PoolState>, PublishError> {
+        for (name, (pool, flags_changed)) in &mut pools {
+            tables::publish(dp, name, pool, &self.health, *flags_changed)?;
+        }
+        let pools = pools.into_iter().map(|(n, (p, _))| (n, p)).collect();
+        for gone in retired {
+            self.retire(dp, gone)?;
+        }
+        Ok(std::mem::replace(&mut self.pools, pools))
+    }
+
+    /// Marks a backend no table names down and frees its slot.
+    fn retire(
+        &mut self,
+        dp: &mut dyn Dataplane,
+        mut gone: BackendState,
+    ) -> Result<(), PublishError> {
+        gone.write(dp, gone.entry(None))?;
+        self.backend_slots.free(gone.slot);
+        Ok(())
+    }
+
+    /// Step 4: every service (new or changed; a static target's word first). Returns the
+    /// services that are gone or changed key (removed in step 5).
+    fn publish_services(
+        &mut self,
+        dp: &mut dyn Dataplane,
+        cfg: &Config,
+    ) -> Result<Vec<ServiceState>, PublishError> {
+        let mut services = BTreeMap::new();
+        let mut stale = Vec::new();
+        for s in &cfg.services {
+            let key = service_key(s);
+            // A service whose address, port or protocol changed is a new service.
+            let old = match self.services.remove(&s.name) {
+                Some(o) if o.key == key => Some(o),
+                Some(o) => {
+                    stale.push(o);
+                    None
+                }
+                None => None,
+            };
+            let slot = match &old {
+                Some(o) => o.value.id,
+                None => self.service_slots.take("service")?,
+            };
+            let group = match &s.to {
+                Target::Decide(g) => self.groups.get(g).map(|g| (g.slot, g.word)),
+                _ => None,
+            };
+            let word = group.map_or_else(|| self.target_word(&s.to), |(_, w)| w);
+            let mut flags = 0;
+            if s.forward == Forward::Nat {
+                flags |= SVC_F_NAT;
+            }
+            if s.hash == HashMode::SourceIp {
+                flags |= SVC_F_HASH_SOURCE;
+            }
+            // A service's decision slot is its own slot, or its group's.
+            let value = Service {
+                id: slot,
+                decision: group.map_or(slot, |(g, _)| g),
+                flags,
+                _pad: 0,
+            };
+            if group.is_none()
+                && old
+                    .as_ref()
+                    .is_none_or(|o| o.word != word || o.value.decision != slot)
+            {
+                dp.set_decision(slot, word)?;
+            }
+            if old.as_ref().is_none_or(|o| o.value != value) {
+                dp.set_service(key, value)?;
+            }
+            services.insert(s.name.clone(), ServiceState { key, value, word });
+        }
+        stale.extend(std::mem::replace(&mut self.services, services).into_values());
+        Ok(stale)
+    }
+
+    /// Checks that the slots `cfg` needs beside the published ones are free.
+    fn reserve(&self, cfg: &Config) -> Result<(), PublishError> {
+        let new_pools = cfg
+            .pools
+            .iter()
+            .filter(|p| !self.pools.contains_key(&p.name))
+            .count();
+        let new_backends: usize = cfg
+            .pools
+            .iter()
+            .map(|p| {
+                let old = self.pools.get(&p.name);
+                p.backends
+                    .iter()
+                    .filter(|b| {
+                        old.is_none_or(|o| o.backends.iter().all(|x| x.address != b.address))
+                    })
+                    .count()
+            })
+            .sum();
+        let new_services = cfg
+            .services
+            .iter()
+            .filter(|s| {
+                self.services
+                    .get(&s.name)
+                    .is_none_or(|o| o.key != service_key(s))
+            })
+            .count()
+            + cfg
+                .decisions
+                .iter()
+                .filter(|g| !self.groups.contains_key(&g.name))
+                .count();
+        for (need, slots, what) in [
+            (new_pools, &self.pool_slots, "pool"),
+            (new_backends, &self.backend_slots, "backend"),
+            (new_services, &self.service_slots, "service"),
+        ] {
+            if need > slots.free_count() {
+                return Err(PublishError::Full(what));
+            }
+        }
+        Ok(())
+    }
+}
