@@ -1,9 +1,13 @@
 //! The flow hash, computed the same way by the XDP program and the agent.
 //!
-//! MurmurHash3's 32-bit mixing (Appleby) over the key's 32-bit words with a fixed seed: cheap
+//! `MurmurHash3`'s 32-bit mixing (Appleby) over the key's 32-bit words with a fixed seed: cheap
 //! (a few instructions a word, no loops the verifier has to bound beyond the fixed word count),
 //! well distributed, and identical on every balancer node, so with identical Maglev tables a
 //! flow lands on the same backend whichever node receives it (Maglev paper §3.3).
+#![expect(
+    clippy::inline_always,
+    reason = "the XDP program hashes each new flow with these: inlined, they cost no BPF-to-BPF call"
+)]
 
 use crate::FlowKey;
 
@@ -41,7 +45,9 @@ const fn mix_addr(h: u32, a: &[u8; 16]) -> u32 {
     mix_word(h, word(a, 12))
 }
 
-/// Hash of a flow's 5-tuple (addresses, ports, protocol). A first fragment hashes with a zero source port.
+/// Hash of a flow's 5-tuple (addresses, ports, protocol) and family (every field of the key
+/// but its padding). A first fragment hashes like its flow's whole datagrams.
+#[must_use]
 #[inline(always)]
 pub const fn flow_hash(key: &FlowKey) -> u32 {
     let h = mix_addr(SEED, &key.src);
@@ -54,6 +60,7 @@ pub const fn flow_hash(key: &FlowKey) -> u32 {
 
 /// Hash of the source address alone (`hash: source_ip`): every flow of one client address
 /// picks the same backend.
+#[must_use]
 #[inline(always)]
 pub const fn source_hash(src: &[u8; 16]) -> u32 {
     finish(mix_addr(SEED, src), 16)
@@ -61,6 +68,7 @@ pub const fn source_hash(src: &[u8; 16]) -> u32 {
 
 /// Where a flow falls in a split, `0..SPLIT_SCALE`: a remix of its hash, so the choice of pool is
 /// independent of the Maglev slot the same hash selects.
+#[must_use]
 #[inline(always)]
 pub const fn split_point(hash: u32) -> u32 {
     finish(mix_word(SEED, hash), 4) % crate::SPLIT_SCALE as u32

@@ -103,6 +103,10 @@ pub struct Service {
     /// `SVC_F_*` bits.
     pub flags: u32,
     /// Zero.
+    #[expect(
+        clippy::pub_underscore_fields,
+        reason = "explicit padding: public so that other crates can build the value with a struct literal"
+    )]
     pub _pad: u32,
 }
 
@@ -121,7 +125,15 @@ pub struct Pool {
     pub flags: u32,
 }
 
-/// Index of entry `slot` of the live table of `pool` in the `MAGLEV` map.
+/// Index in the `MAGLEV` map of entry `slot` (`0..MAGLEV_SIZE`) of half `half` (0 or 1; only
+/// its low bit is used) of pool slot `pool`'s double-buffered table. `pool` must be below
+/// [`MAX_POOLS`] and `slot` below [`MAGLEV_SIZE`] for the index to fall inside the map; the
+/// result is not checked (the map lookup is).
+#[must_use]
+#[expect(
+    clippy::inline_always,
+    reason = "called by the XDP program per packet: inlined, it costs no BPF-to-BPF call"
+)]
 #[inline(always)]
 pub const fn maglev_index(pool: u32, half: u32, slot: u32) -> u32 {
     (pool * 2 + (half & 1)) * MAGLEV_SIZE + slot
@@ -149,10 +161,21 @@ pub struct Backend {
     /// packet reads a next hop half-written.
     pub hop: u32,
     /// Zero.
+    #[expect(
+        clippy::pub_underscore_fields,
+        reason = "explicit padding: public so that other crates can build the value with a struct literal"
+    )]
     pub _pad: u32,
 }
 
-/// Index in `NEXT_HOPS` of half `half` of backend slot `slot`'s next hop.
+/// Index in `NEXT_HOPS` of half `half` (0 or 1; only its low bit is used) of backend slot
+/// `slot`'s next hop. `slot` must be below [`MAX_BACKENDS`] for the index to fall inside the
+/// map; the result is not checked (the map lookup is).
+#[must_use]
+#[expect(
+    clippy::inline_always,
+    reason = "called by the XDP program per packet: inlined, it costs no BPF-to-BPF call"
+)]
 #[inline(always)]
 pub const fn next_hop_index(slot: u32, half: u32) -> u32 {
     slot * 2 + (half & 1)
@@ -177,6 +200,10 @@ pub struct FlowKey {
     /// [`FAMILY_V4`] or [`FAMILY_V6`].
     pub family: u8,
     /// Zero.
+    #[expect(
+        clippy::pub_underscore_fields,
+        reason = "explicit padding: public so that other crates can build the value with a struct literal"
+    )]
     pub _pad: [u8; 2],
 }
 
@@ -244,6 +271,10 @@ pub struct FragKey {
     /// [`FAMILY_V4`] or [`FAMILY_V6`].
     pub family: u8,
     /// Zero.
+    #[expect(
+        clippy::pub_underscore_fields,
+        reason = "explicit padding: public so that other crates can build the value with a struct literal"
+    )]
     pub _pad: [u8; 2],
 }
 
@@ -288,6 +319,10 @@ pub struct Config {
     /// [`ABI_VERSION`] of the agent that wrote it.
     pub abi_version: u32,
     /// Zero.
+    #[expect(
+        clippy::pub_underscore_fields,
+        reason = "explicit padding: public so that other crates can build the value with a struct literal"
+    )]
     pub _pad: u32,
 }
 
@@ -310,7 +345,8 @@ pub struct Decision {
 }
 
 impl Decision {
-    /// A decision that sends every new flow to `pool`.
+    /// A decision that sends every new flow to `pool`: no second pool, no fallback.
+    #[must_use]
     pub const fn pool(pool: u16) -> Self {
         Self {
             pool_a: pool,
@@ -320,8 +356,9 @@ impl Decision {
         }
     }
 
-    /// Packs the decision into its map word.
-    #[inline(always)]
+    /// Packs the decision into its map word (the layout in the type's doc).
+    #[must_use]
+    #[inline]
     pub const fn encode(self) -> u64 {
         (self.pool_a as u64)
             | ((self.pool_b as u64) << 16)
@@ -329,7 +366,17 @@ impl Decision {
             | ((self.fallback as u64) << 48)
     }
 
-    /// Unpacks a map word.
+    /// Unpacks a map word (the layout in the type's doc). Every word decodes; whether its pools
+    /// name pool slots is for the reader to check.
+    #[must_use]
+    #[expect(
+        clippy::cast_possible_truncation,
+        reason = "each `as u16` keeps the 16 bits of one field of the word, shifted down first"
+    )]
+    #[expect(
+        clippy::inline_always,
+        reason = "called by the XDP program per packet: inlined, it costs no BPF-to-BPF call"
+    )]
     #[inline(always)]
     pub const fn decode(word: u64) -> Self {
         Self {
@@ -341,7 +388,13 @@ impl Decision {
     }
 
     /// Which pool a new flow with hash `hash` uses: pool B when the flow's split point, a value
-    /// in `0..SPLIT_SCALE` derived from the hash, falls below `split_b`.
+    /// in `0..SPLIT_SCALE` derived from the hash ([`hash::split_point`]), falls below `split_b`;
+    /// pool A otherwise, and always when pool B is [`NO_POOL`]. The fallback is not considered.
+    #[must_use]
+    #[expect(
+        clippy::inline_always,
+        reason = "called by the XDP program per packet: inlined, it costs no BPF-to-BPF call"
+    )]
     #[inline(always)]
     pub const fn pick(self, hash: u32) -> u16 {
         if self.pool_b != NO_POOL && hash::split_point(hash) < self.split_b as u32 {
@@ -438,6 +491,10 @@ mod tests {
     }
 
     #[test]
+    #[expect(
+        clippy::cast_possible_truncation,
+        reason = "the counter's low and high 16 bits are the two ports"
+    )]
     fn split_sends_its_share_to_pool_b() {
         let d = Decision {
             pool_a: 0,

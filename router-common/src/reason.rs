@@ -21,7 +21,8 @@ impl Verdict {
     /// Every verdict, in index order.
     pub const ALL: [Verdict; 4] = [Verdict::Drop, Verdict::Pass, Verdict::Tx, Verdict::Redirect];
 
-    /// Label for metrics.
+    /// Label for metrics (the `action` label of the per-service counters).
+    #[must_use]
     pub const fn name(self) -> &'static str {
         match self {
             Verdict::Drop => "drop",
@@ -100,7 +101,8 @@ impl Reason {
         Reason::BadState,
     ];
 
-    /// Label for metrics and `status`.
+    /// Label for metrics and `status` (the `reason` label).
+    #[must_use]
     pub const fn name(self) -> &'static str {
         match self {
             Reason::NotIp => "not_ip",
@@ -131,7 +133,7 @@ mod tests {
     #[test]
     fn every_reason_has_its_own_counter_slot() {
         for (i, r) in Reason::ALL.iter().enumerate() {
-            assert_eq!(*r as u32, i as u32, "{r:?} is out of order in Reason::ALL");
+            assert_eq!(*r as usize, i, "{r:?} is out of order in Reason::ALL");
         }
         let mut names: [&str; Reason::COUNT as usize] = [""; Reason::COUNT as usize];
         for (i, r) in Reason::ALL.iter().enumerate() {
@@ -147,7 +149,7 @@ mod tests {
     #[test]
     fn every_verdict_has_its_own_slot() {
         for (i, v) in Verdict::ALL.iter().enumerate() {
-            assert_eq!(*v as u32, i as u32);
+            assert_eq!(*v as usize, i);
         }
     }
 }

@@ -41,11 +41,16 @@ pub(crate) fn words(a: &[u8; 16]) -> [u32; 4] {
 }
 
 /// Reads the 12 MAC bytes of a map value as [`Macs`]. `bytes` must be 2-byte aligned, which
-/// the `macs` fields of `NextHop` and `NatEntry` are (offsets 8 and 24 of 4-aligned values).
+/// the `macs` fields of `NextHop`, `NatEntry` and `FragEntry` are (offsets 8, 24 and 32 of
+/// 4-aligned values).
 #[inline(always)]
+#[expect(
+    clippy::cast_ptr_alignment,
+    reason = "callers pass the `macs` field of a map value, which is 2-byte aligned (see above)"
+)]
 pub fn macs(bytes: &[u8; 12]) -> Macs {
     // SAFETY: 12 readable bytes, 2-byte aligned (see above).
-    unsafe { core::ptr::read(bytes.as_ptr() as *const Macs) }
+    unsafe { core::ptr::read(bytes.as_ptr().cast::<Macs>()) }
 }
 
 /// Sends the frame to backend slot `slot`, whose entry names the live half `half` of its
@@ -66,6 +71,10 @@ pub fn to_backend(ctx: &XdpContext, slot: u32, half: u32) -> Result<u32, Reason>
 /// that is the interface it arrived on, else `XDP_REDIRECT` through `TX_PORTS` (`NoTxPort` when
 /// the interface is not there).
 #[inline(always)]
+#[expect(
+    clippy::cast_possible_truncation,
+    reason = "`ingress_ifindex` widens the `u32` field of `xdp_md` to `usize`: the cast gives it back"
+)]
 pub fn emit(ctx: &XdpContext, egress: u32, macs: Macs) -> Result<u32, Reason> {
     let eth: *mut Macs = ptr_at(ctx, 0).ok_or(Reason::MalformedDrop)?;
     unsafe { *eth = macs };

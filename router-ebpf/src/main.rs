@@ -11,6 +11,11 @@
 #![no_main]
 // The `#[xdp]` macro generates the exported entry symbol without its doc comment.
 #![allow(missing_docs)]
+#![expect(
+    clippy::inline_always,
+    reason = "the program is one BPF function by design: every helper is inlined into the entry, \
+              so no packet pays a BPF-to-BPF call"
+)]
 
 mod csum;
 mod forward;
@@ -63,6 +68,10 @@ impl Outcome {
 
 /// The XDP entry point: processes one frame and returns its action.
 #[xdp]
+#[expect(
+    clippy::needless_pass_by_value,
+    reason = "the `#[xdp]` macro calls the entry with an owned `XdpContext`"
+)]
 pub fn switchyard(ctx: XdpContext) -> u32 {
     let out = process(&ctx);
     count(&ctx, &out);
@@ -201,6 +210,10 @@ fn later_fragment(ctx: &XdpContext, pkt: &Packet) -> Outcome {
 /// and where to send them: back out of the interface the request came in on, to the MAC it
 /// came from.
 #[inline(always)]
+#[expect(
+    clippy::cast_possible_truncation,
+    reason = "`ingress_ifindex` widens the `u32` field of `xdp_md` to `usize`: the cast gives it back"
+)]
 fn nat_request(
     ctx: &XdpContext,
     pkt: &Packet,

@@ -1,6 +1,6 @@
 //! Header parsing: Ethernet (up to two VLAN tags), IPv4 (options, fragments), IPv6 (a bounded
 //! extension-header walk, fragments), TCP and UDP ports, and the inner flow of ICMP
-//! "fragmentation needed" (RFC 1191) and ICMPv6 "packet too big" (RFC 8201) errors.
+//! "fragmentation needed" (RFC 1191) and `ICMPv6` "packet too big" (RFC 8201) errors.
 //!
 //! Every read goes through [`ptr_at`], which checks the access against `data_end`; every offset
 //! is bounded by construction (a 4-bit IHL, a constant number of VLAN tags and extension
@@ -44,9 +44,9 @@ pub const MAX_OFFSET: usize = 2047;
 /// ICMP destination unreachable / fragmentation needed (RFC 792, RFC 1191).
 const ICMP_DEST_UNREACH: u8 = 3;
 const ICMP_FRAG_NEEDED: u8 = 4;
-/// ICMPv6 packet too big (RFC 4443 §3.2, RFC 8201).
+/// `ICMPv6` packet too big (RFC 4443 §3.2, RFC 8201).
 const ICMPV6_PKT_TOOBIG: u8 = 2;
-/// ICMP and ICMPv6 headers are 8 bytes before the quoted packet.
+/// ICMP and `ICMPv6` headers are 8 bytes before the quoted packet.
 const ICMP_HDR_LEN: usize = 8;
 /// Bytes of the original datagram's data an ICMP error quotes at least (RFC 792): the ports.
 const ICMP_QUOTED_DATA: usize = 8;
@@ -113,13 +113,13 @@ impl Packet {
     /// Offset of the IP header, re-read from map memory (see the type's doc).
     #[inline(always)]
     pub fn l3(&self) -> usize {
-        unsafe { core::ptr::read_volatile(&self.l3) }
+        unsafe { core::ptr::read_volatile(&raw const self.l3) }
     }
 
     /// Offset of the L4 header, re-read from map memory (see the type's doc).
     #[inline(always)]
     pub fn l4(&self) -> usize {
-        unsafe { core::ptr::read_volatile(&self.l4) }
+        unsafe { core::ptr::read_volatile(&raw const self.l4) }
     }
 
     /// Whether the packet is an ICMP error quoting `flow`.
@@ -132,11 +132,16 @@ impl Packet {
     /// six 64-bit stores. Assigning `FlowKey::default()` and the fields became a call to the
     /// BPF target's byte-at-a-time `memset` (52 rounds); volatile stores are not merged into one.
     #[inline(always)]
+    #[expect(
+        clippy::cast_ptr_alignment,
+        reason = "`flow` sits at an 8-aligned offset (asserted below) of the 8-aligned `Packet`, \
+                  though `FlowKey` alone is 2-aligned"
+    )]
     fn reset(&mut self) {
         const _: () = assert!(core::mem::offset_of!(Packet, flow) % 8 == 0);
         const _: () = assert!(core::mem::offset_of!(Packet, frag) == 16 + size_of::<FlowKey>());
         const _: () = assert!(core::mem::offset_of!(Packet, icmp) == 16 + size_of::<FlowKey>() + 8);
-        let w = &mut self.flow as *mut FlowKey as *mut u64;
+        let w = (&raw mut self.flow).cast::<u64>();
         let mut i = 0;
         // The flow (40 bytes), then `frag` and `frag_id` (8).
         while i < (size_of::<FlowKey>() + 8) / 8 {
@@ -144,7 +149,7 @@ impl Packet {
             unsafe { core::ptr::write_volatile(w.add(i), 0) };
             i += 1;
         }
-        unsafe { core::ptr::write_volatile(&mut self.icmp, 0) };
+        unsafe { core::ptr::write_volatile(&raw mut self.icmp, 0) };
     }
 
     /// Stores `off` as the L4 offset and returns it re-read: an unknown value to the verifier,
@@ -152,8 +157,8 @@ impl Packet {
     #[inline(always)]
     fn forget_l4(&mut self, off: usize) -> usize {
         unsafe {
-            core::ptr::write_volatile(&mut self.l4, off);
-            core::ptr::read_volatile(&self.l4)
+            core::ptr::write_volatile(&raw mut self.l4, off);
+            core::ptr::read_volatile(&raw const self.l4)
         }
     }
 }
@@ -186,10 +191,14 @@ pub fn parse(ctx: &XdpContext, pkt: &mut Packet) -> Result<(), Reason> {
 
 /// Stores an address given as four native-order words into a flow field with four 32-bit
 /// stores. Assigning a `[u8; 16]` (from the packet, or built from an IPv4 address) became a call
-/// to the BPF target's byte-at-a-time `memmove` or `memset`.
+/// to the BPF target's byte-at-a-time `memmove` or `memset`. `field` must be 4-aligned.
 #[inline(always)]
+#[expect(
+    clippy::cast_ptr_alignment,
+    reason = "callers pass the flow's addresses, which are 4-aligned (see the SAFETY comment)"
+)]
 fn set_addr(field: &mut [u8; 16], words: [u32; 4]) {
-    let w = field as *mut [u8; 16] as *mut u32;
+    let w = core::ptr::from_mut(field).cast::<u32>();
     for (i, word) in words.into_iter().enumerate() {
         // SAFETY: the flow's addresses are 4-aligned (`FlowKey` sits 8-aligned in `Packet`, its
         // addresses at offsets 0 and 16) and 16 bytes long; `i` < 4.
@@ -279,7 +288,7 @@ fn parse_ipv4(ctx: &XdpContext, l3: usize, pkt: &mut Packet) -> Result<(), Reaso
     pkt.frag_id = if frag == frag::NONE {
         0
     } else {
-        u16::from_be_bytes(ip.id) as u32
+        u32::from(u16::from_be_bytes(ip.id))
     };
     pkt.l3 = l3;
     pkt.l4 = l4;
@@ -436,7 +445,7 @@ fn parse_ipv6(ctx: &XdpContext, l3: usize, pkt: &mut Packet) -> Result<(), Reaso
     }
 }
 
-/// The flow quoted by an ICMPv6 packet-too-big error, turned around. The quoted header's
+/// The flow quoted by an `ICMPv6` packet-too-big error, turned around. The quoted header's
 /// extension headers are not walked: the quote must start with TCP or UDP.
 #[inline(always)]
 fn icmpv6_inner(

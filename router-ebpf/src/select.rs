@@ -33,7 +33,7 @@ pub fn usable_backend(slot: u32) -> Option<Backend> {
 /// The backend the live Maglev table of `pool` holds for `hash`, or `NO_BACKEND`.
 #[inline(always)]
 fn maglev_lookup(pool: u16, hash: u32) -> u32 {
-    let pool = pool as u32;
+    let pool = u32::from(pool);
     if pool >= MAX_POOLS {
         return NO_BACKEND;
     }
@@ -86,7 +86,7 @@ pub fn select(flow: &FlowKey, svc: &Service, track: bool) -> Result<Choice, Reas
     } else {
         usable_backend(id)
     }) else {
-        let pass = match POOLS.get(pool as u32) {
+        let pass = match POOLS.get(u32::from(pool)) {
             Some(p) => p.flags & POOL_F_ALL_DOWN_PASS != 0,
             None => false,
         };

@@ -107,6 +107,10 @@ fn value(ty: Type, on: bool) -> Value {
     }
 }
 
+#[expect(
+    clippy::cast_precision_loss,
+    reason = "an average of counts in the thousands, printed to one decimal"
+)]
 fn bench(c: &mut Criterion) {
     let mut g = group();
     let reads: usize = g.readers.iter().map(Vec::len).sum();
@@ -169,7 +173,7 @@ fn bench(c: &mut Criterion) {
     });
     let seed = &g.rules[1];
     c.bench_function("one_rule/eval", |b| {
-        b.iter(|| black_box(seed.eval(&g.state)))
+        b.iter(|| black_box(seed.eval(&g.state)));
     });
 }
 

@@ -46,11 +46,13 @@ pub struct Slot(u32);
 
 impl Slot {
     /// The slot with index `index`.
+    #[must_use]
     pub const fn new(index: u32) -> Self {
         Self(index)
     }
 
     /// The index into a [`crate::State`].
+    #[must_use]
     pub const fn index(self) -> usize {
         self.0 as usize
     }
@@ -96,11 +98,18 @@ pub struct Schema {
 
 impl Schema {
     /// An empty schema.
+    #[must_use]
     pub fn new() -> Self {
         Self::default()
     }
 
     /// Defines `name` with type `ty` and returns its slot, the next free one.
+    ///
+    /// # Errors
+    ///
+    /// Nothing is defined when it fails: [`SchemaError::InvalidName`] if `name` cannot be
+    /// written in an expression ([`crate::syntax::is_name`]), [`SchemaError::Duplicate`] if it
+    /// is defined already, [`SchemaError::Full`] once every `u32` slot is taken.
     pub fn define(&mut self, name: &str, ty: Type) -> Result<Slot, SchemaError> {
         if !crate::syntax::is_name(name) {
             return Err(SchemaError::InvalidName {
@@ -120,21 +129,25 @@ impl Schema {
     }
 
     /// The slot and type of `name`.
+    #[must_use]
     pub fn get(&self, name: &str) -> Option<(Slot, Type)> {
         self.by_name.get(name).copied()
     }
 
     /// The name defined at `slot`.
+    #[must_use]
     pub fn name(&self, slot: Slot) -> Option<&str> {
         self.names.get(slot.index()).map(|(n, _)| n.as_str())
     }
 
     /// How many names (and so slots) there are.
+    #[must_use]
     pub fn len(&self) -> usize {
         self.names.len()
     }
 
     /// Whether no name is defined.
+    #[must_use]
     pub fn is_empty(&self) -> bool {
         self.names.is_empty()
     }
@@ -148,6 +161,7 @@ impl Schema {
     }
 
     /// The defined name closest to `name`, if close enough to be a likely typo.
+    #[must_use]
     pub fn closest(&self, name: &str) -> Option<&str> {
         /// Similarity (Jaro–Winkler) above which a name is offered as "did you mean".
         const SIMILAR: f64 = 0.8;
@@ -169,6 +183,11 @@ impl Schema {
 }
 
 /// Checks that `expr`, parsed from `source`, is a well-typed bool expression over `schema`.
+///
+/// # Errors
+///
+/// The first problem found, placed in `source`: the errors of [`type_of`], or
+/// [`ErrorKind::NotBool`] when the whole expression is well-typed but not bool.
 pub fn check(expr: &Expr, schema: &Schema, source: &str) -> Result<(), Error> {
     match type_of(expr, schema) {
         Ok(Type::Bool) => Ok(()),
@@ -178,6 +197,13 @@ pub fn check(expr: &Expr, schema: &Schema, source: &str) -> Result<(), Error> {
 }
 
 /// The type of `expr`, or the first problem and where it is.
+///
+/// # Errors
+///
+/// The first problem in evaluation order, with its span: [`ErrorKind::UnknownName`] for a name
+/// `schema` does not define (with the closest defined name as a suggestion),
+/// [`ErrorKind::NotBoolOperand`] for a `NOT`, `AND` or `OR` operand that is not bool,
+/// [`ErrorKind::Incomparable`] for a comparison or `in` between types it does not accept.
 pub fn type_of(expr: &Expr, schema: &Schema) -> Result<Type, (ErrorKind, Span)> {
     let bool_operand = |e: &Expr, operator: &'static str| -> Result<(), (ErrorKind, Span)> {
         match type_of(e, schema)? {

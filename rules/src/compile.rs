@@ -92,12 +92,14 @@ pub struct Compiled {
 
 impl Compiled {
     /// The expression's source text.
+    #[must_use]
     pub fn source(&self) -> &str {
         &self.source
     }
 
     /// The slots the expression reads, in slot order, each once: re-evaluate it when one of
     /// them changes, and only then.
+    #[must_use]
     pub fn reads(&self) -> &[Slot] {
         &self.reads
     }
@@ -111,24 +113,36 @@ impl Compiled {
     }
 
     /// How many instructions the program has (its size, for tests and statistics).
+    #[must_use]
     pub fn len(&self) -> usize {
         self.ops.len()
     }
 
     /// Whether the program is empty (never: every expression compiles to one instruction at
     /// least).
+    #[must_use]
     pub fn is_empty(&self) -> bool {
         self.ops.is_empty()
     }
 }
 
 /// Parses `source`, checks it against `schema` and compiles it.
+///
+/// # Errors
+///
+/// The first problem, placed in `source`: a syntax error of [`parse`], then a type or name
+/// error of [`check`], then [`ErrorKind::TooLarge`] from [`compile_expr`].
 pub fn compile(source: &str, schema: &Schema) -> Result<Compiled, Error> {
     let expr = parse(source)?;
     compile_expr(&expr, schema, source)
 }
 
 /// Checks and compiles an already parsed `expr` (parsed from `source`, for error positions).
+///
+/// # Errors
+///
+/// The errors of [`check`], and [`ErrorKind::TooLarge`] for a program with more instructions,
+/// constants or list items than a `u32` indexes.
 pub fn compile_expr(expr: &Expr, schema: &Schema, source: &str) -> Result<Compiled, Error> {
     check(expr, schema, source)?;
     let mut b = Builder {
@@ -193,12 +207,11 @@ impl Builder<'_> {
             ExprKind::Str(s) => Value::String(s.as_str().into()),
             _ => return Ok(None),
         };
-        let index = match self.consts.iter().position(|c| *c == value) {
-            Some(i) => i,
-            None => {
-                self.consts.push(value);
-                self.consts.len() - 1
-            }
+        let index = if let Some(i) = self.consts.iter().position(|c| *c == value) {
+            i
+        } else {
+            self.consts.push(value);
+            self.consts.len() - 1
         };
         Ok(Some(Operand::Const(Self::index(index, e.span)?)))
     }

@@ -27,11 +27,13 @@ pub struct Span {
 
 impl Span {
     /// The span `start..end`.
+    #[must_use]
     pub const fn new(start: usize, end: usize) -> Self {
         Self { start, end }
     }
 
     /// The smallest span covering both `self` and `other`.
+    #[must_use]
     pub fn to(self, other: Span) -> Span {
         Span::new(self.start.min(other.start), self.end.max(other.end))
     }
@@ -185,6 +187,7 @@ struct Located {
 
 impl Error {
     /// Places `kind` at `span` of `source`. A span past the end is clamped to it.
+    #[must_use]
     pub fn new(kind: ErrorKind, span: Span, source: &str) -> Self {
         let start = floor_char_boundary(source, span.start);
         let end = floor_char_boundary(source, span.end.max(start));
@@ -213,36 +216,43 @@ impl Error {
     }
 
     /// What went wrong.
+    #[must_use]
     pub fn kind(&self) -> &ErrorKind {
         &self.0.kind
     }
 
     /// Where, in bytes of the source.
+    #[must_use]
     pub fn span(&self) -> Span {
         self.0.span
     }
 
     /// 1-based line of the span's start.
+    #[must_use]
     pub fn line(&self) -> usize {
         self.0.line
     }
 
     /// 1-based column of the span's start, in characters.
+    #[must_use]
     pub fn column(&self) -> usize {
         self.0.column
     }
 
     /// The source line holding the span's start, without its line break.
+    #[must_use]
     pub fn source_line(&self) -> &str {
         &self.0.source_line
     }
 
     /// Spaces (tabs where the source line has tabs) and `^` under the span's first line.
+    #[must_use]
     pub fn caret(&self) -> &str {
         &self.0.caret
     }
 
     /// The message without the position: `unknown name "x"`.
+    #[must_use]
     pub fn message(&self) -> String {
         self.0.kind.to_string()
     }

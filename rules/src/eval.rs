@@ -38,6 +38,7 @@ pub enum Value {
 
 impl Value {
     /// The value's type; `None` when unset.
+    #[must_use]
     pub fn type_of(&self) -> Option<Type> {
         match self {
             Value::Unset => None,
@@ -48,6 +49,7 @@ impl Value {
     }
 
     /// Whether the value is [`Value::Unset`].
+    #[must_use]
     pub fn is_unset(&self) -> bool {
         matches!(self, Value::Unset)
     }
@@ -99,6 +101,7 @@ pub struct State {
 
 impl State {
     /// `len` unset slots.
+    #[must_use]
     pub fn new(len: usize) -> Self {
         Self {
             values: vec![Value::Unset; len],
@@ -106,11 +109,13 @@ impl State {
     }
 
     /// One unset slot for every name of `schema`.
+    #[must_use]
     pub fn for_schema(schema: &Schema) -> Self {
         Self::new(schema.len())
     }
 
     /// The value at `slot`; unset past the end.
+    #[must_use]
     pub fn get(&self, slot: Slot) -> &Value {
         self.values.get(slot.index()).unwrap_or(&UNSET)
     }
@@ -136,11 +141,13 @@ impl State {
     }
 
     /// How many slots the state has.
+    #[must_use]
     pub fn len(&self) -> usize {
         self.values.len()
     }
 
     /// Whether the state has no slot.
+    #[must_use]
     pub fn is_empty(&self) -> bool {
         self.values.is_empty()
     }
@@ -168,6 +175,10 @@ impl<'a> From<&'a Value> for Val<'a> {
 }
 
 /// `a op b`; false if either is unset or their types differ.
+#[expect(
+    clippy::float_cmp,
+    reason = "the language's `==` and `!=` compare numbers exactly (`1 == 1.0`, docs/rules.md)"
+)]
 fn compare(op: CmpOp, a: Val<'_>, b: Val<'_>) -> bool {
     match (a, b) {
         (Val::Number(x), Val::Number(y)) => match op {
@@ -194,6 +205,7 @@ fn compare(op: CmpOp, a: Val<'_>, b: Val<'_>) -> bool {
 
 impl Compiled {
     /// Evaluates the expression over `state`. Allocates nothing; never panics.
+    #[must_use]
     pub fn eval(&self, state: &State) -> bool {
         let mut acc = false;
         let mut stack: u64 = 0;
@@ -241,6 +253,7 @@ impl Compiled {
 
     /// The result over `state` and the value of every variable the expression reads, for
     /// `explain` and audit records. (This one allocates: it is not for the hot path.)
+    #[must_use]
     pub fn explain<'a>(&'a self, state: &'a State) -> Explanation<'a> {
         Explanation {
             result: self.eval(state),

@@ -201,9 +201,10 @@ impl Atoms {
 /// Lints one group: its rules (in declaration order) and whether it has a default. Rules
 /// whose `when` does not parse or type-check against `schema` are left out (validation
 /// reports them).
+#[must_use]
 pub fn lint(rules: &[LintRule<'_>], has_default: bool, schema: &Schema) -> Lint {
     let mut atoms = Atoms::default();
-    let mut order: Vec<(usize, &LintRule<'_>, Formula)> = Vec::new();
+    let mut order: Vec<Ordered<'_, '_>> = Vec::new();
     for (i, r) in rules.iter().enumerate() {
         let Ok(e) = parse(r.when) else { continue };
         if type_of(&e, schema) != Ok(Type::Bool) {
@@ -214,12 +215,34 @@ pub fn lint(rules: &[LintRule<'_>], has_default: bool, schema: &Schema) -> Lint 
     // Evaluation order: priority (higher first), then declaration order.
     order.sort_by_key(|(i, r, _)| (std::cmp::Reverse(r.priority), *i));
     let mut out = Lint::default();
-    let example = |assign: &[(usize, bool)]| -> Vec<(String, bool)> {
-        assign
-            .iter()
-            .map(|(a, v)| (atoms.names.get(*a).cloned().unwrap_or_default(), *v))
-            .collect()
-    };
+    unreachable_rules(&order, &atoms, &mut out);
+    if !has_default && !order.is_empty() {
+        uncovered(&order, &atoms, &mut out);
+    }
+    overlaps(&order, &atoms, &mut out);
+    if !atoms.opaque.is_empty() {
+        out.notes.push(format!(
+            "comparisons are treated as independent true/false atoms: {}",
+            atoms.opaque.join(", ")
+        ));
+    }
+    out
+}
+
+/// A rule that parsed and type-checked: its declaration index, the rule, its formula.
+type Ordered<'r, 'a> = (usize, &'r LintRule<'a>, Formula);
+
+/// An assignment of atoms as the names and values a finding shows.
+fn example(atoms: &Atoms, assign: &[(usize, bool)]) -> Vec<(String, bool)> {
+    assign
+        .iter()
+        .map(|(a, v)| (atoms.names.get(*a).cloned().unwrap_or_default(), *v))
+        .collect()
+}
+
+/// Finds the rules of `order` (evaluation order) that are never true, or never true while
+/// every rule ahead of them is false.
+fn unreachable_rules(order: &[Ordered<'_, '_>], atoms: &Atoms, out: &mut Lint) {
     for k in 0..order.len() {
         let Some((_, rule, f)) = order.get(k) else {
             continue;
@@ -284,34 +307,42 @@ pub fn lint(rules: &[LintRule<'_>], has_default: bool, schema: &Schema) -> Lint 
             });
         }
     }
-    if !has_default && !order.is_empty() {
-        let mut used = Vec::new();
-        order.iter().for_each(|(_, _, g)| g.atoms(&mut used));
-        if used.len() > MAX_EXACT_ATOMS {
-            out.partial.push(format!(
-                "coverage without a default was not checked: the rules read {} atoms (more than \
-                 {MAX_EXACT_ATOMS})",
-                used.len()
-            ));
-        } else {
-            let (mut count, mut total, mut first) = (0u64, 0u64, None);
-            enumerate(&used, atoms.names.len(), |v, assign| {
-                total += 1;
-                if !order.iter().any(|(_, _, g)| g.eval(v)) {
-                    count += 1;
-                    first.get_or_insert_with(|| example(assign));
-                }
-                true
-            });
-            if let Some(example) = first {
-                out.findings.push(Finding::Uncovered {
-                    count,
-                    total,
-                    example,
-                });
-            }
-        }
+}
+
+/// Counts the states in which no rule of `order` is true (for a group without a default).
+fn uncovered(order: &[Ordered<'_, '_>], atoms: &Atoms, out: &mut Lint) {
+    let mut used = Vec::new();
+    for (_, _, g) in order {
+        g.atoms(&mut used);
     }
+    if used.len() > MAX_EXACT_ATOMS {
+        out.partial.push(format!(
+            "coverage without a default was not checked: the rules read {} atoms (more than \
+             {MAX_EXACT_ATOMS})",
+            used.len()
+        ));
+        return;
+    }
+    let (mut count, mut total, mut first) = (0u64, 0u64, None);
+    enumerate(&used, atoms.names.len(), |v, assign| {
+        total += 1;
+        if !order.iter().any(|(_, _, g)| g.eval(v)) {
+            count += 1;
+            first.get_or_insert_with(|| example(atoms, assign));
+        }
+        true
+    });
+    if let Some(example) = first {
+        out.findings.push(Finding::Uncovered {
+            count,
+            total,
+            example,
+        });
+    }
+}
+
+/// Finds the pairs of equal-priority rules of `order` that can both be true.
+fn overlaps(order: &[Ordered<'_, '_>], atoms: &Atoms, out: &mut Lint) {
     for (k, (_, a, fa)) in order.iter().enumerate() {
         for (_, b, fb) in order
             .iter()
@@ -333,7 +364,7 @@ pub fn lint(rules: &[LintRule<'_>], has_default: bool, schema: &Schema) -> Lint 
             let mut hit = None;
             enumerate(&used, atoms.names.len(), |v, assign| {
                 if fa.eval(v) && fb.eval(v) {
-                    hit = Some(example(assign));
+                    hit = Some(example(atoms, assign));
                 }
                 hit.is_none()
             });
@@ -346,13 +377,6 @@ pub fn lint(rules: &[LintRule<'_>], has_default: bool, schema: &Schema) -> Lint 
             }
         }
     }
-    if !atoms.opaque.is_empty() {
-        out.notes.push(format!(
-            "comparisons are treated as independent true/false atoms: {}",
-            atoms.opaque.join(", ")
-        ));
-    }
-    out
 }
 
 /// Calls `visit(values, assignment)` for every assignment of `used` (the other atoms false)

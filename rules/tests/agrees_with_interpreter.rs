@@ -164,6 +164,10 @@ impl<'a> Interp<'a> {
         }
     }
 
+    #[expect(
+        clippy::float_cmp,
+        reason = "the reference interpreter compares numbers exactly, as the language does"
+    )]
     fn compare(op: CmpOp, l: V<'_>, r: V<'_>) -> bool {
         match (l, r) {
             (V::Unset, _) | (_, V::Unset) => false,
@@ -213,7 +217,8 @@ impl Printer {
         self.seed ^= self.seed << 13;
         self.seed ^= self.seed >> 7;
         self.seed ^= self.seed << 17;
-        options[(self.seed % options.len() as u64) as usize]
+        let i = self.seed % options.len() as u64;
+        options[usize::try_from(i).expect("below options.len()")]
     }
 
     fn precedence(e: &Expr) -> u8 {
@@ -259,7 +264,10 @@ impl Printer {
                 for (i, e) in operands.iter().enumerate() {
                     if i > 0 {
                         let op = self.pick(&["AND", "and", "&&"]);
-                        out += &format!(" {op}{}", self.pick(&[" ", "\n  "]));
+                        let space = self.pick(&[" ", "\n  "]);
+                        out += " ";
+                        out += op;
+                        out += space;
                     }
                     out += &self.print(e, 3);
                 }
@@ -269,7 +277,9 @@ impl Printer {
                 let mut out = String::new();
                 for (i, e) in operands.iter().enumerate() {
                     if i > 0 {
-                        out += &format!(" {} ", self.pick(&["OR", "or", "||"]));
+                        out += " ";
+                        out += self.pick(&["OR", "or", "||"]);
+                        out += " ";
                     }
                     out += &self.print(e, 2);
                 }

@@ -1,4 +1,4 @@
-//! The switching policy with an injected clock: adoption, stable_for, cooldown, the emergency
+//! The switching policy with an injected clock: adoption, `stable_for`, cooldown, the emergency
 //! exit, failback, require vetoes, the automatic gate, no match, relabelling and resume.
 
 mod engine_support;

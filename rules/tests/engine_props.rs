@@ -1,5 +1,5 @@
 //! Property tests over random input sequences: equal inputs give equal decisions, and every
-//! switch the engine makes obeys the policy (stable_for, cooldown, failback_after, the
+//! switch the engine makes obeys the policy (`stable_for`, cooldown, `failback_after`, the
 //! emergency exit, the gate, overrides).
 
 use std::time::Duration;
@@ -178,7 +178,7 @@ fn rank(config: &GroupConfig, by: &By) -> Option<usize> {
         .enumerate()
         .map(|(i, r)| (-r.priority, i))
         .collect();
-    order.sort();
+    order.sort_unstable();
     match by {
         By::Rule(id) => order.iter().position(|&(_, i)| config.rules[i].id == *id),
         By::Default => Some(order.len()),
@@ -225,7 +225,7 @@ proptest! {
             }
             let Some(switch) = &d.switched else { continue };
             let held = d.candidate.as_ref().map(|c| d.now.saturating_sub(c.since));
-            let since_last = last_switch.map(|t| d.now - t);
+            let since_last = last_switch.map(|t| d.now.checked_sub(t).expect("time runs forward"));
             match switch.kind {
                 SwitchKind::Adopt => prop_assert!(switch.from.is_none()),
                 SwitchKind::Override => {}

@@ -27,6 +27,10 @@ fn slot(schema: &Schema, name: &str) -> Slot {
 }
 
 /// Evaluates `src` with a, b, c, x, y, s set from the arguments; u, un, us unset.
+#[expect(
+    clippy::many_single_char_names,
+    reason = "the parameters are named after the variables the test expressions read"
+)]
 fn eval_with(src: &str, a: bool, b: bool, c: bool, x: f64, y: f64, s: &str) -> bool {
     let schema = schema();
     let rule = compile(src, &schema).unwrap_or_else(|e| panic!("{src}: {e}"));

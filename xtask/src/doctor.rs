@@ -7,7 +7,7 @@ use std::{
     process::{Command, ExitCode, Stdio},
 };
 
-/// Oldest kernel the project supports: XDP through bpf_link (5.9) and `BPF_PROG_TEST_RUN`
+/// Oldest kernel the project supports: XDP through `bpf_link` (5.9) and `BPF_PROG_TEST_RUN`
 /// with an `xdp_md` context, which the program fixtures use (5.15). Developed on 6.18.
 const MIN_KERNEL: (u32, u32) = (5, 15);
 /// `BPF_FS_MAGIC` from `linux/magic.h`.
@@ -179,7 +179,7 @@ fn bpffs() -> Result<String, Missing> {
     let path = CString::new(BPFFS).map_err(|_| missing("bad path", fix.clone()))?;
     // SAFETY: `path` is a valid C string and `st` a properly sized, writable out-parameter.
     let mut st: libc::statfs = unsafe { mem::zeroed() };
-    if unsafe { libc::statfs(path.as_ptr(), &mut st) } != 0 {
+    if unsafe { libc::statfs(path.as_ptr(), &raw mut st) } != 0 {
         let e = std::io::Error::last_os_error();
         return Err(missing(format!("{BPFFS}: {e}"), fix));
     }
@@ -274,6 +274,11 @@ const BPF_PROG_LOAD: libc::c_long = 5;
 const BPF_PROG_TYPE_XDP: u32 = 6;
 
 /// Loads the smallest XDP program (`r0 = XDP_PASS; exit`) with bpf(2) and closes it again.
+#[expect(
+    clippy::cast_possible_truncation,
+    reason = "the instruction count is 2, and bpf(2)'s descriptor is an int that syscall(2) \
+              widens to a long"
+)]
 fn bpf_syscall() -> Result<String, Missing> {
     const XDP_PASS: i32 = 2;
     // struct bpf_insn: code, dst/src registers, 16-bit offset, 32-bit immediate.
@@ -300,7 +305,7 @@ fn bpf_syscall() -> Result<String, Missing> {
         libc::syscall(
             libc::SYS_bpf,
             BPF_PROG_LOAD,
-            &attr as *const ProgLoadAttr,
+            &raw const attr,
             mem::size_of::<ProgLoadAttr>(),
         )
     };

@@ -77,7 +77,7 @@ enum Cmd {
     ///
     /// Builds and loads the XDP program into the kernel with private maps (not attached,
     /// nothing pinned) and prints the instructions the verifier processed and the translated
-    /// and JIT-compiled sizes (from BPF_OBJ_GET_INFO_BY_FD), then unloads it.
+    /// and JIT-compiled sizes (from `BPF_OBJ_GET_INFO_BY_FD`), then unloads it.
     Verifier,
 }
 

@@ -16,7 +16,7 @@
 use std::{
     io::{BufRead as _, BufReader, Read, Write as _},
     process::{ExitCode, Stdio},
-    sync::{Arc, Mutex},
+    sync::{Arc, Mutex, PoisonError},
     thread,
 };
 
@@ -60,7 +60,7 @@ pub fn run(ws: &Workspace, extra: &[String]) -> Result<ExitCode> {
     let status = child.wait().context("waiting for cargo test")?;
     let _ = out.join();
     let _ = err.join();
-    let events = std::mem::take(&mut *events.lock().unwrap_or_else(|p| p.into_inner()));
+    let events = std::mem::take(&mut *events.lock().unwrap_or_else(PoisonError::into_inner));
     print_summary(&events);
     if status.success() {
         Ok(ExitCode::SUCCESS)
@@ -97,7 +97,10 @@ fn forward(
                 None
             };
             if let Some(e) = event {
-                events.lock().unwrap_or_else(|p| p.into_inner()).push(e);
+                events
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .push(e);
             }
         }
     })?;

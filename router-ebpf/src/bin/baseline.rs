@@ -11,6 +11,11 @@
 #![no_main]
 // The `#[xdp]` macro generates the exported entry symbol without a doc comment.
 #![allow(missing_docs)]
+#![expect(
+    clippy::inline_always,
+    reason = "measured like the data plane, as one BPF function: its helpers are inlined into the \
+              entry"
+)]
 
 use core::mem::size_of;
 
@@ -35,6 +40,10 @@ fn ptr_at<T>(ctx: &XdpContext, off: usize) -> Option<*mut T> {
 
 /// Reflects an IP frame back out of its interface with the MAC addresses swapped.
 #[xdp]
+#[expect(
+    clippy::needless_pass_by_value,
+    reason = "the `#[xdp]` macro calls the entry with an owned `XdpContext`"
+)]
 pub fn baseline(ctx: XdpContext) -> u32 {
     reflect(&ctx).unwrap_or(xdp_action::XDP_PASS)
 }

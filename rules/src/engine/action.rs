@@ -40,6 +40,7 @@ impl Action {
 
     /// Why this action cannot be published, if it cannot: an empty pool name, an empty split,
     /// a pool repeated in a split, or a split whose weights add up to zero.
+    #[must_use]
     pub fn problem(&self) -> Option<String> {
         match self {
             Self::Pool(p) if p.is_empty() => Some("empty pool name".into()),
@@ -133,17 +134,20 @@ pub struct FixedFacts {
 
 impl FixedFacts {
     /// Everything passes `require`; every pool is healthy.
+    #[must_use]
     pub fn new() -> Self {
         Self::default()
     }
 
     /// Marks `action` as failing `require`.
+    #[must_use]
     pub fn veto(mut self, action: Action) -> Self {
         self.vetoed.insert(action);
         self
     }
 
     /// Marks `pool` as having no healthy backend.
+    #[must_use]
     pub fn dead(mut self, pool: impl Into<String>) -> Self {
         self.dead_pools.insert(pool.into());
         self

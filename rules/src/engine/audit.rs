@@ -93,11 +93,21 @@ impl AuditRecord {
     }
 
     /// The record as one line of JSON, without the line break.
+    ///
+    /// # Errors
+    ///
+    /// `serde_json`'s error. Every field of a record (strings, numbers, actions, a map with
+    /// string keys) serializes, so it does not fail in practice.
     pub fn to_json_line(&self) -> Result<String, serde_json::Error> {
         serde_json::to_string(self)
     }
 
-    /// A record read back from one line of JSON.
+    /// A record read back from one line of JSON (as [`to_json_line`](Self::to_json_line)
+    /// writes it).
+    ///
+    /// # Errors
+    ///
+    /// `serde_json`'s error when `line` is not JSON or not a record's shape.
     pub fn from_json_line(line: &str) -> Result<Self, serde_json::Error> {
         serde_json::from_str(line)
     }
@@ -115,6 +125,7 @@ pub struct AuditLog {
 impl AuditLog {
     /// An empty ring that holds at most `capacity` records (0 keeps none, but still numbers
     /// them).
+    #[must_use]
     pub fn new(capacity: usize) -> Self {
         Self {
             capacity,
@@ -125,21 +136,25 @@ impl AuditLog {
     }
 
     /// The most records the ring holds.
+    #[must_use]
     pub fn capacity(&self) -> usize {
         self.capacity
     }
 
     /// The number of records held.
+    #[must_use]
     pub fn len(&self) -> usize {
         self.records.len()
     }
 
     /// Whether no record is held.
+    #[must_use]
     pub fn is_empty(&self) -> bool {
         self.records.is_empty()
     }
 
     /// How many records were dropped to make room.
+    #[must_use]
     pub fn evicted(&self) -> u64 {
         self.evicted
     }
@@ -162,6 +177,7 @@ impl AuditLog {
     }
 
     /// The record numbered `seq`, if still held.
+    #[must_use]
     pub fn get(&self, seq: u64) -> Option<&AuditRecord> {
         self.index(seq).and_then(|i| self.records.get(i))
     }
@@ -184,6 +200,7 @@ impl AuditLog {
     }
 
     /// The records held, oldest first.
+    #[must_use]
     pub fn iter(&self) -> impl DoubleEndedIterator<Item = &AuditRecord> {
         self.records.iter()
     }

@@ -98,6 +98,11 @@ pub struct Explanation {
 impl Group {
     /// Explains the decision the group makes at `input.now`, without changing the group. Use
     /// the current inputs to explain the present, or hypothetical ones for what-if.
+    ///
+    /// # Errors
+    ///
+    /// [`EngineError::TruthCount`] when `input` has a truth value count other than the
+    /// group's rule count, as [`Group::evaluate`].
     pub fn explain(&self, input: &Input<'_>) -> Result<Explanation, EngineError> {
         let mut group = self.clone();
         let decision = group.evaluate(input)?;

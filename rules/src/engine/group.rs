@@ -80,12 +80,14 @@ impl<'a> Input<'a> {
     }
 
     /// Sets the value of the `automatic` gate.
+    #[must_use]
     pub fn automatic(mut self, automatic: bool) -> Self {
         self.automatic = automatic;
         self
     }
 
     /// Sets the cause copied into audit records.
+    #[must_use]
     pub fn cause(mut self, cause: &'a str) -> Self {
         self.cause = cause;
         self
@@ -233,6 +235,13 @@ pub struct Group {
 
 impl Group {
     /// A group with nothing active yet; its first evaluation adopts the candidate.
+    ///
+    /// # Errors
+    ///
+    /// When `config` is invalid: [`EngineError::EmptyGroupName`],
+    /// [`EngineError::NothingToDecide`] (no rule and no default), [`EngineError::EmptyRuleId`],
+    /// [`EngineError::DuplicateRuleId`], or [`EngineError::InvalidAction`] for a rule's or the
+    /// default's action ([`Action::problem`]).
     pub fn new(config: GroupConfig) -> Result<Self, EngineError> {
         validate(&config)?;
         let mut order: Vec<usize> = (0..config.rules.len()).collect();
@@ -254,6 +263,11 @@ impl Group {
     /// A group that starts from `action`, published by a previous run (an agent restart): the
     /// action is kept ([`By::Kept`]) until a candidate that differs holds for `stable_for`, so a
     /// restart does not switch on its own. No cooldown is counted from `now`.
+    ///
+    /// # Errors
+    ///
+    /// [`EngineError::InvalidAction`] when `action` is malformed ([`Action::problem`]), and
+    /// the errors of [`Group::new`].
     pub fn resume(config: GroupConfig, action: Action, now: Time) -> Result<Self, EngineError> {
         if let Some(problem) = action.problem() {
             return Err(invalid(&config.name, "resumed action", problem));
@@ -268,11 +282,13 @@ impl Group {
     }
 
     /// The group's name.
+    #[must_use]
     pub fn name(&self) -> &str {
         &self.config.name
     }
 
     /// The group's configuration.
+    #[must_use]
     pub fn config(&self) -> &GroupConfig {
         &self.config
     }
@@ -283,23 +299,33 @@ impl Group {
     }
 
     /// The published action, if any.
+    #[must_use]
     pub fn active(&self) -> Option<&Active> {
         self.active.as_ref()
     }
 
     /// The time of the last switch, if any.
+    #[must_use]
     pub fn last_switch(&self) -> Option<Time> {
         self.last_switch
     }
 
     /// Evaluates the group at `input.now` and advances its state. Fails only when the number
     /// of truth values differs from the number of rules; then nothing changes.
+    ///
+    /// # Errors
+    ///
+    /// [`EngineError::TruthCount`] when `input.truths` does not have one value per rule.
     pub fn evaluate(&mut self, input: &Input<'_>) -> Result<Decision, EngineError> {
         self.check_truths(input)?;
         Ok(self.step(input, Vec::new()))
     }
 
     /// The decision [`evaluate`](Self::evaluate) would make, without changing the group.
+    ///
+    /// # Errors
+    ///
+    /// As [`evaluate`](Self::evaluate): [`EngineError::TruthCount`].
     pub fn what_if(&self, input: &Input<'_>) -> Result<Decision, EngineError> {
         self.clone().evaluate(input)
     }

@@ -39,12 +39,14 @@ impl OverrideRequest {
     }
 
     /// Sets the TTL.
+    #[must_use]
     pub fn ttl(mut self, ttl: Duration) -> Self {
         self.ttl = Some(ttl);
         self
     }
 
     /// Sets force: `require` is not checked.
+    #[must_use]
     pub fn force(mut self) -> Self {
         self.force = true;
         self
@@ -71,6 +73,13 @@ pub struct Override {
 impl Group {
     /// Sets (or replaces) the override and evaluates the group at `input.now`: the override's
     /// action becomes active at once. Errors leave the group unchanged.
+    ///
+    /// # Errors
+    ///
+    /// In this order: [`EngineError::TruthCount`] (as [`Group::evaluate`]),
+    /// [`EngineError::MissingReason`] for a blank reason, [`EngineError::InvalidAction`] for a
+    /// malformed action, [`EngineError::ZeroTtl`], and, unless `request.force`,
+    /// [`EngineError::OverrideVetoed`] when the action fails the group's `require`.
     pub fn set_override(
         &mut self,
         request: OverrideRequest,
@@ -112,6 +121,11 @@ impl Group {
 
     /// Clears the override and evaluates the group at `input.now`. Its action stays active,
     /// kept, until the candidate takes over (see the module docs). Fails when there is none.
+    ///
+    /// # Errors
+    ///
+    /// [`EngineError::TruthCount`] (as [`Group::evaluate`]), then [`EngineError::NoOverride`]
+    /// when no override is set; either leaves the group unchanged.
     pub fn clear_override(&mut self, input: &Input<'_>) -> Result<Decision, EngineError> {
         self.check_truths(input)?;
         let Some(ended) = self.overriding.take() else {
@@ -124,6 +138,7 @@ impl Group {
     }
 
     /// The override in force, if any (one past its expiry stays until the next evaluation).
+    #[must_use]
     pub fn current_override(&self) -> Option<&Override> {
         self.overriding.as_ref()
     }

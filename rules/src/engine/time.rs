@@ -33,6 +33,10 @@ pub(crate) mod opt_us {
 
     use serde::Serializer;
 
+    #[expect(
+        clippy::ref_option,
+        reason = "serde's `with` hands the field over by reference: `&Option<Duration>`"
+    )]
     pub(crate) fn serialize<S: Serializer>(t: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
         match t {
             Some(t) => s.serialize_some(&super::micros(*t)),

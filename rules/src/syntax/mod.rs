@@ -40,11 +40,13 @@ impl CmpOp {
     ];
 
     /// `<`, `<=`, `>` and `>=`: defined on numbers only.
+    #[must_use]
     pub const fn is_ordering(self) -> bool {
         !matches!(self, CmpOp::Eq | CmpOp::Ne)
     }
 
     /// The operator as written.
+    #[must_use]
     pub const fn as_str(self) -> &'static str {
         match self {
             CmpOp::Eq => "==",
@@ -111,6 +113,7 @@ pub enum ExprKind {
 
 impl Expr {
     /// A node.
+    #[must_use]
     pub fn new(kind: ExprKind, span: Span) -> Self {
         Self { kind, span }
     }
@@ -155,6 +158,7 @@ fn chain(f: &mut fmt::Formatter<'_>, operands: &[Expr], op: &str) -> fmt::Result
 }
 
 /// `s` with `"`, `\`, newlines and tabs escaped, as a string literal's inside.
+#[must_use]
 pub fn escape(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for c in s.chars() {
@@ -180,6 +184,13 @@ pub const MAX_NOTS: usize = 4;
 /// Nesting is limited ([`MAX_NESTING`], [`MAX_NOTS`]) before the tree is built, so the stages
 /// that walk it recursively — checking, compiling, dropping — stay within a small stack
 /// whatever the input.
+///
+/// # Errors
+///
+/// The first problem, placed in `source`: a lexical error ([`ErrorKind::UnexpectedChar`],
+/// [`ErrorKind::UnexpectedEnd`], [`ErrorKind::EmptySegment`], [`ErrorKind::UnterminatedString`],
+/// [`ErrorKind::BadEscape`], [`ErrorKind::NumberOutOfRange`]), then [`ErrorKind::TooDeep`] or
+/// [`ErrorKind::TooManyNots`], then [`ErrorKind::Syntax`] for tokens that form no expression.
 pub fn parse(source: &str) -> Result<Expr, Error> {
     let tokens = lexer::lex(source)?;
     let (mut depth, mut nots) = (0usize, 0usize);
@@ -209,6 +220,7 @@ pub fn parse(source: &str) -> Result<Expr, Error> {
 
 /// Whether `s` is a name as the language writes it (one token, not a keyword), such as
 /// `pool.dc1-canary.healthy`. Used by [`crate::Schema::define`].
+#[must_use]
 pub fn is_name(s: &str) -> bool {
     matches!(lexer::lex(s).as_deref(), Ok([(lexer::Token::Name(n), _)]) if *n == s)
 }

@@ -16,7 +16,7 @@ pub fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
 }
 
-/// The reference policy: stable_for 50ms, cooldown 3s, failback_after 30s.
+/// The reference policy: `stable_for` 50ms, cooldown 3s, `failback_after` 30s.
 pub fn reference_policy() -> SwitchPolicy {
     SwitchPolicy {
         stable_for: ms(50),

@@ -40,8 +40,8 @@ pub fn install() -> Result<()> {
             let mut action: libc::sigaction = std::mem::zeroed();
             action.sa_sigaction = on_signal as extern "C" fn(libc::c_int) as usize;
             action.sa_flags = libc::SA_RESTART;
-            libc::sigemptyset(&mut action.sa_mask);
-            libc::sigaction(sig, &action, std::ptr::null_mut())
+            libc::sigemptyset(&raw mut action.sa_mask);
+            libc::sigaction(sig, &raw const action, std::ptr::null_mut())
         };
         if rc != 0 {
             bail!("sigaction: {}", std::io::Error::last_os_error());
@@ -54,7 +54,6 @@ pub fn install() -> Result<()> {
             loop {
                 thread::sleep(Duration::from_millis(50));
                 match SIGNALS.load(Ordering::SeqCst) {
-                    0 => {}
                     1 if !told => {
                         told = true;
                         eprintln!(
@@ -62,7 +61,7 @@ pub fn install() -> Result<()> {
                              everything (Ctrl-C again to remove it at once) ***"
                         );
                     }
-                    1 => {}
+                    0 | 1 => {}
                     _ => {
                         eprintln!("\n*** interrupted twice: removing everything now ***");
                         // The main thread keeps running meanwhile and may still create a
@@ -195,18 +194,26 @@ fn stop_processes_in(ns: &str, own_pid: u32) -> Vec<u32> {
     };
     let first = pids(ns);
     for &p in &first {
-        // SAFETY: plain kill(2) on a pid found inside a namespace this process created.
-        unsafe { libc::kill(p as libc::pid_t, libc::SIGTERM) };
+        signal(p, libc::SIGTERM);
     }
     let start = Instant::now();
     while !pids(ns).is_empty() && start.elapsed() < Duration::from_secs(3) {
         thread::sleep(Duration::from_millis(50));
     }
     for p in pids(ns) {
-        // SAFETY: as above; it ignored SIGTERM for 3 s.
-        unsafe { libc::kill(p as libc::pid_t, libc::SIGKILL) };
+        // It ignored SIGTERM for 3 s.
+        signal(p, libc::SIGKILL);
     }
     first
+}
+
+/// Sends `sig` to process `pid`. A pid that does not fit a `pid_t` is skipped: cast, it would
+/// turn negative and name a process group.
+fn signal(pid: u32, sig: libc::c_int) {
+    if let Ok(pid) = libc::pid_t::try_from(pid) {
+        // SAFETY: plain kill(2) on a pid found inside a namespace this process created.
+        unsafe { libc::kill(pid, sig) };
+    }
 }
 
 fn run_quiet(program: &str, args: &[&str]) -> bool {

@@ -252,7 +252,7 @@ fn pause_for_inspection(topo: &Topology, agent: &Agent) -> Result<()> {
             revents: 0,
         };
         // SAFETY: one valid pollfd for the duration of the call.
-        if unsafe { libc::poll(&mut fd, 1, 100) } > 0 {
+        if unsafe { libc::poll(&raw mut fd, 1, 100) } > 0 {
             let mut line = String::new();
             std::io::stdin()
                 .read_line(&mut line)
