@@ -130,11 +130,16 @@ fn run(args: Args) -> Result<ExitCode> {
         } => {
             require_root("attach")?;
             let rt = tokio::runtime::Runtime::new().context("starting the runtime")?;
-            rt.block_on(agent::run(Options {
+            // The event loop runs as a task on the runtime's workers, not on this thread: a
+            // command from an API handler then wakes it on the handler's own worker, instead
+            // of waking a parked thread.
+            let opts = Options {
                 interfaces,
                 mode,
                 config_dir,
-            }))?;
+            };
+            rt.block_on(async { tokio::spawn(agent::run(opts)).await })
+                .context("the agent's event loop stopped")??;
         }
         Cmd::Detach {
             interfaces,

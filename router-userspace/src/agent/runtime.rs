@@ -180,10 +180,20 @@ impl Runtime {
             {
                 Ok(written) => {
                     let latency_us = u64::try_from(event.elapsed().as_micros()).unwrap_or(u64::MAX);
-                    info!(
-                        "decision group {}: {} written in {latency_us} µs",
-                        d.group, d.summary
-                    );
+                    if let Some(s) = &d.switched {
+                        info!(
+                            "decision group {}: {} → {} ({}, {:?}; cause {}) written in \
+                             {latency_us} µs",
+                            d.group,
+                            s.from
+                                .as_ref()
+                                .map_or("nothing".to_owned(), ToString::to_string),
+                            s.to,
+                            s.by,
+                            s.kind,
+                            s.cause
+                        );
+                    }
                     self.metrics
                         .decision_latency
                         .observe(latency_us as f64 / 1e6);

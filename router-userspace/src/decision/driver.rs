@@ -12,6 +12,7 @@ use rules::{
     Compiled, Slot, State, Value,
     engine::{
         Action, AuditRecord, By, Decision, EngineError, Facts, Group, Input, OverrideRequest,
+        Switch,
     },
 };
 
@@ -50,8 +51,8 @@ pub struct Decided {
     pub group: String,
     /// The action to publish, when the group switched.
     pub switch_to: Option<Action>,
-    /// How it switched, for the log: `FROM → TO (BY, KIND; cause CAUSE)`.
-    pub summary: String,
+    /// How it switched (from, to, by what, what kind, the cause), when it did.
+    pub switched: Option<Switch>,
     /// Its audit records (a switch record's latency is filled in by whoever writes the word).
     pub records: Vec<AuditRecord>,
     /// How long the evaluation took.
@@ -302,22 +303,9 @@ impl Driver {
                 "decision group {name}: no rule matches and no default; the active action is kept"
             );
         }
-        let (switch_to, summary) = match (&decision.switched, &decision.active) {
-            (Some(switch), Some(active)) => (
-                Some(active.action.clone()),
-                format!(
-                    "{} → {} ({}, {:?}; cause {})",
-                    switch
-                        .from
-                        .as_ref()
-                        .map_or("nothing".to_owned(), ToString::to_string),
-                    switch.to,
-                    switch.by,
-                    switch.kind,
-                    switch.cause
-                ),
-            ),
-            _ => (None, String::new()),
+        let switch_to = match (&decision.switched, &decision.active) {
+            (Some(_), Some(active)) => Some(active.action.clone()),
+            _ => None,
         };
         let g = &rules.groups[i];
         let records = decision
@@ -336,7 +324,7 @@ impl Driver {
         Ok(Decided {
             group: name,
             switch_to,
-            summary,
+            switched: decision.switched,
             records,
             took: started.elapsed(),
         })
