@@ -8,11 +8,8 @@
 //! Each test builds its own topology, servers, agent and audit directory, and undoes them on
 //! drop.
 
-use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::thread::{self, JoinHandle};
+use std::thread::{self};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, bail, ensure};
@@ -21,11 +18,13 @@ use router_tests::{
     agent::{Agent, temp_dir, unique_pin_path},
     client::TcpSession,
     config_text::FAST_HTTP_CHECK,
-    netns::{Netns, Topology},
+    netns::Topology,
     privileged,
     servers::{self, BackendServers},
 };
 use serde_json::Value;
+
+use crate::common::sampling::{Conn, Stream, ms};
 
 const GROUP: &str = "web-failover";
 
@@ -270,59 +269,6 @@ fn switches(records: &[Value]) -> Vec<&Value> {
         .collect()
 }
 
-/// One client connection of a [`Stream`]: when it started, and the backend that echoed.
-struct Conn {
-    started: Instant,
-    backend: Result<String, String>,
-    /// The client's source port.
-    port: Option<u16>,
-}
-
-/// Client connections opened one after another from the client namespace until stopped.
-struct Stream {
-    stop: Arc<AtomicBool>,
-    thread: JoinHandle<Vec<Conn>>,
-}
-
-impl Stream {
-    fn start(ns: &Netns, addr: SocketAddr) -> Result<Self> {
-        let stop = Arc::new(AtomicBool::new(false));
-        let flag = stop.clone();
-        let thread = ns.spawn(move || {
-            let mut conns = Vec::new();
-            while !flag.load(Ordering::SeqCst) {
-                let started = Instant::now();
-                let (backend, port) = match exchange(addr) {
-                    Ok((b, p)) => (Ok(b), Some(p)),
-                    Err(e) => (Err(format!("{e:#}")), None),
-                };
-                conns.push(Conn {
-                    started,
-                    backend,
-                    port,
-                });
-            }
-            conns
-        })?;
-        Ok(Self { stop, thread })
-    }
-
-    fn finish(self) -> Vec<Conn> {
-        self.stop.store(true, Ordering::SeqCst);
-        self.thread.join().unwrap_or_default()
-    }
-}
-
-/// Connects, echoes a short payload, closes; returns the backend and the source port.
-fn exchange(addr: SocketAddr) -> Result<(String, u16)> {
-    let mut s = TcpSession::connect(addr)?;
-    let port = s.local_addr()?.port();
-    s.echo(b"ping\n")?;
-    let backend = s.backend().to_owned();
-    s.finish()?;
-    Ok((backend, port))
-}
-
 /// Whether connection `i` reuses the source port of an earlier connection to the same backend.
 fn reuses_tuple(conns: &[Conn], i: usize) -> bool {
     let c = &conns[i];
@@ -365,10 +311,6 @@ fn stale_tuples(conns: &[Conn], wrong: &[String], from: Instant, to: Instant) ->
         reused += 1;
     }
     Ok(reused)
-}
-
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1000.0
 }
 
 /// Where the connections of `conns` in `[from, to)` went: (dc1, dc2, failed).

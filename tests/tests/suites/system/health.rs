@@ -6,23 +6,22 @@
 //! Both tests use [`FAST_HTTP_CHECK`]: `GET /health` on port 8080 every 200 ms (±10 % jitter),
 //! timeout 100 ms, down after 2 failures, up after 2 successes.
 
-use std::net::SocketAddr;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::thread::{self, JoinHandle};
+use std::thread::{self};
 use std::time::{Duration, Instant};
 
 use anyhow::{Result, bail, ensure};
 use router_tests::{
     addrs::{VIP_V4, backend_v4, vip_v4},
     agent::Agent,
-    client::{self, TcpSession},
+    client::{self},
     config_text::{ConfigText, FAST_HTTP_CHECK, backends_v4, fast_check},
-    netns::{Netns, Topology},
+    netns::Topology,
     privileged,
     servers::{self, BackendServers},
 };
 use switchyard::api::status::Status;
+
+use crate::common::sampling::{Conn, Stream, ms};
 
 /// Room for what the bound `interval × threshold + timeout` does not model, added to it.
 ///
@@ -67,53 +66,6 @@ fn setup() -> Result<(Topology, Vec<BackendServers>, Agent)> {
 /// Whether the agent reports the failing backend as healthy.
 fn failing_is_healthy(s: &Status) -> Option<bool> {
     Agent::healthy(s, "web", &backend_v4(FAILING).to_string())
-}
-
-/// One client connection of a [`Stream`]: when it started, and the backend that echoed.
-struct Conn {
-    started: Instant,
-    backend: Result<String, String>,
-}
-
-/// Client connections opened one after another from the client namespace until stopped.
-struct Stream {
-    stop: Arc<AtomicBool>,
-    thread: JoinHandle<Vec<Conn>>,
-}
-
-impl Stream {
-    fn start(ns: &Netns, addr: SocketAddr) -> Result<Self> {
-        let stop = Arc::new(AtomicBool::new(false));
-        let flag = stop.clone();
-        let thread = ns.spawn(move || {
-            let mut conns = Vec::new();
-            while !flag.load(Ordering::SeqCst) {
-                let started = Instant::now();
-                let backend = exchange(addr).map_err(|e| format!("{e:#}"));
-                conns.push(Conn { started, backend });
-            }
-            conns
-        })?;
-        Ok(Self { stop, thread })
-    }
-
-    fn finish(self) -> Vec<Conn> {
-        self.stop.store(true, Ordering::SeqCst);
-        self.thread.join().unwrap_or_default()
-    }
-}
-
-/// Connects, echoes a short payload, closes; returns the backend.
-fn exchange(addr: SocketAddr) -> Result<String> {
-    let mut s = TcpSession::connect(addr)?;
-    s.echo(b"ping\n")?;
-    let backend = s.backend().to_owned();
-    s.finish()?;
-    Ok(backend)
-}
-
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1000.0
 }
 
 #[test]

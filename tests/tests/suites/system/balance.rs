@@ -2,8 +2,8 @@
 //! namespace, real TCP/UDP servers in three backend namespaces, real clients in the client
 //! namespace. Each test builds its own topology and agent, so they run in parallel.
 //!
-//! Health checks and table rebuilds are in `system_health.rs`; bad input, reloads and the
-//! agent's lifecycle in `system_lifecycle.rs`. Every test prints what it measured (read it
+//! Health checks and table rebuilds are in `system::health`; bad input, reloads and the
+//! agent's lifecycle in the `agent` suites. Every test prints what it measured (read it
 //! with `--nocapture`).
 
 use std::net::SocketAddr;
