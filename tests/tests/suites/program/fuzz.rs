@@ -1,6 +1,7 @@
 //! Hostile frames through the real program (`BPF_PROG_TEST_RUN`, real maps and routes): a
-//! deterministic fuzz run over mutations of valid frames, checked against an independent oracle,
-//! plus the frames it found, kept as fixed regression cases.
+//! deterministic fuzz run over mutations of valid frames, checked against an independent oracle.
+//! The frames it found are fixed rows of the suites of the behaviours they broke (`malformed`,
+//! `icmp`, `fragments`).
 //!
 //! Invariants, for every frame:
 //! - the verdict is DROP, PASS, TX or REDIRECT, never ABORTED;
@@ -30,7 +31,8 @@ use router_tests::{
         backend_mac, backend_v4, backend_v6, lb_backend_if, lb_backend_side_mac,
     },
     lab::{Lab, pool},
-    packets, privileged,
+    packets::{self, fix_v4_checksum, hex},
+    privileged,
 };
 use switchyard::config::{
     Agent, Config, Forward, HashMode, Protocol, Service, Target, WhenAllDown,
@@ -865,20 +867,6 @@ fn nat_reply(rng: &mut Rng, mem: &Memory) -> Result<Input> {
     })
 }
 
-/// Recomputes the IPv4 header checksum, if there is a whole IPv4 header to compute it over.
-fn fix_v4_checksum(f: &mut [u8]) {
-    let Some((l3, 0x0800)) = l3_of(f) else { return };
-    let Some(&vihl) = f.get(l3) else { return };
-    let ihl = usize::from(vihl & 0x0f) * 4;
-    if ihl < 20 || f.len() < l3 + ihl {
-        return;
-    }
-    f[l3 + 10] = 0;
-    f[l3 + 11] = 0;
-    let c = csum(&f[l3..l3 + ihl]);
-    f[l3 + 10..l3 + 12].copy_from_slice(&c.to_be_bytes());
-}
-
 const INTERESTING: [u8; 12] = [0, 1, 2, 4, 0x0f, 0x40, 0x45, 0x4f, 0x60, 0x7f, 0x80, 0xff];
 
 /// One hostile change to `f`.
@@ -1125,16 +1113,6 @@ fn run_one(lab: &Lab, input: &Input, svcs: &[Svc], mem: &mut Memory) -> Result<V
     Ok(moved)
 }
 
-fn hex(f: &[u8]) -> String {
-    f.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-fn unhex(s: &str) -> Vec<u8> {
-    (0..s.len() / 2)
-        .map(|i| u8::from_str_radix(&s[2 * i..2 * i + 2], 16).unwrap())
-        .collect()
-}
-
 #[test]
 fn hostile_frames_never_break_the_invariants() -> Result<()> {
     let Some(lab) = lab("fz-run") else {
@@ -1213,250 +1191,4 @@ fn hostile_frames_never_break_the_invariants() -> Result<()> {
         );
     }
     Ok(())
-}
-
-// ---------------------------------------------------------------------------------------------
-// Frames the fuzz run found, kept as fixed cases.
-
-/// One frame and the verdict and reason it must get.
-struct Case {
-    name: &'static str,
-    frame: Vec<u8>,
-    action: u32,
-    reason: Reason,
-}
-
-fn check_cases(lab: &Lab, cases: &[Case]) -> Result<()> {
-    let mut failures = Vec::new();
-    for c in cases {
-        let before = lab.reason(c.reason);
-        let run = lab.run(&c.frame)?;
-        let counted = lab.reason(c.reason) - before;
-        if run.action != c.action || counted != 1 {
-            let (action, reasons) = lab.explain(&c.frame)?;
-            failures.push(format!(
-                "{}: action {} (want {} for {:?}); a rerun gives {action} {reasons:?}",
-                c.name, run.action, c.action, c.reason
-            ));
-        } else if run.action == XDP_PASS && run.out != c.frame {
-            failures.push(format!("{}: passed but modified", c.name));
-        }
-    }
-    ensure!(failures.is_empty(), "{}", failures.join("\n"));
-    Ok(())
-}
-
-/// Sets the 16-bit field at `at` and, for IPv4, fixes the header checksum.
-fn set16(mut f: Vec<u8>, at: usize, value: u16) -> Vec<u8> {
-    f[at..at + 2].copy_from_slice(&value.to_be_bytes());
-    fix_v4_checksum(&mut f);
-    f
-}
-
-#[test]
-fn ip_lengths_that_do_not_fit_the_frame_are_malformed() -> Result<()> {
-    let Some(lab) = lab("fz-len") else {
-        return Ok(());
-    };
-    let udp4 = packets::udp(c4(), 5000, vip4(), 53);
-    let tcp4 = packets::tcp(c4(), 5001, vip4(), 80);
-    let tcp6 = packets::tcp(c6(), 5002, vip6(), 80);
-    let udp6 = packets::udp(c6(), 5003, vip6(), 53);
-    let pass = |name, frame| Case {
-        name,
-        frame,
-        action: XDP_PASS,
-        reason: Reason::MalformedPass,
-    };
-    check_cases(
-        &lab,
-        &[
-            // Found by the fuzz run: a NAT service rewrote and forwarded these.
-            pass(
-                "ipv4 total length 1 (fuzz)",
-                unhex(
-                    "0253590000fe025359000001080045000001000040004011ae8dc6120001c612000aede80035\
-                     001cddbc50aa6af515f584c3c8bf922fa9decb10bb50c623",
-                ),
-            ),
-            pass(
-                "ipv4 total length past the frame",
-                set16(udp4.clone(), 16, 0xffff),
-            ),
-            pass(
-                "ipv4 total length below the IHL",
-                set16(udp4.clone(), 16, 12),
-            ),
-            pass(
-                "ipv4 datagram ends inside the UDP header",
-                set16(udp4, 16, 20 + 6),
-            ),
-            pass(
-                "ipv4 datagram ends inside the TCP header",
-                set16(tcp4, 16, 20 + 12),
-            ),
-            pass(
-                "ipv6 payload length 8 under a 20-byte TCP header (fuzz)",
-                unhex(
-                    "0253590000fe02535900000186dd600000000008064020010db80000000000000000000000\
-                     0120010db800000000000000000000001079c40050000003e8000000005002faf00dab0000\
-                     737769746368796172642066697874757265207061796c6f61642c203438206279746573206c\
-                     6f6e672e2e2e2e2e2e",
-                ),
-            ),
-            pass(
-                "ipv6 payload length past the frame",
-                set16(udp6.clone(), 18, 0x4000),
-            ),
-            pass("ipv6 payload length 0", set16(udp6, 18, 0)),
-            pass(
-                "ipv6 payload length 4, in the TCP header",
-                set16(tcp6, 18, 4),
-            ),
-        ],
-    )
-}
-
-#[test]
-fn a_pmtu_error_is_steered_only_when_addressed_to_the_vip_it_quotes() -> Result<()> {
-    let Some(lab) = lab("fz-icmp") else {
-        return Ok(());
-    };
-    let router4 = Ipv4Addr::new(198, 18, 0, 77);
-    // Addressed to the lb itself, quoting a packet "from" the VIP: the lb's, not a backend's.
-    let mut to_lb = packets::icmp_frag_needed(router4, VIP_V4, 80, CLIENT_V4, 40000)?;
-    to_lb[14 + 16..14 + 20].copy_from_slice(&LB_V4.octets());
-    fix_v4_checksum(&mut to_lb);
-    let no_service = |name, frame| Case {
-        name,
-        frame,
-        action: XDP_PASS,
-        reason: Reason::NoService,
-    };
-    check_cases(
-        &lab,
-        &[
-            no_service("icmp frag needed to the lb quoting the VIP", to_lb),
-            // Found by the fuzz run (seed 1): a quote whose IP version is 8.
-            Case {
-                name: "icmpv6 too big quoting a header of IP version 8",
-                frame: unhex(
-                    "0253590000fe02535900000186dd6000000000383a4020010db8000000000000000000000077\
-                     20010db80000000000000000000000100200583800000500800000000043064020010db80000\
-                     0000000000000000001020010db800000000000000000000000100507e1d000003e8a5a5a500\
-                     00a50000a5a500a50000a500a5a5a5a5a50000000000a5a500a50000a5a5a5000000a5a50000\
-                     a50000",
-                ),
-                action: XDP_PASS,
-                reason: Reason::MalformedPass,
-            },
-            // Found by the fuzz run: an ICMPv6 too-big from the VIP to a router, quoting the VIP.
-            no_service(
-                "icmpv6 too big not addressed to the VIP (fuzz)",
-                unhex(
-                    "0253590000fe02535900000186dd6000000000383a4020010db80000000000000000000000\
-                     1020010db80000000000000000000000770200bf9000000500600000000043064020010db8\
-                     00000000000000000000001020010db8000000000000000000000001005016c5000003e8a5\
-                     a5a5a5a5000000a5a50000a5a5a50000000000a5",
-                ),
-            ),
-        ],
-    )
-}
-
-#[test]
-fn a_fragment_for_one_service_never_follows_another_services_fragments() -> Result<()> {
-    let Some(lab) = lab("fz-fragsvc") else {
-        return Ok(());
-    };
-    // A fragmented datagram to web (port 80, live pool) from a client …
-    let full = packets::tcp(c4(), 40100, vip4(), 80);
-    let (first, _) = packets::fragment_v4(&full, 24, 0x2d00)?;
-    let run = lab.run(&first)?;
-    ensure!(
-        run.action == XDP_REDIRECT,
-        "web's fragment not forwarded: {}",
-        run.action
-    );
-    // … must not carry the same client's fragmented datagram to "closed" (port 81, whose only
-    // backend is down) to web's backend. Found by the fuzz run.
-    let full = packets::tcp(c4(), 40101, vip4(), 81);
-    let (first, _) = packets::fragment_v4(&full, 24, 0x2d01)?;
-    check_cases(
-        &lab,
-        &[Case {
-            name: "first fragment to a service whose pool is down",
-            frame: first,
-            action: XDP_DROP,
-            reason: Reason::NoBackend,
-        }],
-    )
-}
-
-/// A UDP/IPv6 datagram to dns6, fragmented after a destination-options header that belongs to
-/// the fragmentable part (RFC 8200 §4.5): `(first, later)`.
-fn v6_fragments_with_dstopts(sport: u16, id: u32) -> Result<(Vec<u8>, Vec<u8>)> {
-    let full = packets::udp_with(c6(), sport, vip6(), 53, &[9u8; 120]);
-    let (head, l4) = full.split_at(14 + 40);
-    let mut fragmentable = vec![UDP, 0, 1, 4, 0, 0, 0, 0];
-    fragmentable.extend_from_slice(l4);
-    let (a, b) = fragmentable.split_at(64);
-    let make = |part: &[u8], offset: usize, more: bool| {
-        let mut f = head.to_vec();
-        f[14 + 6] = 44;
-        f[14 + 4..14 + 6].copy_from_slice(&((8 + part.len()) as u16).to_be_bytes());
-        let field = ((offset / 8) as u16) << 3 | u16::from(more);
-        f.extend_from_slice(&[60, 0]);
-        f.extend_from_slice(&field.to_be_bytes());
-        f.extend_from_slice(&id.to_be_bytes());
-        f.extend_from_slice(part);
-        f
-    };
-    Ok((make(a, 0, true), make(b, 64, false)))
-}
-
-#[test]
-fn an_ipv6_later_fragment_is_not_parsed_past_its_fragment_header() -> Result<()> {
-    let Some(lab) = lab("fz-frag6") else {
-        return Ok(());
-    };
-    let (first, later) = v6_fragments_with_dstopts(7100, 0x0bad_f00d)?;
-    let run = lab.run(&first)?;
-    ensure!(
-        run.action == XDP_REDIRECT,
-        "first fragment not forwarded: {}",
-        run.action
-    );
-    let owner = neighbour(&run.out[..6]).context("first fragment's MAC")?;
-    let before = lab.reason(Reason::Fragment);
-    let run = lab.run(&later)?;
-    ensure!(
-        run.action == XDP_REDIRECT && lab.reason(Reason::Fragment) == before + 1,
-        "later fragment: action {} (want REDIRECT as a Fragment)",
-        run.action
-    );
-    ensure!(
-        neighbour(&run.out[..6]) == Some(owner),
-        "later fragment went elsewhere than its first"
-    );
-    Ok(())
-}
-
-#[test]
-fn an_ipv6_fragment_header_past_the_payload_length_is_malformed() -> Result<()> {
-    let Some(lab) = lab("fz-frag6len") else {
-        return Ok(());
-    };
-    let (first, later) = v6_fragments_with_dstopts(7200, 0x0bad_cafe)?;
-    ensure!(lab.run(&first)?.action == XDP_REDIRECT, "first fragment");
-    // Found by the fuzz run: payload length 1, so the fragment header is not in the datagram.
-    check_cases(
-        &lab,
-        &[Case {
-            name: "later fragment whose fragment header ends past the payload",
-            frame: set16(later, 18, 1),
-            action: XDP_PASS,
-            reason: Reason::MalformedPass,
-        }],
-    )
 }
