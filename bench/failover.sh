@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# The namespace failover scenario of tests/tests/failover.rs (`web_failover_…`), N times
+# The namespace failover scenario of tests/tests/suites/system/failover.rs (`web_failover_…`), N times
 # (default 20), with min/median/p95/max of detection-to-switch and of failed client connections.
 #
 #   sudo bench/failover.sh [N]        # as root, from anywhere in the repository
 #
 # Needs root and BPF (the test builds network namespaces, loads the XDP program and pins its
 # maps; each run removes them on drop). Builds the agent and the test once, then runs
-#   cargo test -p router-tests --test failover web_failover -- --nocapture
+#   cargo test -p router-tests --test suites system::failover::web_failover -- --nocapture
 # N times and reads the one line per run the test prints before its timing assertions:
 #   FAILOVER detection_ms=<ms> failed=<n> conns=<n> write_us=<µs|->
 # detection_ms: b1's health endpoint starts failing → the first new client connection that
@@ -24,7 +24,7 @@ n=${1:-20}
 cd "$(dirname "$0")/.."
 
 cargo build -p router-userspace --bin switchyard
-cargo test -p router-tests --test failover --no-run
+cargo test -p router-tests --test suites --no-run
 
 log=$(mktemp -t failover-bench.XXXXXX)
 trap 'rm -f "$log"' EXIT
@@ -32,7 +32,7 @@ lines=()
 fails=0
 for i in $(seq 1 "$n"); do
     rc=0
-    cargo test -q -p router-tests --test failover web_failover -- --nocapture >"$log" 2>&1 || rc=$?
+    cargo test -q -p router-tests --test suites system::failover::web_failover -- --nocapture >"$log" 2>&1 || rc=$?
     line=$(grep -m1 '^FAILOVER ' "$log" || true)
     if [[ $rc -ne 0 ]]; then
         fails=$((fails + 1))

@@ -13,8 +13,9 @@
 
 use std::fmt::Write as _;
 use std::net::IpAddr;
+use std::path::Path;
 
-use crate::addrs::{HEALTH_PORT, TCP_ECHO_PORT, UDP_NAME_PORT, backend_v4, backend_v6};
+use crate::addrs::{HEALTH_PORT, TCP_ECHO_PORT, UDP_NAME_PORT, VIP_V4, backend_v4, backend_v6};
 use crate::agent::unique_pin_path;
 
 /// A fast HTTP health check on the backends' health endpoint: `GET /health` on
@@ -50,12 +51,84 @@ pub fn backends_v6(n: usize) -> Vec<(IpAddr, u32)> {
     (1..=n).map(|i| (backend_v6(i).into(), 100)).collect()
 }
 
-/// One fragment: the `agent` section (a unique pin path), services on port 80, pools.
+/// TCP on the IPv4 VIP over backends `1..=n`, equal weights, all new flows to pool `web`.
+pub fn web_pool(n: usize) -> ConfigText {
+    ConfigText::new()
+        .service("web", VIP_V4.into(), "tcp", "dsr-l2", "web")
+        .pool("web", &backends_v4(&vec![100; n]), None)
+}
+
+/// One fragment: the `agent` section (a unique pin path, unless it has none), services on
+/// port 80 unless given another, pools, state variables and decision groups.
 #[derive(Debug, Clone)]
 pub struct ConfigText {
     pin_path: String,
+    /// Whether the fragment has an `agent` section.
+    agent: bool,
+    state_dir: Option<String>,
     services: Vec<String>,
     pools: Vec<String>,
+    state: Vec<String>,
+    decisions: Vec<String>,
+}
+
+/// A decision group for [`ConfigText::decision`]: rules that each pick one pool, an optional
+/// default pool and switch policy.
+#[derive(Debug, Clone)]
+pub struct Group {
+    name: String,
+    rules: Vec<String>,
+    default: Option<String>,
+    switch: Option<String>,
+}
+
+impl Group {
+    /// A group `name` without rules.
+    pub fn new(name: &str) -> Self {
+        Self {
+            name: name.to_owned(),
+            rules: Vec::new(),
+            default: None,
+            switch: None,
+        }
+    }
+
+    /// Adds rule `id`: while the expression `when` holds, new flows go to `pool` (the highest
+    /// `priority` that holds wins).
+    pub fn rule(mut self, id: &str, priority: u32, when: &str, pool: &str) -> Self {
+        self.rules.push(format!(
+            "      - {{ id: {id}, priority: {priority}, when: \"{when}\", then: {{ pool: {pool} }} }}"
+        ));
+        self
+    }
+
+    /// New flows go to `pool` while no rule holds.
+    pub fn default_pool(mut self, pool: &str) -> Self {
+        self.default = Some(pool.to_owned());
+        self
+    }
+
+    /// The group's `switch` policy, a flow mapping such as
+    /// `{ stable_for: 1s, cooldown: 0s, failback_after: 0s }`.
+    pub fn switch(mut self, policy: &str) -> Self {
+        self.switch = Some(policy.to_owned());
+        self
+    }
+
+    fn text(&self) -> String {
+        let mut out = format!("  - name: {}\n    rules:\n", self.name);
+        for r in &self.rules {
+            out += r;
+            out += "\n";
+        }
+        if let Some(pool) = &self.default {
+            let _ = writeln!(out, "    default: {{ pool: {pool} }}");
+        }
+        if let Some(policy) = &self.switch {
+            let _ = writeln!(out, "    switch: {policy}");
+        }
+        out
+    }
 }
 
 impl Default for ConfigText {
@@ -67,18 +140,44 @@ impl Default for ConfigText {
 impl ConfigText {
     /// An empty fragment with a fresh [`unique_pin_path`].
     pub fn new() -> Self {
+        Self::at_pin_path(&unique_pin_path())
+    }
+
+    /// An empty fragment with `pin` as its pin path: a new version of a fragment an agent runs,
+    /// whose pin path must stay (it changes only on restart).
+    pub fn at_pin_path(pin: &str) -> Self {
         Self {
-            pin_path: unique_pin_path(),
+            pin_path: pin.to_owned(),
+            agent: true,
+            state_dir: None,
             services: Vec::new(),
             pools: Vec::new(),
+            state: Vec::new(),
+            decisions: Vec::new(),
         }
+    }
+
+    /// An empty fragment without an `agent` section: another fragment beside one that has it
+    /// (only one fragment of a directory may set `agent`).
+    pub fn without_agent() -> Self {
+        Self {
+            agent: false,
+            ..Self::at_pin_path("")
+        }
+    }
+
+    /// Sets `agent.state_dir` (otherwise the harness gives every agent its own,
+    /// [`crate::agent::with_state_dir`]).
+    pub fn state_dir(mut self, dir: &Path) -> Self {
+        self.state_dir = Some(dir.display().to_string());
+        self
     }
 
     /// Adds service `name` on `vip` at the port the backends' servers listen on
     /// ([`TCP_ECHO_PORT`] or [`UDP_NAME_PORT`]): `protocol` is `tcp` or `udp`, `forward` is
     /// `dsr-l2` or `nat`, every new flow goes to `pool`.
     pub fn service(
-        mut self,
+        self,
         name: &str,
         vip: IpAddr,
         protocol: &str,
@@ -90,9 +189,61 @@ impl ConfigText {
         } else {
             TCP_ECHO_PORT
         };
+        self.service_on(name, vip, port, protocol, forward, pool)
+    }
+
+    /// Like [`ConfigText::service`], on `port` instead of the servers' port.
+    pub fn service_on(
+        self,
+        name: &str,
+        vip: IpAddr,
+        port: u16,
+        protocol: &str,
+        forward: &str,
+        pool: &str,
+    ) -> Self {
+        self.service_to(
+            name,
+            vip,
+            port,
+            protocol,
+            forward,
+            &format!("{{ pool: {pool} }}"),
+        )
+    }
+
+    /// Like [`ConfigText::service`], with every new flow going where decision group `group`
+    /// decides.
+    pub fn deciding_service(
+        self,
+        name: &str,
+        vip: IpAddr,
+        protocol: &str,
+        forward: &str,
+        group: &str,
+    ) -> Self {
+        self.service_to(
+            name,
+            vip,
+            TCP_ECHO_PORT,
+            protocol,
+            forward,
+            &format!("{{ decide: {group} }}"),
+        )
+    }
+
+    fn service_to(
+        mut self,
+        name: &str,
+        vip: IpAddr,
+        port: u16,
+        protocol: &str,
+        forward: &str,
+        to: &str,
+    ) -> Self {
         self.services.push(format!(
             "  - {{ name: {name}, vip: \"{vip}\", port: {port}, protocol: {protocol}, \
-             forward: {forward}, to: {{ pool: {pool} }} }}"
+             forward: {forward}, to: {to} }}"
         ));
         self
     }
@@ -119,6 +270,19 @@ impl ConfigText {
         self
     }
 
+    /// Adds state variable `name` with `source`, a flow mapping such as
+    /// `{ push: { default: false } }`.
+    pub fn state(mut self, name: &str, source: &str) -> Self {
+        self.state.push(format!("  {name}: {source}\n"));
+        self
+    }
+
+    /// Adds decision group `group`.
+    pub fn decision(mut self, group: Group) -> Self {
+        self.decisions.push(group.text());
+        self
+    }
+
     /// The pin path in the `agent` section.
     pub fn pin_path(&self) -> &str {
         &self.pin_path
@@ -126,7 +290,13 @@ impl ConfigText {
 
     /// The YAML text.
     pub fn text(&self) -> String {
-        let mut out = format!("agent:\n  pin_path: {}\n", self.pin_path);
+        let mut out = String::new();
+        if self.agent {
+            let _ = writeln!(out, "agent:\n  pin_path: {}", self.pin_path);
+            if let Some(dir) = &self.state_dir {
+                let _ = writeln!(out, "  state_dir: {dir}");
+            }
+        }
         if !self.services.is_empty() {
             out += "services:\n";
             out += &self.services.join("\n");
@@ -135,6 +305,14 @@ impl ConfigText {
         if !self.pools.is_empty() {
             out += "pools:\n";
             out += &self.pools.concat();
+        }
+        if !self.state.is_empty() {
+            out += "state:\n";
+            out += &self.state.concat();
+        }
+        if !self.decisions.is_empty() {
+            out += "decisions:\n";
+            out += &self.decisions.concat();
         }
         out
     }

@@ -340,3 +340,75 @@ pub fn inspect(frame: &[u8]) -> Result<Seen> {
         checksums_ok: ok,
     })
 }
+
+/// `frame` with the byte at `at` set to `value` (unchanged if it is shorter).
+pub fn set_byte(mut frame: Vec<u8>, at: usize, value: u8) -> Vec<u8> {
+    if let Some(b) = frame.get_mut(at) {
+        *b = value;
+    }
+    frame
+}
+
+/// A UDP-over-IPv4 frame (IPv4 header without options) with its UDP checksum zeroed ("no
+/// checksum", RFC 768).
+pub fn zero_udp_checksum(frame: Vec<u8>) -> Vec<u8> {
+    set_byte(set_byte(frame, 14 + 20 + 6, 0), 14 + 20 + 7, 0)
+}
+
+/// `frame` with the big-endian 16-bit field at `at` set to `value` and, for IPv4, its header
+/// checksum recomputed ([`fix_v4_checksum`]).
+pub fn set_u16(mut frame: Vec<u8>, at: usize, value: u16) -> Vec<u8> {
+    frame[at..at + 2].copy_from_slice(&value.to_be_bytes());
+    fix_v4_checksum(&mut frame);
+    frame
+}
+
+/// Recomputes the IPv4 header checksum of an Ethernet frame (after at most two VLAN tags), if
+/// there is a whole IPv4 header to compute it over; leaves any other frame alone.
+pub fn fix_v4_checksum(f: &mut [u8]) {
+    let be16 = |f: &[u8], at: usize| Some(u16::from_be_bytes([*f.get(at)?, *f.get(at + 1)?]));
+    let Some(mut ty) = be16(f, 12) else { return };
+    let mut l3 = 14;
+    for _ in 0..2 {
+        if ty != 0x8100 && ty != 0x88a8 {
+            break;
+        }
+        let Some(inner) = be16(f, l3 + 2) else { return };
+        ty = inner;
+        l3 += 4;
+    }
+    if ty != 0x0800 {
+        return;
+    }
+    let Some(&vihl) = f.get(l3) else { return };
+    let ihl = usize::from(vihl & 0x0f) * 4;
+    if ihl < 20 || f.len() < l3 + ihl {
+        return;
+    }
+    f[l3 + 10] = 0;
+    f[l3 + 11] = 0;
+    let mut acc: u32 = f[l3..l3 + ihl]
+        .chunks_exact(2)
+        .map(|c| u32::from(u16::from_be_bytes([c[0], c[1]])))
+        .sum();
+    while acc > 0xffff {
+        acc = (acc & 0xffff) + (acc >> 16);
+    }
+    let c = !(acc as u16);
+    f[l3 + 10..l3 + 12].copy_from_slice(&c.to_be_bytes());
+}
+
+/// `f` as lowercase hex, two digits a byte.
+pub fn hex(f: &[u8]) -> String {
+    f.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The bytes of the hex string `s` (two digits a byte), as [`hex`] writes them.
+///
+/// # Panics
+/// On a character that is not a hex digit.
+pub fn unhex(s: &str) -> Vec<u8> {
+    (0..s.len() / 2)
+        .map(|i| u8::from_str_radix(&s[2 * i..2 * i + 2], 16).expect("a hex digit"))
+        .collect()
+}

@@ -69,7 +69,7 @@ enum Cmd {
     /// that cannot run (no root, no BPF, a missing tool) fails instead of skipping. Ends with a
     /// summary per test binary.
     Test {
-        /// Extra arguments for `cargo test`, after `--` (e.g. `-- --test system`)
+        /// Extra arguments for `cargo test`, after `--` (e.g. `-- --test suites`)
         #[arg(last = true)]
         cargo_test_args: Vec<String>,
     },

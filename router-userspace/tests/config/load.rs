@@ -1,0 +1,216 @@
+//! What converts: a minimal config with every default applied, health-check defaults, every
+//! supported setting, nulls as absent, empty fragments, a byte order mark, the documented
+//! example.
+
+use std::{
+    fs,
+    net::SocketAddr,
+    path::{Path, PathBuf},
+    time::Duration,
+};
+
+use switchyard::config::{
+    Agent, Backend, Backoff, CheckKind, Config, Forward, HashMode, HealthCheck, Pool, Protocol,
+    Service, SplitShare, Target, WhenAllDown, load_files,
+};
+
+use crate::{MINIMAL, ip, load};
+
+#[test]
+fn minimal_config_loads_with_every_default_applied() {
+    let config = load(&[("10-web.yaml", MINIMAL)]);
+    assert_eq!(
+        config,
+        Config {
+            agent: Agent {
+                api: SocketAddr::from(([127, 0, 0, 1], 9900)),
+                pin_path: PathBuf::from("/sys/fs/bpf/switchyard"),
+                state_dir: PathBuf::from("/var/lib/switchyard"),
+            },
+            services: vec![Service {
+                name: "web".into(),
+                vip: ip("198.18.0.10"),
+                port: 80,
+                protocol: Protocol::Tcp,
+                forward: Forward::DsrL2,
+                hash: HashMode::FiveTuple,
+                to: Target::Pool("dc1".into()),
+            }],
+            pools: vec![Pool {
+                name: "dc1".into(),
+                backends: vec![Backend {
+                    address: ip("198.18.1.11"),
+                    weight: 100,
+                }],
+                health_check: None,
+                when_all_down: WhenAllDown::Drop,
+            }],
+            state: vec![],
+            decisions: vec![],
+            rules: Default::default(),
+        }
+    );
+}
+
+#[test]
+fn health_check_defaults_are_applied() {
+    let text = "\
+pools:
+  - name: a
+    backends: [ { address: 198.18.1.11 } ]
+    health_check: { tcp: { port: 80 } }
+  - name: b
+    backends: [ { address: 198.18.1.12 } ]
+    health_check: { http: { port: 8080 }, interval: 500ms }
+";
+    let config = load(&[("p.yaml", text)]);
+    let a = config.pools[0].health_check.clone().unwrap();
+    assert_eq!(
+        a,
+        HealthCheck {
+            kind: CheckKind::Tcp { port: 80 },
+            interval: Duration::from_secs(1),
+            timeout: Duration::from_secs(1),
+            unhealthy_threshold: 3,
+            healthy_threshold: 2,
+            backoff: Backoff {
+                factor: 1.0,
+                max: Duration::from_secs(1),
+            },
+        }
+    );
+    let b = config.pools[1].health_check.clone().unwrap();
+    assert_eq!(
+        b.kind,
+        CheckKind::Http {
+            port: 8080,
+            path: "/".into(),
+            expect: vec![200],
+        }
+    );
+    // The default timeout never exceeds a shorter interval; backoff max defaults to it.
+    assert_eq!(b.timeout, Duration::from_millis(500));
+    assert_eq!(b.backoff.max, Duration::from_millis(500));
+}
+
+#[test]
+fn everything_that_is_supported_converts() {
+    let text = "\
+agent:
+  api: '[::1]:9901'
+  pin_path: /sys/fs/bpf/sy
+services:
+  - name: web6
+    vip: 2001:db8::10
+    port: 443
+    protocol: udp
+    forward: nat
+    hash: source_ip
+    to:
+      split:
+        - { pool: a, weight: 90 }
+        - { pool: b, weight: 10 }
+pools:
+  - name: a
+    backends: [ { address: '2001:db8::11', weight: 0 } ]
+    when_all_down: pass
+    health_check:
+      http: { port: 80, path: /health, expect: [200, 204] }
+      interval: 2s
+      timeout: 300ms
+      unhealthy_threshold: 5
+      healthy_threshold: 1
+      backoff: { factor: 2, max: 10m }
+  - name: b
+    backends: [ { address: '2001:db8::12', weight: 65535 } ]
+";
+    let config = load(&[("all.yaml", text)]);
+    assert_eq!(config.agent.api, "[::1]:9901".parse().unwrap());
+    assert_eq!(config.agent.pin_path, PathBuf::from("/sys/fs/bpf/sy"));
+    let s = &config.services[0];
+    assert_eq!(
+        (s.protocol, s.forward, s.hash),
+        (Protocol::Udp, Forward::Nat, HashMode::SourceIp)
+    );
+    assert_eq!(
+        s.to,
+        Target::Split(vec![
+            SplitShare {
+                pool: "a".into(),
+                weight: 90
+            },
+            SplitShare {
+                pool: "b".into(),
+                weight: 10
+            },
+        ])
+    );
+    let a = &config.pools[0];
+    assert_eq!(a.when_all_down, WhenAllDown::Pass);
+    assert_eq!(a.backends[0].weight, 0);
+    assert_eq!(config.pools[1].backends[0].weight, 65_535);
+    let hc = a.health_check.clone().unwrap();
+    assert_eq!(
+        hc,
+        HealthCheck {
+            kind: CheckKind::Http {
+                port: 80,
+                path: "/health".into(),
+                expect: vec![200, 204],
+            },
+            interval: Duration::from_secs(2),
+            timeout: Duration::from_millis(300),
+            unhealthy_threshold: 5,
+            healthy_threshold: 1,
+            backoff: Backoff {
+                factor: 2.0,
+                max: Duration::from_secs(600),
+            },
+        }
+    );
+}
+
+#[test]
+fn null_values_read_as_absent() {
+    let text = MINIMAL.replace(
+        "    to: { pool: dc1 }",
+        "    hash: ~\n    to: { pool: dc1 }",
+    );
+    let config = load(&[("x.yaml", &text)]);
+    assert_eq!(config.services[0].hash, HashMode::FiveTuple);
+}
+
+#[test]
+fn empty_fragments_are_fine() {
+    let config = load(&[("a.yaml", ""), ("b.yaml", "# nothing yet\n")]);
+    assert_eq!(config.agent, Agent::default());
+    assert!(config.services.is_empty() && config.pools.is_empty());
+}
+
+#[test]
+fn a_byte_order_mark_at_the_start_of_a_file_is_allowed() {
+    let config = load(&[("10-web.yaml", &format!("\u{feff}{MINIMAL}"))]);
+    assert_eq!(config.services.len(), 1);
+}
+
+#[test]
+fn documented_example_loads() {
+    let doc = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/configuration.md");
+    let doc = fs::read_to_string(doc).unwrap();
+    let example = doc.split("## Example").nth(1).unwrap();
+    let blocks: Vec<(String, String)> = example
+        .split("```yaml\n")
+        .skip(1)
+        .enumerate()
+        .map(|(i, b)| {
+            (
+                format!("{i}.yaml"),
+                b.split("```").next().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(blocks.len(), 2);
+    let config = load_files(&blocks).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(config.services.len(), 2);
+    assert_eq!(config.pools.len(), 3);
+}

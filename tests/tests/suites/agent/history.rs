@@ -1,0 +1,278 @@
+//! The history store: a corrupt or read-only store refuses the start and leaves the program
+//! forwarding; a store deleted or overwritten while the agent runs is reported and counted, and
+//! applies go on; a restart after an apply whose version could not be recorded keeps every
+//! established connection.
+
+use std::{fs, path::Path, process::Command};
+
+use anyhow::{Context as _, Result, ensure};
+use router_tests::{
+    addrs::{LB_CLIENT_IF, backend_v4, vip_v4},
+    agent::Agent,
+    client::{self},
+    config_text::web_pool,
+    netns::Topology,
+    privileged, servers,
+};
+
+use crate::common::{
+    EXIT_LIMIT, LIVE_LIMIT, Lb, consistent, ctl, dir_arg, metric, refused, serves, web,
+};
+
+/// Starts an agent, checks it balances, stops it (the program stays), breaks its history store
+/// with `break_store`, and starts it again: the start must be refused with `want`, and the
+/// program must still be attached and balancing with the first agent's maps.
+fn restart_onto_a_broken_store(
+    what: &str,
+    want: &str,
+    break_store: impl FnOnce(&Path) -> Result<Option<ReadOnly>>,
+) -> Result<()> {
+    let topo = Topology::builder().backends(2).build()?;
+    let _servers = servers::start_all(&topo)?;
+    let mut agent = Agent::start(&topo, &[("10-web.yaml", web_pool(2).text())])?;
+    let tcp = client::tcp_tally(topo.client(), vip_v4(80), 40)?;
+    ensure!(client::total(&tcp) == 40, "{tcp:?}");
+    agent.stop()?;
+    let before = topo.lb().xdp_program(LB_CLIENT_IF)?;
+    ensure!(before.is_some(), "no program after the first agent stopped");
+    // Declared after `agent`, so dropped (unmounted) before the agent removes its state dir.
+    let _undo = break_store(&agent.state_dir())?;
+    let exited = agent.relaunch_expecting_exit(EXIT_LIMIT)?;
+    refused(what, &exited, want)?;
+    let after = topo.lb().xdp_program(LB_CLIENT_IF)?;
+    ensure!(after == before, "{what}: program {before:?} → {after:?}");
+    let tcp = client::tcp_tally(topo.client(), vip_v4(80), 40)?;
+    println!("{what}: still balancing: {tcp:?}");
+    ensure!(
+        client::total(&tcp) == 40 && tcp.len() == 2,
+        "{what}: {tcp:?}"
+    );
+    Ok(())
+}
+
+#[test]
+fn a_corrupt_history_store_refuses_the_start_and_leaves_the_program_forwarding() -> Result<()> {
+    if privileged::require_root_and_bpf("a_corrupt_history_store").is_err() {
+        return Ok(());
+    }
+    restart_onto_a_broken_store("corrupt store", "history.sqlite", |state| {
+        std::fs::write(state.join("history.sqlite"), vec![0x5a; 8192])?;
+        Ok(None)
+    })
+}
+
+/// A read-only bind mount of a directory onto itself, undone on drop.
+struct ReadOnly(std::path::PathBuf);
+
+impl ReadOnly {
+    fn mount(dir: &Path) -> Result<Self> {
+        let run = |args: &[&str]| -> Result<()> {
+            let out = Command::new("mount")
+                .args(args)
+                .arg(dir)
+                .arg(dir)
+                .output()?;
+            ensure!(
+                out.status.success(),
+                "mount {args:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            Ok(())
+        };
+        run(&["--bind"])?;
+        let guard = ReadOnly(dir.to_owned());
+        run(&["-o", "remount,bind,ro"])?;
+        Ok(guard)
+    }
+}
+
+impl Drop for ReadOnly {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.0).status();
+    }
+}
+
+#[test]
+fn a_read_only_history_store_refuses_the_start_and_leaves_the_program_forwarding() -> Result<()> {
+    if privileged::require_root_and_bpf("a_read_only_history_store").is_err() {
+        return Ok(());
+    }
+    restart_onto_a_broken_store("read-only store", "read-only", |state| {
+        ReadOnly::mount(state).map(Some)
+    })
+}
+
+/// The state directory (history store and all) is deleted while the agent runs: applies go on,
+/// the failed record is counted and `status` says the version is not recorded; a restart then
+/// starts a new history and serves.
+#[test]
+fn a_history_store_deleted_while_running_is_reported_and_applies_go_on() -> Result<()> {
+    let Some(lb) = Lb::start("a_history_store_deleted", 2, |pin| {
+        web(pin, "web", &[100, 100])
+    })?
+    else {
+        return Ok(());
+    };
+    let Lb {
+        topo,
+        servers: _servers,
+        pin,
+        mut agent,
+    } = lb;
+    let first = agent.status()?.generation;
+    fs::remove_dir_all(agent.state_dir())?;
+    agent.write_file("10-web.yaml", &web(&pin, "web", &[100, 50]))?;
+    agent.wait_for(LIVE_LIMIT, |s| s.generation > first)?;
+    let status = agent.status()?;
+    ensure!(status.rejected.is_none(), "{:?}", status.rejected);
+    ensure!(
+        status.running.version.is_none(),
+        "the version claims to be recorded: {:?}",
+        status.running
+    );
+    ensure!(
+        metric(&agent, "switchyard_history_errors_total")? >= 1.0,
+        "the failed record is not counted"
+    );
+    let human = agent.cli(&["status", "--config-dir", &dir_arg(&agent)])?;
+    ensure!(human.contains("not recorded"), "{human}");
+    consistent(&agent)?;
+    agent.stop()?;
+    agent.relaunch()?;
+    consistent(&agent)?;
+    serves(&topo, 10)
+}
+
+/// Garbage written over the history store while the agent runs: applies go on, each failed
+/// record is counted, `ctl versions` answers with an error, and the agent keeps serving.
+#[test]
+fn a_history_store_overwritten_while_running_is_counted_not_fatal() -> Result<()> {
+    let Some(lb) = Lb::start("a_history_store_overwritten", 2, |pin| {
+        web(pin, "web", &[100, 100])
+    })?
+    else {
+        return Ok(());
+    };
+    let Lb {
+        topo,
+        servers: _servers,
+        pin,
+        agent,
+    } = lb;
+    let store = agent.state_dir().join("history.sqlite");
+    let len = fs::metadata(&store)?.len() as usize;
+    fs::write(&store, vec![0xa5u8; len.max(8192)])?;
+    let g = agent.status()?.generation;
+    agent.write_file("10-web.yaml", &web(&pin, "web", &[100, 30]))?;
+    agent.wait_for(LIVE_LIMIT, |s| s.generation > g)?;
+    ensure!(agent.status()?.running.version.is_none());
+    ensure!(metric(&agent, "switchyard_history_errors_total")? >= 1.0);
+    let e = ctl(&agent, &["versions"])
+        .err()
+        .context("versions of garbage")?;
+    ensure!(format!("{e:#}").contains("history"), "{e:#}");
+    consistent(&agent)?;
+    serves(&topo, 5)
+}
+
+/// `chattr +i` on a directory (the history store's): the next record fails.
+struct Immutable<'a>(&'a Path);
+
+impl<'a> Immutable<'a> {
+    fn set(dir: &'a Path) -> Result<Self> {
+        let ok = Command::new("chattr")
+            .arg("+i")
+            .arg(dir)
+            .status()?
+            .success();
+        ensure!(ok, "chattr +i {}", dir.display());
+        Ok(Self(dir))
+    }
+}
+
+impl Drop for Immutable<'_> {
+    fn drop(&mut self) {
+        let _ = Command::new("chattr").arg("-i").arg(self.0).status();
+    }
+}
+
+/// An apply whose version could not be recorded (the history's directory is immutable for a
+/// moment), then an agent restart with the same config: the maps carry a generation the
+/// history never saw. Connections established before must survive the restart, as they do
+/// after a recorded apply (`agent::restart`'s restart-after-a-pool-change test): renumbering
+/// the backend slots moves the flows tracked on them.
+#[test]
+fn a_restart_after_an_unrecorded_apply_keeps_established_connections() -> Result<()> {
+    let Some(lb) = Lb::start("a_restart_after_an_unrecorded_apply", 3, |pin| {
+        web(pin, "web", &[100, 100])
+    })?
+    else {
+        return Ok(());
+    };
+    let Lb {
+        topo,
+        servers: _servers,
+        pin,
+        mut agent,
+    } = lb;
+    // b1 leaves, b3 arrives: [b2, b3] in slots 1 and 2 (a fresh numbering gives 0 and 1).
+    let second = web(&pin, "web", &[100, 100])
+        .replace(
+            &format!("\"{}\"", backend_v4(2)),
+            &format!("\"{}\"", backend_v4(3)),
+        )
+        .replace(
+            &format!("\"{}\"", backend_v4(1)),
+            &format!("\"{}\"", backend_v4(2)),
+        );
+    let g = agent.status()?.generation;
+    agent.write_file("10-web.yaml", &second)?;
+    agent.wait_for(LIVE_LIMIT, |s| s.generation > g)?;
+    let mut sessions = client::tcp_sessions(topo.client(), vip_v4(80), 30)?;
+    for (k, s) in sessions.iter_mut().enumerate() {
+        s.echo(&client::payload(k, 64))?;
+    }
+    // A weight change whose record fails.
+    let third = second.replace("weight: 100 }\n", "weight: 60 }\n");
+    ensure!(third != second);
+    let g = agent.status()?.generation;
+    let state = agent.state_dir();
+    {
+        let _frozen = Immutable::set(&state)?;
+        agent.write_file("10-web.yaml", &third)?;
+        agent.wait_for(LIVE_LIMIT, |s| s.generation > g)?;
+        ensure!(
+            agent.status()?.running.version.is_none(),
+            "the record did not fail"
+        );
+    }
+    agent.kill()?;
+    agent.relaunch()?;
+    consistent(&agent)?;
+    let mut broken = Vec::new();
+    for (k, mut s) in sessions.into_iter().enumerate() {
+        let backend = s.backend().to_owned();
+        if let Err(e) = s
+            .echo(&client::payload(k + 100, 64))
+            .and_then(|()| s.finish())
+        {
+            broken.push(format!("{backend}: {e:#}"));
+        }
+    }
+    ensure!(
+        broken.is_empty(),
+        "{} of 30 connections broke across the restart: {broken:?}\n{}",
+        broken.len(),
+        agent.log_text()
+    );
+    let log = agent.log_text();
+    ensure!(!log.contains("renumbered"), "{log}");
+    // The start applied the directory over the maps and recorded it.
+    let status = agent.status()?;
+    ensure!(
+        status.running.version.is_some() && status.differs_from_files == Some(false),
+        "{:?}",
+        status.running
+    );
+    Ok(())
+}

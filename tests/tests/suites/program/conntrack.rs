@@ -1,0 +1,97 @@
+//! Connection tracking: a flow's later packets stay on the backend its first packet reached, and
+//! a backend that goes down loses its tracked flows to a fresh selection while the flows of the
+//! healthy backends stay where they are.
+
+use anyhow::{Result, ensure};
+use router_common::Reason;
+use router_tests::{addrs::backend_v4, packets};
+
+use super::fixture::{Step, To, check, count, forwarded, health, run};
+use super::{c4, lab, v4};
+
+#[test]
+fn a_flow_stays_on_its_backend_through_conntrack() -> Result<()> {
+    let Some(mut lab) = lab("fx-ct") else {
+        return Ok(());
+    };
+    let frame = packets::tcp(c4(), 41000, v4(), 80);
+    let mut table: Vec<Step> = vec![
+        forwarded("first packet", frame.clone(), Reason::NewFlow)
+            .to(To::Record("flow".into()))
+            .into(),
+        count("hits", Reason::ConntrackHit),
+    ];
+    for k in 1..=5 {
+        table.push(
+            forwarded(&format!("packet {k}"), frame.clone(), Reason::ConntrackHit)
+                .to(To::Same("flow".into()))
+                .into(),
+        );
+    }
+    table.push(check("conntrack hits counted", |lab, memo| {
+        ensure!(
+            lab.reason(Reason::ConntrackHit) - memo.get("hits")? as u64 == 5,
+            "conntrack hits not counted"
+        );
+        Ok(())
+    }));
+    run(&mut lab, table)
+}
+
+#[test]
+fn a_down_backend_loses_its_flows_to_a_fresh_selection() -> Result<()> {
+    let Some(mut lab) = lab("fx-down") else {
+        return Ok(());
+    };
+    let ports = 44000..44030u16;
+    let mut table: Vec<Step> = ports
+        .clone()
+        .map(|p| {
+            forwarded(
+                &format!("flow {p}"),
+                packets::tcp(c4(), p, v4(), 80),
+                Reason::NewFlow,
+            )
+            .to(To::Record(format!("flow {p}")))
+            .into()
+        })
+        .collect();
+    table.push(health("web", backend_v4(1).into(), false));
+    table.push(count("reselected", Reason::Reselected));
+    // A flow of backend 1 is reselected, the others are conntrack hits: checked by counting.
+    for p in ports {
+        let name = format!("flow {p}");
+        table.push(
+            forwarded(
+                &format!("flow {p} after backend 1 went down"),
+                packets::tcp(c4(), p, v4(), 80),
+                Reason::NewFlow,
+            )
+            .any_reason()
+            .to(To::Check(Box::new(move |memo, now| {
+                let b = memo.get(&name)?;
+                ensure!(now != 1, "a flow still reaches the down backend");
+                ensure!(
+                    b == 1 || now == b,
+                    "a flow on a healthy backend moved ({b} → {now})"
+                );
+                Ok(())
+            })))
+            .into(),
+        );
+    }
+    table.push(check("reselections counted", |lab, memo| {
+        let moved = memo
+            .with_prefix("flow ")
+            .iter()
+            .filter(|b| **b == 1)
+            .count() as u64;
+        ensure!(moved > 0, "no flow was on backend 1 to begin with");
+        ensure!(
+            lab.reason(Reason::Reselected) - memo.get("reselected")? as u64 == moved,
+            "reselections not counted"
+        );
+        Ok(())
+    }));
+    run(&mut lab, table)
+}
