@@ -18,6 +18,7 @@
 //! Run: `cargo bench -p router-userspace --bench decision` (`-- --iters N`, default 100,000).
 
 use std::collections::BTreeMap;
+use std::fmt::Write as _;
 use std::time::{Duration, Instant};
 
 use rules::engine::Action;
@@ -39,7 +40,7 @@ fn yaml(fillers: usize) -> String {
     let mut state = String::new();
     let vars = if fillers > 0 { 200 } else { 0 };
     for v in 0..vars {
-        state.push_str(&format!("  f{v}: {{ push: {{ default: false }} }}\n"));
+        let _ = writeln!(state, "  f{v}: {{ push: {{ default: false }} }}");
     }
     for r in 0..fillers {
         let pick = |k: usize| (r * 7 + k * 41) % vars;
@@ -52,10 +53,11 @@ fn yaml(fillers: usize) -> String {
             pick(4)
         );
         let pool = if r % 2 == 0 { "dc1" } else { "dc2" };
-        rules.push_str(&format!(
-            "      - {{ id: filler-{r}, priority: {}, when: \"{when}\", then: {{ pool: {pool} }} }}\n",
+        let _ = writeln!(
+            rules,
+            "      - {{ id: filler-{r}, priority: {}, when: \"{when}\", then: {{ pool: {pool} }} }}",
             4000 - r
-        ));
+        );
     }
     format!(
         r#"services:
@@ -84,6 +86,12 @@ state:
     )
 }
 
+#[expect(
+    clippy::cast_precision_loss,
+    clippy::cast_possible_truncation,
+    clippy::cast_sign_loss,
+    reason = "an index into the sorted samples: (len − 1) · q rounded, for q in 0..=1"
+)]
 fn quantile(sorted: &[Duration], q: f64) -> Duration {
     let i = ((sorted.len() as f64 - 1.0) * q).round() as usize;
     sorted[i.min(sorted.len() - 1)]
@@ -93,6 +101,10 @@ fn us(d: Duration) -> f64 {
     d.as_secs_f64() * 1e6
 }
 
+#[expect(
+    clippy::too_many_lines,
+    reason = "one measurement: setup, the timed loop as the agent's runtime runs it, the report"
+)]
 fn run(label: &str, fillers: usize, iters: usize) {
     let cfg = load_files(&[("10-web.yaml".into(), yaml(fillers))]).expect("config");
     let mut publisher = Publisher::new();
@@ -164,7 +176,7 @@ fn run(label: &str, fillers: usize, iters: usize) {
                 .publish_decision(&mut dp, &d.group, to)
                 .expect("write")
             {
-                let latency_us = event.elapsed().as_micros() as u64;
+                let latency_us = u64::try_from(event.elapsed().as_micros()).unwrap_or(u64::MAX);
                 out.push((word, latency_us));
                 for mut r in d.records {
                     r.latency_us = Some(latency_us);
@@ -184,7 +196,8 @@ fn run(label: &str, fillers: usize, iters: usize) {
     }
     times.sort();
     reported.sort_unstable();
-    let mean = times.iter().sum::<Duration>() / times.len() as u32;
+    let mean = times.iter().sum::<Duration>()
+        / u32::try_from(times.len()).expect("an iteration count that fits a u32");
     println!(
         "{label}: {iters} switches; state change → decision word written: p50 {:.2} µs, p90 {:.2} µs, \
          p99 {:.2} µs, p99.9 {:.2} µs, max {:.2} µs, mean {:.2} µs; driver-reported latency_us p99 {} \

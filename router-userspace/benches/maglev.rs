@@ -24,7 +24,7 @@ fn build_table(c: &mut Criterion) {
     for n in [10, 100, 1_000] {
         let input = backends(n);
         group.bench_with_input(BenchmarkId::from_parameter(n), &input, |b, input| {
-            b.iter(|| build(black_box(input), MAGLEV_SIZE))
+            b.iter(|| build(black_box(input), MAGLEV_SIZE));
         });
     }
     let mut skewed = backends(1_000);
@@ -32,7 +32,7 @@ fn build_table(c: &mut Criterion) {
         heavy.weight = 65_535;
     }
     group.bench_function("1000_skewed", |b| {
-        b.iter(|| build(black_box(&skewed), MAGLEV_SIZE))
+        b.iter(|| build(black_box(&skewed), MAGLEV_SIZE));
     });
     group.finish();
 }

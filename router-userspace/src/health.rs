@@ -7,7 +7,7 @@
 //! `backend.<address>.healthy` from it, and decision groups' `require` and emergency exit count
 //! its usable backends. Nothing else keeps a copy, so the rules and the maps cannot disagree.
 //!
-//! Defaults follow keepalived and HAProxy: a backend nobody has probed yet is healthy, and a
+//! Defaults follow keepalived and `HAProxy`: a backend nobody has probed yet is healthy, and a
 //! backend of a pool without a health check is always healthy (nothing would ever probe it
 //! back up).
 
@@ -32,6 +32,7 @@ pub struct BackendHealth {
 
 impl BackendHealth {
     /// Takes new flows: healthy and reachable.
+    #[must_use]
     pub fn usable(&self) -> bool {
         self.healthy && self.reachable
     }
@@ -55,6 +56,7 @@ struct Pool {
 
 impl Health {
     /// An empty table whose backends are reachable without a next-hop report.
+    #[must_use]
     pub fn new() -> Self {
         Self::default()
     }
@@ -168,6 +170,7 @@ impl Health {
     }
 
     /// The backend `address` of `pool`.
+    #[must_use]
     pub fn get(&self, pool: &str, address: IpAddr) -> Option<BackendHealth> {
         self.pools
             .get(pool)?
@@ -178,11 +181,13 @@ impl Health {
     }
 
     /// Whether `address` in `pool` takes new flows (`false` when unknown).
+    #[must_use]
     pub fn usable(&self, pool: &str, address: IpAddr) -> bool {
         self.get(pool, address).is_some_and(|b| b.usable())
     }
 
     /// The backends of `pool`, in configuration order (empty when unknown).
+    #[must_use]
     pub fn pool(&self, pool: &str) -> &[BackendHealth] {
         self.pools.get(pool).map_or(&[], |p| p.backends.as_slice())
     }
@@ -195,12 +200,14 @@ impl Health {
     }
 
     /// `(usable, total)` backends of `pool` (`(0, 0)` when unknown).
+    #[must_use]
     pub fn counts(&self, pool: &str) -> (usize, usize) {
         let b = self.pool(pool);
         (b.iter().filter(|b| b.usable()).count(), b.len())
     }
 
     /// The addresses usable in at least one pool.
+    #[must_use]
     pub fn usable_addresses(&self) -> HashSet<IpAddr> {
         self.pools
             .values()

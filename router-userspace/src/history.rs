@@ -2,7 +2,7 @@
 //! content hash, the fragments and their merged text, what applied it, the generation it was
 //! published as, and an opaque ledger) in `<state_dir>/history.sqlite`.
 //!
-//! The store is SQLite (bundled into the binary through rusqlite), one file:
+//! The store is `SQLite` (bundled into the binary through rusqlite), one file:
 //!
 //! ```text
 //! versions(number PK, time, hash, source, generation, ledger)
@@ -18,7 +18,7 @@
 //! schema version ([`SCHEMA_VERSION`]), so a newer schema or someone else's database is refused
 //! at open instead of being misread.
 //!
-//! Journal: SQLite's default rollback journal, not WAL. The agent is the only writer and
+//! Journal: `SQLite`'s default rollback journal, not WAL. The agent is the only writer and
 //! writes a version per apply (rarely), so WAL's concurrency buys nothing; the rollback journal
 //! keeps the store one file at rest (no `-wal`/`-shm` beside it to lose when copying it), and
 //! needs no shared-memory file, so a read-only directory or mount fails plainly at open.
@@ -106,7 +106,7 @@ pub enum HistoryError {
         /// What failed.
         detail: String,
     },
-    /// The file is not a SQLite database, is damaged, or is a database of something else.
+    /// The file is not a `SQLite` database, is damaged, or is a database of something else.
     #[error(
         "the history {path} is not a usable history store ({detail}); move it aside and the \
          agent starts a new history"
@@ -138,7 +138,7 @@ pub enum HistoryError {
         /// Why.
         source: io::Error,
     },
-    /// A number does not fit the store (SQLite integers are signed 64-bit).
+    /// A number does not fit the store (`SQLite` integers are signed 64-bit).
     #[error("{what} {value} is too large for the history (at most {})", i64::MAX)]
     OutOfRange {
         /// `time` or `generation`.
@@ -153,7 +153,7 @@ pub enum HistoryError {
         path: PathBuf,
         /// What was being done.
         context: &'static str,
-        /// SQLite's error.
+        /// `SQLite`'s error.
         source: rusqlite::Error,
     },
 }
@@ -207,6 +207,7 @@ pub struct Version {
 
 impl Version {
     /// The fragments, to load or apply again.
+    #[must_use]
     pub fn fragments(&self) -> Fragments {
         Fragments::new(self.texts.clone())
     }
@@ -232,7 +233,7 @@ impl History {
     /// - [`HistoryError::ReadOnly`]: the file or the directory cannot be written;
     /// - [`HistoryError::CreateFile`]: the file is missing and cannot be created for another
     ///   reason than permissions;
-    /// - [`HistoryError::Corrupt`]: not a SQLite database, damaged, or another program's;
+    /// - [`HistoryError::Corrupt`]: not a `SQLite` database, damaged, or another program's;
     /// - [`HistoryError::TooNew`]: written by a newer Switchyard;
     /// - [`HistoryError::Store`]: any other failure (I/O, locked for more than 2 s).
     pub fn open(state_dir: &Path) -> Result<History, HistoryError> {
@@ -352,6 +353,14 @@ impl History {
     /// [`HistoryError::OutOfRange`] when `time` or `generation` exceeds `i64::MAX` (nothing is
     /// written); [`HistoryError::ReadOnly`] or [`HistoryError::Store`] when the write fails
     /// (nothing is kept of it).
+    #[expect(
+        clippy::needless_pass_by_value,
+        reason = "the version is handed over to be recorded: callers build it for this call"
+    )]
+    #[expect(
+        clippy::cast_possible_wrap,
+        reason = "a fragment's position in a list held in memory is far below i64::MAX"
+    )]
     pub fn record(&mut self, v: NewVersion) -> Result<u64, HistoryError> {
         let time = to_i64("time", v.time)?;
         let generation = to_i64("generation", v.generation)?;
@@ -532,17 +541,20 @@ fn info_of(r: &rusqlite::Row<'_>) -> rusqlite::Result<VersionInfo> {
 /// SHA-256 of `text`, 64 lowercase hex digits: the key of a stored text.
 fn sha256_hex(text: &str) -> String {
     use sha2::{Digest as _, Sha256};
+    use std::fmt::Write as _;
     Sha256::digest(text.as_bytes())
         .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+        .fold(String::with_capacity(64), |mut hex, b| {
+            let _ = write!(hex, "{b:02x}");
+            hex
+        })
 }
 
 fn to_i64(what: &'static str, value: u64) -> Result<i64, HistoryError> {
     i64::try_from(value).map_err(|_| HistoryError::OutOfRange { what, value })
 }
 
-/// Creates the store file with mode 0600 if it is missing (SQLite would make it 0644: the
+/// Creates the store file with mode 0600 if it is missing (`SQLite` would make it 0644: the
 /// history holds the whole configuration). An empty file is an empty database.
 fn create_file(path: &Path) -> Result<(), HistoryError> {
     let created = fs::OpenOptions::new()
@@ -571,7 +583,7 @@ fn create_file(path: &Path) -> Result<(), HistoryError> {
     }
 }
 
-/// Sorts a SQLite error into the variants an operator can act on.
+/// Sorts a `SQLite` error into the variants an operator can act on.
 fn classify(path: &Path, context: &'static str, e: rusqlite::Error) -> HistoryError {
     let code = match &e {
         rusqlite::Error::SqliteFailure(f, _) => Some(f.code),
@@ -860,6 +872,10 @@ mod tests {
     }
 
     #[test]
+    #[expect(
+        clippy::cast_possible_truncation,
+        reason = "the garbage bytes are the low bytes of a multiplicative hash"
+    )]
     fn garbage_in_the_file_is_corrupt() {
         let tmp = tempfile::tempdir().unwrap();
         let path = tmp.path().join(FILE_NAME);
@@ -1046,9 +1062,8 @@ mod tests {
                     std::ptr::null(),
                 )
             })?;
-            let e = match History::open(&state) {
-                Ok(_) => return Err("opened on a read-only mount".to_owned()),
-                Err(e) => e,
+            let Err(e) = History::open(&state) else {
+                return Err("opened on a read-only mount".to_owned());
             };
             // A state directory that does not exist yet cannot be created there either.
             match History::open(&dir.join("other")) {

@@ -201,15 +201,22 @@ impl Cursor {
 
 /// A key's permutation `(offset, skip)` in a table of `size ≥ 2` slots: `offset < size`,
 /// `1 ≤ skip < size`.
+#[expect(
+    clippy::cast_possible_truncation,
+    reason = "offset and skip are both below `size`, itself a u32"
+)]
 fn offset_skip(key: &str, size: u32) -> (u32, u32) {
     let size = u64::from(size);
     let offset = xxh64(key.as_bytes(), OFFSET_SEED) % size;
     let skip = xxh64(key.as_bytes(), SKIP_SEED) % (size - 1) + 1;
-    // Both are below `size`, itself a u32.
     (offset as u32, skip as u32)
 }
 
 /// `(pos + skip) mod size` for `pos, skip < size`, without overflow.
+#[expect(
+    clippy::inline_always,
+    reason = "the step of the population loop, taken once per probe of every backend"
+)]
 #[inline(always)]
 fn next_pos(pos: u32, skip: u32, size: u32) -> u32 {
     let room = size - pos;
@@ -271,6 +278,10 @@ mod tests {
     }
 
     /// Asserts every backend's share is its weight's share of the table within 1 % of the table.
+    #[expect(
+        clippy::cast_precision_loss,
+        reason = "weights and entry counts far below 2^52, compared as shares"
+    )]
     fn assert_proportional(backends: &[MaglevBackend]) {
         let table = build(backends, MAGLEV_SIZE).unwrap();
         let counts = counts(&table);

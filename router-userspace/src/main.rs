@@ -52,6 +52,10 @@ enum Cmd {
     /// atomic step per interface (bpf_link update): the pinned maps are kept, no packet meets
     /// a missing program, and a running agent keeps working. Refuses, changing nothing, when
     /// the pinned maps have another layout.
+    #[expect(
+        clippy::doc_markdown,
+        reason = "this doc comment is the command's --help text, printed as written"
+    )]
     Upgrade {
         /// Interface whose program to replace; repeat for several.
         #[arg(long = "iface", required = true)]
@@ -74,6 +78,10 @@ enum Cmd {
         #[arg(long, default_value = DEFAULT_DIR)]
         config_dir: PathBuf,
         /// The agent's API, e.g. http://127.0.0.1:9900 (overrides the record and the config).
+        #[expect(
+            clippy::doc_markdown,
+            reason = "this doc comment is the option's --help text, printed as written"
+        )]
         #[arg(long)]
         api: Option<String>,
         /// Print the raw JSON.
@@ -89,6 +97,10 @@ enum Cmd {
         #[arg(long, default_value = DEFAULT_DIR, global = true)]
         config_dir: PathBuf,
         /// The agent's API, e.g. http://127.0.0.1:9900 (overrides the record and the config).
+        #[expect(
+            clippy::doc_markdown,
+            reason = "this doc comment is the option's --help text, printed as written"
+        )]
         #[arg(long, global = true)]
         api: Option<String>,
         /// The command.

@@ -40,6 +40,7 @@ pub struct Record {
 
 impl Record {
     /// The record of this process, serving on `api` for `config_dir` with `pin_path`.
+    #[must_use]
     pub fn of_this_process(api: SocketAddr, config_dir: &Path, pin_path: &Path) -> Self {
         let pid = std::process::id();
         Self {
@@ -53,6 +54,7 @@ impl Record {
     }
 
     /// Whether the process that wrote the record still runs.
+    #[must_use]
     pub fn is_alive(&self) -> bool {
         match process_start(self.pid) {
             Some(start) => self.pid_start == 0 || start == self.pid_start,
@@ -63,20 +65,25 @@ impl Record {
 
 /// `dir` made absolute with symbolic links resolved; as given (made absolute) when it cannot
 /// be resolved (it does not exist).
+#[must_use]
 pub fn canonical(dir: &Path) -> PathBuf {
     std::fs::canonicalize(dir).unwrap_or_else(|_| {
-        std::env::current_dir()
-            .map(|cwd| cwd.join(dir))
-            .unwrap_or_else(|_| dir.to_owned())
+        std::env::current_dir().map_or_else(|_| dir.to_owned(), |cwd| cwd.join(dir))
     })
 }
 
 /// Where the record of the agent serving `config_dir` is kept under `run_dir`:
 /// `agent-<first 16 hex digits of SHA-256 of the canonical path>.json`.
+#[must_use]
 pub fn record_path(run_dir: &Path, config_dir: &Path) -> PathBuf {
-    use std::os::unix::ffi::OsStrExt as _;
+    use std::{fmt::Write as _, os::unix::ffi::OsStrExt as _};
     let digest = Sha256::digest(canonical(config_dir).as_os_str().as_bytes());
-    let key: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
+    let key = digest[..8]
+        .iter()
+        .fold(String::with_capacity(16), |mut key, b| {
+            let _ = write!(key, "{b:02x}");
+            key
+        });
     run_dir.join(format!("agent-{key}.json"))
 }
 
@@ -89,6 +96,7 @@ pub struct Written {
 
 impl Written {
     /// Where the record is.
+    #[must_use]
     pub fn path(&self) -> &Path {
         &self.path
     }
@@ -110,8 +118,13 @@ impl Drop for Written {
 
 /// Writes `record` under `run_dir` (created, mode 0755, if missing), replacing whatever record
 /// the same config directory had: written to a temporary file and renamed, so a reader sees
-/// the old record or the new one, never part of one. Errors: the directory or file cannot be
-/// written.
+/// the old record or the new one, never part of one.
+///
+/// # Errors
+///
+/// The I/O error when the directory cannot be created, the record cannot be serialized, the
+/// temporary file cannot be created or written, or it cannot be renamed over the record (the
+/// temporary file is removed then).
 pub fn write(run_dir: &Path, record: &Record) -> std::io::Result<Written> {
     use std::os::unix::fs::{DirBuilderExt as _, OpenOptionsExt as _};
     std::fs::DirBuilder::new()
@@ -142,6 +155,7 @@ pub fn write(run_dir: &Path, record: &Record) -> std::io::Result<Written> {
 /// The record of the agent serving `config_dir`, when one is kept under `run_dir` and the
 /// process that wrote it still runs; `None` otherwise (no record, an unreadable one, or a
 /// stale one).
+#[must_use]
 pub fn find(run_dir: &Path, config_dir: &Path) -> Option<Record> {
     let path = record_path(run_dir, config_dir);
     let record: Record = serde_json::from_slice(&std::fs::read(path).ok()?).ok()?;
@@ -155,6 +169,7 @@ pub fn remove(run_dir: &Path, config_dir: &Path) {
 }
 
 /// This process's network namespace, `net:[INODE]`; empty when it cannot be read.
+#[must_use]
 pub fn this_netns() -> String {
     std::fs::read_link("/proc/self/ns/net")
         .map(|p| p.display().to_string())

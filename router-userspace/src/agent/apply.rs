@@ -133,7 +133,7 @@ impl Runtime {
                 return Err(text);
             }
         };
-        let took_us = started.elapsed().as_micros() as u64;
+        let took_us = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
         info!(
             "config generation {generation} applied ({source}, {took_us} µs){}",
             if diff.is_empty() {
@@ -189,7 +189,9 @@ impl Runtime {
         self.metrics
             .map_write
             .observe(started.elapsed().as_secs_f64());
-        self.metrics.generation.set(generation as i64);
+        self.metrics
+            .generation
+            .set(i64::try_from(generation).unwrap_or(i64::MAX));
         self.metrics.applied.inc();
         Ok((
             generation,
@@ -329,7 +331,7 @@ impl Runtime {
             self.decide(&[], true, "start", Instant::now());
             self.metrics
                 .generation
-                .set(self.publisher.generation() as i64);
+                .set(i64::try_from(self.publisher.generation()).unwrap_or(i64::MAX));
             info!(
                 "config unchanged since version {} (generation {}): nothing rewritten",
                 self.running.version.unwrap_or(0),
@@ -362,7 +364,7 @@ impl Runtime {
             version: None,
             generation,
             diff,
-            took_us: started.elapsed().as_micros() as u64,
+            took_us: u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX),
         };
         self.record(fragments, "start", generation, hash, outcome, None);
         self.start_probes();

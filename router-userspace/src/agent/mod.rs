@@ -116,6 +116,7 @@ pub(crate) fn now_secs() -> u64 {
 }
 
 /// Every backend address of `cfg`: what the resolver follows.
+#[must_use]
 pub fn backend_addresses(cfg: &Config) -> BTreeSet<IpAddr> {
     cfg.pools
         .iter()
@@ -124,6 +125,27 @@ pub fn backend_addresses(cfg: &Config) -> BTreeSet<IpAddr> {
 }
 
 /// Runs the agent until SIGINT/SIGTERM.
+///
+/// # Errors
+///
+/// Only while starting (once running, it returns `Ok` on SIGINT or SIGTERM), in start order:
+/// [`AgentError::Signal`] if the SIGHUP or SIGTERM handler cannot be installed;
+/// [`AgentError::Config`] for a config directory that cannot be read or is invalid;
+/// [`AgentError::History`] if the history store under `agent.state_dir` cannot be opened;
+/// [`AgentError::Watch`] if the config directory cannot be watched; [`AgentError::Api`] if
+/// `agent.api` cannot be bound; [`AgentError::Dataplane`] if another agent holds the pin
+/// directory, its pins cannot be adopted, or the program cannot be loaded, its maps taken or
+/// attached to an interface (the attachments of this run are undone, and the map pins it
+/// created removed); [`AgentError::NextHops`] if the resolver's netlink socket cannot be
+/// opened; [`AgentError::HistoryThread`] if the history thread cannot be started;
+/// [`AgentError::Apply`] if the first apply fails (the attachments of this run are undone);
+/// [`AgentError::Dataplane`] again if a service an earlier agent left in adopted maps cannot
+/// be removed.
+#[expect(
+    clippy::too_many_lines,
+    reason = "the start steps in the order the module documentation gives, each changing \
+              nothing if it fails, then the event loop over what they opened"
+)]
 pub async fn run(opts: Options) -> Result<(), AgentError> {
     // Before anything else: until a handler is installed, SIGHUP's default action terminates
     // the process, and a reload asked for while the agent starts must not end it. Signals that
@@ -204,13 +226,12 @@ pub async fn run(opts: Options) -> Result<(), AgentError> {
         None
     };
     let epoch = Instant::now();
-    let (publisher, running, mut previous) = match resumed {
-        Some(r) => r,
+    let (publisher, running, mut previous) = if let Some(r) = resumed {
+        r
+    } else {
         // Nothing published yet: the running config is the empty one.
-        None => {
-            let empty = config::load_files(&[]).map_err(AgentError::Config)?;
-            (Publisher::new(), Running::default(), empty)
-        }
+        let empty = config::load_files(&[]).map_err(AgentError::Config)?;
+        (Publisher::new(), Running::default(), empty)
     };
     // A backend takes new flows only once the resolver has found its next hop; a resumed
     // publisher keeps the next hops the pinned maps hold until the resolver reports.

@@ -60,6 +60,10 @@ impl Runtime {
         let now = Instant::now();
         if let Some((then, prev)) = &self.sampler.prev {
             let secs = now.duration_since(*then).as_secs_f64().max(1e-3);
+            #[expect(
+                clippy::cast_precision_loss,
+                reason = "a rate for the rules: a delta between samples is exact up to 2^53"
+            )]
             let rates: HashMap<String, f64> = totals
                 .iter()
                 .map(|(k, v)| {

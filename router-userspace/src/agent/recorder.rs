@@ -1,4 +1,4 @@
-//! The history store's own thread. Recording a version (SQLite, `synchronous = FULL`: an fsync
+//! The history store's own thread. Recording a version (`SQLite`, `synchronous = FULL`: an fsync
 //! or two) and reading versions for `ctl versions`, `diff` and `rollback` happen there, never on
 //! the event loop: a decision never waits behind a record.
 //!
@@ -80,6 +80,7 @@ impl Recorder {
 
     /// Records `version` with `ledger` (serialized on the history thread); the receiver gets
     /// the version number or why it was not recorded.
+    #[must_use = "the receiver says whether the version was recorded"]
     pub fn record(
         &self,
         version: NewVersion,

@@ -94,7 +94,7 @@ impl Runtime {
     /// Executes one command.
     pub fn execute(&mut self, command: Command) {
         match command {
-            Command::Health(ev) => self.on_health(ev),
+            Command::Health(ev) => self.on_health(&ev),
             Command::NextHops(events) => self.on_next_hops(events),
             Command::Deadline => self.decide(&[], false, "timer", Instant::now()),
             Command::Sample => self.sample(),
@@ -140,6 +140,7 @@ impl Runtime {
     /// When the next decision deadline falls, as an instant (`None`: none pending, or too far
     /// out to exist: engine time saturates, and an override TTL of billions of years is valid
     /// input).
+    #[must_use]
     pub fn next_deadline(&self) -> Option<Instant> {
         self.driver
             .next_deadline()
@@ -194,6 +195,10 @@ impl Runtime {
                             s.cause
                         );
                     }
+                    #[expect(
+                        clippy::cast_precision_loss,
+                        reason = "a latency in µs, far below 2^52, as seconds for a histogram"
+                    )]
                     self.metrics
                         .decision_latency
                         .observe(latency_us as f64 / 1e6);
@@ -245,7 +250,7 @@ impl Runtime {
         Ok(self.publish(d, event))
     }
 
-    fn on_health(&mut self, ev: HealthEvent) {
+    fn on_health(&mut self, ev: &HealthEvent) {
         let event = Instant::now();
         let (pool, address) = match &ev.subject {
             Subject::State(var) => {
@@ -268,7 +273,7 @@ impl Runtime {
                 healthy: ev.healthy,
                 last_ok: ev.outcome.success,
                 detail: ev.outcome.detail.clone(),
-                latency_us: ev.outcome.latency.as_micros() as u64,
+                latency_us: u64::try_from(ev.outcome.latency.as_micros()).unwrap_or(u64::MAX),
             },
         );
         if ev.transition.is_none() {

@@ -88,7 +88,7 @@ impl Watch {
     pub fn new(dir: &Path) -> Result<(Self, mpsc::Receiver<()>), WatchError> {
         let (tx, rx) = mpsc::channel(1);
         let writing = Writing::default();
-        let watched = identity(dir).map_err(|e| WatchError {
+        let id = identity(dir).map_err(|e| WatchError {
             dir: dir.display().to_string(),
             source: notify::Error::io(e),
         })?;
@@ -98,7 +98,7 @@ impl Watch {
             Self {
                 dir: dir.to_owned(),
                 _watcher: watcher,
-                watched,
+                watched: id,
                 lost,
                 tx,
                 writing,
@@ -111,6 +111,10 @@ impl Watch {
     /// and created again, or another renamed into its place), watches that one instead. Returns
     /// whether it did; the caller then reads the directory, since no event announced what the
     /// new one holds. A missing directory changes nothing here (its removal was an event).
+    #[expect(
+        clippy::used_underscore_binding,
+        reason = "`_watcher` is held for its watch alone and never read; replacing it is its use"
+    )]
     pub fn follow(&mut self) -> bool {
         let Ok(id) = identity(&self.dir) else {
             return false;

@@ -85,6 +85,11 @@ pub struct SetOverride {
 }
 
 /// Parses `pool=dc2` or `split=dc1:95,dc1-canary:5`.
+///
+/// # Errors
+///
+/// What is wrong with `text`, in words: neither `pool=` nor `split=` in front, a share of a
+/// split without its `:`, or a weight that does not parse as a `u32`.
 pub fn parse_action(text: &str) -> Result<Action, String> {
     if let Some(p) = text.strip_prefix("pool=") {
         return Ok(Action::pool(p.trim()));

@@ -121,6 +121,7 @@ impl std::fmt::Debug for Scrape {
 }
 
 /// A registry holding `metrics` and the values of one scrape.
+#[must_use]
 pub fn registry(metrics: &Metrics, scrape: Scrape) -> Registry {
     let mut r = Registry::with_prefix("switchyard");
     r.register(
@@ -186,7 +187,10 @@ fn family(
     let mut m = encoder.encode_descriptor(name, help, None, kind)?;
     for (labels, v) in rows {
         match kind {
-            MetricType::Gauge => ConstGauge::new(*v as i64).encode(m.encode_family(labels)?)?,
+            MetricType::Gauge => {
+                ConstGauge::new(i64::try_from(*v).unwrap_or(i64::MAX))
+                    .encode(m.encode_family(labels)?)?;
+            }
             _ => ConstCounter::new(*v).encode(m.encode_family(labels)?)?,
         }
     }
@@ -349,5 +353,5 @@ fn state(scrape: &Scrape, encoder: &mut DescriptorEncoder) -> Result<(), std::fm
         None,
         MetricType::Gauge,
     )?;
-    ConstGauge::new(scrape.overrides as i64).encode(m)
+    ConstGauge::new(i64::try_from(scrape.overrides).unwrap_or(i64::MAX)).encode(m)
 }

@@ -39,6 +39,7 @@ pub struct NextHopStatus {
 
 impl NextHopStatus {
     /// A next hop not resolved yet, for `reason` (what is being resolved).
+    #[must_use]
     pub fn resolving(reason: String) -> Self {
         Self {
             state: "resolving".into(),
@@ -50,6 +51,7 @@ impl NextHopStatus {
 
     /// Whether this is a verdict (resolved, or unresolved for a reason) rather than a next hop
     /// still being resolved.
+    #[must_use]
     pub fn decided(&self) -> bool {
         self.state != "resolving"
     }
@@ -103,6 +105,7 @@ pub struct InterfaceStatus {
 
 impl InterfaceStatus {
     /// The status of `name`, whose link is pinned under `pin_dir`.
+    #[must_use]
     pub fn of(pin_dir: &std::path::Path, name: &str) -> Self {
         let (program_id, link) = match attach::link_state(pin_dir, name) {
             Ok(state) => (
@@ -161,6 +164,7 @@ pub struct BackendStatus {
 }
 
 /// `tcp` or `udp`.
+#[must_use]
 pub fn protocol(p: config::Protocol) -> &'static str {
     match p {
         config::Protocol::Tcp => "tcp",

@@ -150,6 +150,16 @@ fn print_outcome(v: &Value) {
 }
 
 /// Runs one `ctl` command.
+///
+/// # Errors
+///
+/// The agent cannot be asked from here ([`super::locate`]); `state set` without `NAME=VALUE`;
+/// no agent answers at the address found; the agent refuses the request (its reason, or the
+/// HTTP status and body); its answer cannot be read or is not JSON.
+#[expect(
+    clippy::too_many_lines,
+    reason = "one arm per `ctl` command, each a request and how its answer prints"
+)]
 pub async fn run(dir: &Path, api: Option<&str>, cmd: Ctl) -> Result<()> {
     let target = super::locate(dir, api, std::path::Path::new(crate::record::RUN_DIR))?;
     let base = target.base.as_str();

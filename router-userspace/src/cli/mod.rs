@@ -17,11 +17,13 @@ use crate::{
 /// The `agent:` settings of `dir`, or the defaults when the directory is missing or invalid
 /// (read-only commands still work against a default install). `status` and `ctl` find the
 /// running agent with [`locate`] instead.
+#[must_use]
 pub fn agent_settings(dir: &Path) -> Agent {
     config::load_dir(dir).map(|c| c.agent).unwrap_or_default()
 }
 
 /// `agent.pin_path` of `dir` (or the default).
+#[must_use]
 pub fn pin_path(dir: &Path) -> PathBuf {
     agent_settings(dir).pin_path
 }
@@ -62,16 +64,21 @@ pub enum LocateError {
 /// Finds the agent serving `dir`, looking in order at: `api` (an explicit `--api URL`); the
 /// record the running agent keeps under `run_dir` ([`record`], normally [`record::RUN_DIR`]),
 /// which holds whatever the fragments do; `agent.api` of the directory; the default address,
-/// when the directory cannot be read. Errors: the record names an agent of another network
-/// namespace.
+/// when the directory cannot be read.
+///
+/// # Errors
+///
+/// [`LocateError::OtherNamespace`] when, without `api`, the record names an agent of another
+/// network namespace than this process's.
 pub fn locate(dir: &Path, api: Option<&str>, run_dir: &Path) -> Result<Target, LocateError> {
-    let from_config = || match config::load_dir(dir) {
-        Ok(c) => (
-            c.agent.api,
-            format!("agent.api of {}", dir.display()),
-            c.agent.pin_path,
-        ),
-        Err(_) => {
+    let from_config = || {
+        if let Ok(c) = config::load_dir(dir) {
+            (
+                c.agent.api,
+                format!("agent.api of {}", dir.display()),
+                c.agent.pin_path,
+            )
+        } else {
             let d = Agent::default();
             (
                 d.api,
@@ -145,6 +152,12 @@ pub enum StatusError {
 }
 
 /// Prints the status of the agent serving `dir` (found by [`locate`]; `api` overrides).
+///
+/// # Errors
+///
+/// [`StatusError::Locate`] when the agent cannot be asked from here; [`StatusError::Unreachable`]
+/// when no agent answers at the address found, or its answer cannot be read (or, without
+/// `json`, is not a status document).
 pub async fn status(dir: &Path, api: Option<&str>, json: bool) -> Result<(), StatusError> {
     let target = locate(dir, api, Path::new(record::RUN_DIR))?;
     let url = format!("{}/status", target.base);
@@ -173,6 +186,7 @@ pub async fn status(dir: &Path, api: Option<&str>, json: bool) -> Result<(), Sta
 }
 
 /// The human form of a status document.
+#[must_use]
 pub fn render(s: &Status) -> String {
     use std::fmt::Write as _;
     let mut o = String::new();
@@ -260,6 +274,7 @@ pub fn render(s: &Status) -> String {
 }
 
 /// `then` (seconds since the Unix epoch) as seen at `now`: `12 s ago`.
+#[must_use]
 pub fn ago(now: u64, then: u64) -> String {
     format!("{} s ago", now.saturating_sub(then))
 }
@@ -309,6 +324,7 @@ pub fn maps(dir: &Path) {
 }
 
 /// What [`maps`] prints for the pin directory `pin_dir`.
+#[must_use]
 pub fn maps_text(pin_dir: &Path) -> String {
     use std::fmt::Write as _;
     let mut o = String::new();

@@ -91,7 +91,14 @@ impl PartialEq for Rules {
     }
 }
 
-/// Compiles `cfg`'s expressions. Errors are messages for a problem of validation itself.
+/// Compiles `cfg`'s expressions.
+///
+/// # Errors
+///
+/// A message naming the variable or decision group, for a problem validation should have
+/// refused already: a schema that cannot be built ([`schema::build`]), an expression that does
+/// not compile, a name missing from the schema, derived variables that depend on each other
+/// in a cycle, or a group the engine refuses.
 pub fn compile(cfg: &Config) -> Result<Rules, String> {
     let schema = schema::build(cfg).map_err(|e| e.to_string())?;
     let slot = |name: &str| {

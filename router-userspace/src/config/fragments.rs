@@ -23,16 +23,19 @@ pub struct Fragments {
 
 impl Fragments {
     /// The fragments `files`, `(file name, text)`, kept in the order given.
+    #[must_use]
     pub fn new(files: Vec<(String, String)>) -> Self {
         Self { files }
     }
 
     /// `(file name, text)` in merge order.
+    #[must_use]
     pub fn files(&self) -> &[(String, String)] {
         &self.files
     }
 
     /// The `(file name, text)` pairs, in merge order.
+    #[must_use]
     pub fn into_files(self) -> Vec<(String, String)> {
         self.files
     }
@@ -43,6 +46,7 @@ impl Fragments {
     }
 
     /// Whether there is no fragment (the empty configuration: defaults only).
+    #[must_use]
     pub fn is_empty(&self) -> bool {
         self.files.is_empty()
     }
@@ -53,6 +57,7 @@ impl Fragments {
     /// Each name and text is hashed after its length (8 bytes, little-endian), and the count of
     /// fragments first, so no two different sets frame into the same bytes (`a` + `bc` and
     /// `ab` + `c` differ).
+    #[must_use]
     pub fn hash(&self) -> String {
         let mut hasher = Sha256::new();
         hasher.update(HASH_DOMAIN);
@@ -77,6 +82,7 @@ impl Fragments {
     /// It is a YAML comment line, so a single fragment's merged text still parses as that
     /// fragment; several fragments usually do not merge into one valid YAML document (each may
     /// have its own `services:`), so load [`Fragments::files`], not this.
+    #[must_use]
     pub fn merged(&self) -> String {
         let size: usize = self.files.iter().map(|(n, t)| n.len() + t.len() + 16).sum();
         let mut out = String::with_capacity(size);

@@ -5,6 +5,7 @@ use super::{Config, schema};
 
 /// Warnings about `cfg`'s decision groups, one line each, `decisions[GROUP]: …`; a last line
 /// per group says when the lint was partial. Empty when nothing looks wrong.
+#[must_use]
 pub fn lint(cfg: &Config) -> Vec<String> {
     let Ok(schema) = schema::build(cfg) else {
         return Vec::new();

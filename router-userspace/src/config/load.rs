@@ -197,6 +197,11 @@ fn read_fragment(path: &Path) -> Result<String, String> {
 
 /// Whether a directory entry named `name` is a fragment: `*.yaml`, not a dotfile or an editor
 /// leftover.
+#[must_use]
+#[expect(
+    clippy::case_sensitive_file_extension_comparisons,
+    reason = "a fragment is named `*.yaml` exactly, and the editor leftovers it skips too"
+)]
 pub fn is_fragment(name: &str) -> bool {
     name.ends_with(".yaml")
         && !name.starts_with('.') // dotfiles, Emacs lock files `.#x.yaml`, Vim `.x.yaml.swp`
@@ -219,7 +224,7 @@ fn load<'a>(
             }
         }
     }
-    let config = validate(parsed, &mut report);
+    let config = validate(&parsed, &mut report);
     match config {
         Some(config) if report.is_empty() => Ok(config),
         _ => {

@@ -205,7 +205,7 @@ pub enum CheckKind {
         expect: Vec<u16>,
     },
     /// Run a command (no shell); success is exit status 0 within the timeout, as keepalived's
-    /// MISC_CHECK. For pools, `{address}` in an argument is replaced by the backend's address.
+    /// `MISC_CHECK`. For pools, `{address}` in an argument is replaced by the backend's address.
     Exec {
         /// Program and arguments.
         command: Vec<String>,

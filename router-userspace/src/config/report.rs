@@ -107,7 +107,7 @@ pub(crate) fn index_path(rel: &str, index: usize) -> String {
     format!("{rel}[{index}]")
 }
 
-/// The path one level up (`to.split[1]` → `to.split` → `to` → ``).
+/// The path one level up (`to.split[1]` → `to.split` → `to` → the empty path).
 fn parent(rel: &str) -> &str {
     let cut = if rel.ends_with(']') {
         rel.rfind('[')
@@ -118,7 +118,7 @@ fn parent(rel: &str) -> &str {
 }
 
 /// Where each key path of an item starts: the key of a mapping entry, the element of a
-/// sequence, and the item itself at ``.
+/// sequence, and the item itself at the empty path.
 pub(crate) type PosIndex = HashMap<String, Pos>;
 
 /// Builds the position index of `node`, an item of a fragment.

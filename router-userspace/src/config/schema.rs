@@ -22,21 +22,25 @@ use rules::{Schema, Type, check::SchemaError};
 use super::model::{Config, PushValue, StateSource};
 
 /// How an address appears in a built-in name.
+#[must_use]
 pub fn address_segment(a: IpAddr) -> String {
     a.to_string().replace(':', "-")
 }
 
 /// `pool.<pool>.<what>`.
+#[must_use]
 pub fn pool_name(pool: &str, what: &str) -> String {
     format!("pool.{pool}.{what}")
 }
 
 /// `backend.<address>.<what>`.
+#[must_use]
 pub fn backend_name(address: IpAddr, what: &str) -> String {
     format!("backend.{}.{what}", address_segment(address))
 }
 
 /// `service.<service>.<what>`.
+#[must_use]
 pub fn service_name(service: &str, what: &str) -> String {
     format!("service.{service}.{what}")
 }
@@ -47,6 +51,7 @@ pub const TARGET_HEALTHY_COUNT: &str = "target.healthy_count";
 pub const TARGET_HEALTHY_RATIO: &str = "target.healthy_ratio";
 
 /// The type of a state variable.
+#[must_use]
 pub fn state_type(source: &StateSource) -> Type {
     match source {
         StateSource::Push(PushValue::Number(_)) => Type::Number,
@@ -56,7 +61,13 @@ pub fn state_type(source: &StateSource) -> Type {
 }
 
 /// Every name of `cfg`'s expressions: state variables first (in declaration order), then the
-/// built-ins. A name defined twice (a state variable named like a built-in) is an error.
+/// built-ins.
+///
+/// # Errors
+///
+/// The first name [`Schema::define`] refuses: [`SchemaError::Duplicate`] for a name defined
+/// twice (a state variable named like a built-in), [`SchemaError::InvalidName`] for one an
+/// expression cannot spell, [`SchemaError::Full`] past `u32::MAX` names.
 pub fn build(cfg: &Config) -> Result<Schema, SchemaError> {
     let mut s = Schema::new();
     for v in &cfg.state {
@@ -81,6 +92,7 @@ pub fn build(cfg: &Config) -> Result<Schema, SchemaError> {
 
 /// The built-in names of a configuration with these pools (name, backend addresses) and
 /// services, in schema order.
+#[must_use]
 pub fn builtins(pools: &[(&str, Vec<IpAddr>)], services: &[&str]) -> Vec<(String, Type)> {
     let mut out = Vec::new();
     for (p, _) in pools {

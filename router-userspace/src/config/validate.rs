@@ -13,7 +13,10 @@ use std::{
 
 use super::{
     load::Parsed,
-    model::*,
+    model::{
+        Agent, Config, DEFAULT_PIN_PATH, DEFAULT_STATE_DIR, Forward, HashMode, Protocol, Service,
+        SplitShare, Target,
+    },
     report::{Item, Report, index_path, key_path},
     spec::{AgentSpec, ServiceSpec, TargetSpec},
     values::{self, Bad, Later, did_you_mean},
@@ -48,7 +51,7 @@ impl<V> Field<V> {
 pub(super) fn leaf<S, V>(
     it: &Item<S>,
     report: &mut Report,
-    value: &Option<String>,
+    value: Option<&str>,
     rel: &str,
     parse: impl FnOnce(&str) -> Result<V, Bad>,
 ) -> Field<V> {
@@ -71,7 +74,7 @@ pub(super) fn leaf<S, V>(
 pub(super) fn required<S, V>(
     it: &Item<S>,
     report: &mut Report,
-    value: &Option<String>,
+    value: Option<&str>,
     parent: &str,
     key: &str,
     parse: impl FnOnce(&str) -> Result<V, Bad>,
@@ -100,7 +103,7 @@ pub(super) fn missing<S>(it: &Item<S>, report: &mut Report, parent: &str, key: &
 }
 
 /// Checks the merged configuration; the [`Config`] when nothing was reported.
-pub(crate) fn validate(parsed: Parsed, report: &mut Report) -> Option<Config> {
+pub(crate) fn validate(parsed: &Parsed, report: &mut Report) -> Option<Config> {
     let agent = agents(&parsed.agents, report);
     let pools: Vec<pool::Draft> = parsed.pools.iter().map(|p| pool::pool(p, report)).collect();
     let services: Vec<ServiceDraft> = parsed.services.iter().map(|s| service(s, report)).collect();
@@ -118,10 +121,10 @@ pub(crate) fn validate(parsed: Parsed, report: &mut Report) -> Option<Config> {
         report,
     );
     unique_addresses(&parsed.services, &services, report);
-    let users = references(&parsed, &pools, &services, report);
-    families(&parsed, &pools, &services, &users, report);
-    backends_are_not_vips(&parsed, &pools, &services, report);
-    pool::limits(&parsed, report);
+    let users = references(parsed, &pools, &services, report);
+    families(parsed, &pools, &services, &users, report);
+    backends_are_not_vips(parsed, &pools, &services, report);
+    pool::limits(parsed, report);
     let state: Vec<state::Draft> = parsed
         .state
         .iter()
@@ -133,7 +136,7 @@ pub(crate) fn validate(parsed: Parsed, report: &mut Report) -> Option<Config> {
         .map(|g| decisions::group(g, report))
         .collect();
     let whole = decisions::Whole {
-        parsed: &parsed,
+        parsed,
         state: &state,
         groups: &groups,
         pools: &pools,
@@ -188,12 +191,12 @@ fn agents(items: &[Item<AgentSpec>], report: &mut Report) -> Option<Agent> {
 
 fn agent(it: &Item<AgentSpec>, report: &mut Report) -> Option<Agent> {
     let defaults = Agent::default();
-    let api = leaf(it, report, &it.spec.api, "api", api).or(defaults.api);
-    let pin_path = leaf(it, report, &it.spec.pin_path, "pin_path", |v| {
+    let api = leaf(it, report, it.spec.api.as_deref(), "api", api).or(defaults.api);
+    let pin_path = leaf(it, report, it.spec.pin_path.as_deref(), "pin_path", |v| {
         absolute(v, "pin_path", DEFAULT_PIN_PATH)
     })
     .or(defaults.pin_path);
-    let state_dir = leaf(it, report, &it.spec.state_dir, "state_dir", |v| {
+    let state_dir = leaf(it, report, it.spec.state_dir.as_deref(), "state_dir", |v| {
         absolute(v, "state_dir", DEFAULT_STATE_DIR)
     })
     .or(defaults.state_dir);
@@ -260,22 +263,22 @@ struct ServiceDraft {
 fn service(it: &Item<ServiceSpec>, report: &mut Report) -> ServiceDraft {
     use values::choice;
     let s = &it.spec;
-    let name = required(it, report, &s.name, "", "name", values::name);
-    let vip = required(it, report, &s.vip, "", "vip", values::address);
-    let port = required(it, report, &s.port, "", "port", values::port);
+    let name = required(it, report, s.name.as_deref(), "", "name", values::name);
+    let vip = required(it, report, s.vip.as_deref(), "", "vip", values::address);
+    let port = required(it, report, s.port.as_deref(), "", "port", values::port);
     let protocols = [("tcp", Protocol::Tcp), ("udp", Protocol::Udp)];
-    let protocol = required(it, report, &s.protocol, "", "protocol", |v| {
+    let protocol = required(it, report, s.protocol.as_deref(), "", "protocol", |v| {
         choice(v, "protocol", &protocols, &[])
     });
     let forwards = [("dsr-l2", Forward::DsrL2), ("nat", Forward::Nat)];
-    let forward = required(it, report, &s.forward, "", "forward", |v| {
+    let forward = required(it, report, s.forward.as_deref(), "", "forward", |v| {
         choice(v, "forward mode", &forwards, &[("ipip", Later::Ipip)])
     });
     let hashes = [
         ("five_tuple", HashMode::FiveTuple),
         ("source_ip", HashMode::SourceIp),
     ];
-    let hash = leaf(it, report, &s.hash, "hash", |v| {
+    let hash = leaf(it, report, s.hash.as_deref(), "hash", |v| {
         choice(v, "hash", &hashes, &[])
     })
     .or(HashMode::FiveTuple);
@@ -339,7 +342,7 @@ fn target(
     }
     let mut refs = Vec::new();
     let mut target = None;
-    let pool = leaf(it, report, &to.pool, "to.pool", |v| {
+    let pool = leaf(it, report, to.pool.as_deref(), "to.pool", |v| {
         if v.is_empty() {
             Err(("pool name must not be empty".to_owned(), None))
         } else {
@@ -353,7 +356,7 @@ fn target(
     if let Some(split) = to.split.as_ref().filter(|_| !it.is_broken("to.split")) {
         target = self::split(it, report, "to.split", split, &mut refs).map(Target::Split);
     }
-    let decide = leaf(it, report, &to.decide, "to.decide", values::name);
+    let decide = leaf(it, report, to.decide.as_deref(), "to.decide", values::name);
     if let Field::Ok(group) = decide {
         target = Some(Target::Decide(group));
     }
@@ -380,8 +383,10 @@ pub(super) fn split<S>(
     let mut shares = Vec::new();
     for (i, share) in split.iter().enumerate() {
         let rel = index_path(base, i);
-        let pool = required(it, report, &share.pool, &rel, "pool", |v| Ok(v.to_owned()));
-        let weight = required(it, report, &share.weight, &rel, "weight", |v| {
+        let pool = required(it, report, share.pool.as_deref(), &rel, "pool", |v| {
+            Ok(v.to_owned())
+        });
+        let weight = required(it, report, share.weight.as_deref(), &rel, "weight", |v| {
             values::number(v, "split weight", 1, u32::MAX)
         });
         if let Some(pool) = &pool {
@@ -488,16 +493,13 @@ fn references(
     let mut users = vec![Vec::new(); pools.len()];
     for (i, (it, draft)) in parsed.services.iter().zip(services).enumerate() {
         for (rel, pool) in &draft.refs {
-            match by_name.get(pool.as_str()) {
-                Some(&p) => {
-                    if let Some(u) = users.get_mut(p) {
-                        u.push(i);
-                    }
+            if let Some(&p) = by_name.get(pool.as_str()) {
+                if let Some(u) = users.get_mut(p) {
+                    u.push(i);
                 }
-                None => {
-                    let hint = did_you_mean(pool, &names).or_else(|| unparsed_hint.clone());
-                    it.err(report, rel, format!("unknown pool {pool:?}"), hint);
-                }
+            } else {
+                let hint = did_you_mean(pool, &names).or_else(|| unparsed_hint.clone());
+                it.err(report, rel, format!("unknown pool {pool:?}"), hint);
             }
         }
     }

@@ -216,7 +216,7 @@ mod tests {
             duration("100ms", "interval"),
             Ok(Duration::from_millis(100))
         );
-        assert_eq!(duration("10m", "interval"), Ok(Duration::from_secs(600)));
+        assert_eq!(duration("10m", "interval"), Ok(Duration::from_mins(10)));
         assert!(duration("100", "interval").is_err());
         assert!(duration("0s", "interval").is_err());
         assert!(duration("-1s", "interval").is_err());
@@ -254,7 +254,7 @@ mod typo_tests {
     fn a_transposition_in_a_short_name_is_a_typo() {
         assert_eq!(super::closest("wbe", &["web", "web6", "dns"]), Some("web"));
         assert_eq!(
-            super::closest("dc3", &["dc1", "dc2"]).map(|c| c.len()),
+            super::closest("dc3", &["dc1", "dc2"]).map(str::len),
             Some(3)
         );
         assert_eq!(super::closest("zzz", &["web", "dns"]), None);

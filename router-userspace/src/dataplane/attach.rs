@@ -44,6 +44,7 @@ pub enum Mode {
 
 impl Mode {
     /// `native` or `generic`.
+    #[must_use]
     pub const fn name(self) -> &'static str {
         match self {
             Mode::Native => "native",
@@ -72,12 +73,18 @@ pub enum Attached {
 
 impl Attached {
     /// Whether this run attached the program (so undoing the run detaches it).
+    #[must_use]
     pub fn attached_now(&self) -> bool {
         !matches!(self, Attached::Adopted)
     }
 }
 
 /// The interface index of `iface`.
+///
+/// # Errors
+///
+/// [`DataplaneError::NoSuchInterface`] when no interface has that name here (or the name
+/// holds a NUL byte).
 pub fn ifindex(iface: &str) -> Result<u32, DataplaneError> {
     let c = CString::new(iface).map_err(|_| DataplaneError::NoSuchInterface(iface.into()))?;
     // SAFETY: `c` is a valid C string.
@@ -90,6 +97,7 @@ pub fn ifindex(iface: &str) -> Result<u32, DataplaneError> {
 }
 
 /// Where the link for `iface` is pinned.
+#[must_use]
 pub fn link_path(pin_dir: &Path, iface: &str) -> PathBuf {
     pin_dir.join(format!("link_{iface}"))
 }
@@ -113,7 +121,11 @@ pub fn attached_interfaces(pin_dir: &Path) -> Vec<String> {
 }
 
 /// The state of the link pinned for `iface` under `pin_dir`, judged in this process's network
-/// namespace ([`link::state`]). Errors: a pin that is not an XDP link, or rtnetlink failing.
+/// namespace ([`link::state`]).
+///
+/// # Errors
+///
+/// [`DataplaneError::Io`] for a pin that is not an XDP link, or rtnetlink failing.
 pub fn link_state(pin_dir: &Path, iface: &str) -> Result<LinkState, DataplaneError> {
     let path = link_path(pin_dir, iface);
     link::state(&path, iface).map_err(|source| DataplaneError::Io {
@@ -129,9 +141,17 @@ pub fn link_state(pin_dir: &Path, iface: &str) -> Result<LinkState, DataplaneErr
 /// another namespace's) is replaced: the new link is attached first, then the old pin removed
 /// and the new one pinned in its place.
 ///
-/// Errors leave the interface as it was: a missing interface, another XDP program already
-/// attached ([`DataplaneError::Busy`]), a mode the driver does not support, or a pin at the
-/// link's path that is not an XDP link.
+/// # Errors
+///
+/// These leave the interface as it was: a missing interface
+/// ([`DataplaneError::NoSuchInterface`]), another XDP program already attached
+/// ([`DataplaneError::Busy`], or [`DataplaneError::OtherLayoutAttached`] when it is a
+/// switchyard program of another map layout), a mode the driver does not support or another
+/// refusal to attach ([`DataplaneError::Attach`], [`DataplaneError::NotPrivileged`]), a pin at
+/// the link's path that is not an XDP link, a kernel that gives no `bpf_link`, or a link that
+/// cannot be pinned ([`DataplaneError::Io`]). Also [`DataplaneError::MissingMap`] or
+/// [`DataplaneError::Program`] when `ebpf` has no XDP program or its link cannot be taken, and
+/// [`DataplaneError::Io`] when `TX_PORTS` refuses the interface.
 pub fn attach(
     ebpf: &mut Ebpf,
     maps: &mut KernelMaps,
@@ -203,12 +223,12 @@ fn add_tx_port(maps: &mut KernelMaps, index: u32) -> Result<(), DataplaneError> 
 fn attach_error(iface: &str, mode: Mode, e: aya::programs::ProgramError) -> DataplaneError {
     if let aya::programs::ProgramError::SyscallError(s) = &e {
         match s.io_error.raw_os_error() {
-            Some(libc::EBUSY) | Some(libc::EEXIST) => {
+            Some(libc::EBUSY | libc::EEXIST) => {
                 return DataplaneError::Busy {
                     iface: iface.into(),
                 };
             }
-            Some(libc::EPERM) | Some(libc::EACCES) => {
+            Some(libc::EPERM | libc::EACCES) => {
                 return DataplaneError::NotPrivileged("attaching an XDP program");
             }
             _ => {}
@@ -240,6 +260,11 @@ pub struct Detached {
 /// The link is looked for in `pin_dir` (this binary's layout version), then in the other
 /// version directories beside it (`<pin_path>/v<N>/`): detaching needs no knowledge of the map
 /// layout, and it is the way out of a layout mismatch (decision 0007).
+///
+/// # Errors
+///
+/// [`DataplaneError::Io`] when no link for `iface` is pinned in either place (nothing is
+/// changed then), or when it cannot be unpinned. Removing the map pins is best effort.
 pub fn detach(pin_dir: &Path, iface: &str, keep_maps: bool) -> Result<Detached, DataplaneError> {
     let path = link_path(pin_dir, iface);
     let (dir, path) = if path.exists() {
@@ -303,6 +328,7 @@ pub fn other_layout_links(pin_dir: &Path, iface: &str) -> Vec<(u32, PathBuf)> {
 
 /// The kernel ids of the link pinned for `iface` under `pin_dir` and of the program it runs,
 /// as (link id, program id); `None` when no link is pinned there.
+#[must_use]
 pub fn pinned_link_ids(pin_dir: &Path, iface: &str) -> Option<(u32, u32)> {
     let link = FdLink::from(PinnedLink::from_pin(link_path(pin_dir, iface)).ok()?);
     let info = link.info().ok()?;
@@ -318,6 +344,11 @@ pub struct PinLock {
 /// Creates `pin_dir` if needed (on bpffs) and locks it (`flock`), or fails with
 /// [`DataplaneError::AnotherAgent`] when another agent holds it: two agents would adopt the
 /// same program and maps and overwrite each other's slots.
+///
+/// # Errors
+///
+/// [`DataplaneError::AnotherAgent`] as said; the errors of [`load::prepare_pin_dir`];
+/// [`DataplaneError::Io`] when the directory cannot be opened or flock(2) fails otherwise.
 pub fn lock_pin_dir(pin_dir: &Path) -> Result<PinLock, DataplaneError> {
     use std::os::fd::AsRawFd as _;
     load::prepare_pin_dir(pin_dir)?;
@@ -342,11 +373,13 @@ pub fn lock_pin_dir(pin_dir: &Path) -> Result<PinLock, DataplaneError> {
 }
 
 /// Whether any of the program's maps is pinned under `pin_dir` (an earlier agent's, to adopt).
+#[must_use]
 pub fn maps_pinned(pin_dir: &Path) -> bool {
     maps::ALL.iter().any(|name| pin_dir.join(name).exists())
 }
 
 /// The maps of the ABI not pinned under `pin_dir`.
+#[must_use]
 pub fn missing_map_pins(pin_dir: &Path) -> Vec<&'static str> {
     maps::ALL
         .iter()
@@ -357,8 +390,13 @@ pub fn missing_map_pins(pin_dir: &Path) -> Vec<&'static str> {
 
 /// Refuses to adopt the maps under `pin_dir` when a program is attached through its pinned
 /// links and some map is not pinned: loading would create a fresh map in its place, which the
-/// running program never reads ([`DataplaneError::AttachedPinsIncomplete`]). Without a link
-/// nothing runs on the old maps, and a missing one is simply created.
+/// running program never reads. Without a link nothing runs on the old maps, and a missing one
+/// is simply created.
+///
+/// # Errors
+///
+/// [`DataplaneError::AttachedPinsIncomplete`] when some link is pinned under `pin_dir` and some
+/// map is not.
 pub fn check_adoptable(pin_dir: &Path) -> Result<(), DataplaneError> {
     let attached = attached_interfaces(pin_dir);
     let missing = missing_map_pins(pin_dir);

@@ -4,6 +4,7 @@ use aya::maps::{MapData, PerCpuArray};
 use router_common::{MAX_BACKENDS, MAX_SERVICES, Reason, Traffic, Verdict};
 
 /// Sums slot `index` of a per-CPU counter map over all CPUs; a missing slot reads as zero.
+#[must_use]
 pub fn sum(map: &PerCpuArray<MapData, Traffic>, index: u32) -> Traffic {
     match map.get(&index, 0) {
         Ok(values) => values.iter().fold(Traffic::default(), |acc, t| Traffic {

@@ -119,6 +119,11 @@ macro_rules! record {
 }
 
 /// The key and value of every map in `router_common::maps::ALL`, in that order.
+#[must_use]
+#[expect(
+    clippy::too_many_lines,
+    reason = "a table: one description per map, in ABI order"
+)]
 pub fn all() -> Vec<MapLayout> {
     use router_common::{
         CONNTRACK_SIZE, FRAGMENT_SIZE, MAGLEV_SIZE, MAX_BACKENDS, MAX_DECISIONS, MAX_POOLS,
@@ -339,6 +344,11 @@ impl fmt::Display for Shape {
 
 /// The shape of every map the embedded program declares, by name (from the object's BTF map
 /// definitions, as the loader would create them).
+///
+/// # Errors
+///
+/// [`DataplaneError::StubObject`] for a stub build, [`DataplaneError::Io`] when the embedded
+/// object does not parse.
 pub fn declared() -> Result<HashMap<String, Shape>, DataplaneError> {
     let obj = aya_obj::Object::parse(object::bytes()?).map_err(|e| DataplaneError::Io {
         what: "parsing the embedded XDP object:",
@@ -368,6 +378,11 @@ pub fn declared() -> Result<HashMap<String, Shape>, DataplaneError> {
 const ACCESS_FLAGS: u32 = (1 << 7) | (1 << 8);
 
 /// The shape of the map pinned at `path` (creation flags without [`ACCESS_FLAGS`]).
+///
+/// # Errors
+///
+/// [`DataplaneError::Map`] (for `name`) when nothing is pinned at `path`, the pin is not a
+/// map, or its type is not one aya knows.
 pub fn pinned(name: &'static str, path: &Path) -> Result<Shape, DataplaneError> {
     let info = MapInfo::from_pin(path).map_err(|e| DataplaneError::map(name, e))?;
     let map_type = info.map_type().map_err(|e| DataplaneError::map(name, e))?;
@@ -385,6 +400,13 @@ pub fn pinned(name: &'static str, path: &Path) -> Result<Shape, DataplaneError> 
 /// ([`DataplaneError::LayoutMismatch`]), and the `CONFIG` map, once an agent wrote it
 /// (generation > 0), must carry this binary's `ABI_VERSION` ([`DataplaneError::AbiMismatch`]).
 /// Reads only; nothing is changed, whatever the outcome.
+///
+/// # Errors
+///
+/// The first map found wrong, in `router_common::maps::ALL` order:
+/// [`DataplaneError::LayoutMismatch`] for another shape, [`DataplaneError::MissingMap`] for a
+/// map the program does not declare; then [`DataplaneError::AbiMismatch`]. Also the errors of
+/// [`declared`], and [`DataplaneError::Map`] for a pin that cannot be read.
 pub fn check_pins(pin_dir: &Path) -> Result<(), DataplaneError> {
     let declared = declared()?;
     for name in maps::ALL {
@@ -421,6 +443,11 @@ pub fn check_pins(pin_dir: &Path) -> Result<(), DataplaneError> {
 
 /// The value of the `CONFIG` map pinned in `pin_dir`, or `None` when it is not pinned. Call
 /// after its shape was checked.
+///
+/// # Errors
+///
+/// [`DataplaneError::Map`] when the pin cannot be opened, is not an array of `Config`, or its
+/// entry cannot be read.
 pub fn pinned_config(pin_dir: &Path) -> Result<Option<Config>, DataplaneError> {
     let path = pin_dir.join(maps::CONFIG);
     if !path.exists() {

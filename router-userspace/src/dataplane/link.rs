@@ -125,6 +125,7 @@ pub enum LinkState {
 
 impl LinkState {
     /// `live`, `defunct (REASON)` or `none`, as `/status` reports it.
+    #[must_use]
     pub fn describe(&self) -> String {
         match self {
             LinkState::None => "none".into(),
@@ -136,6 +137,12 @@ impl LinkState {
 
 /// Whether the link `info` is live on the interface `iface` has here (`here`, `None` when
 /// there is none): see the module documentation.
+///
+/// # Errors
+///
+/// Why the link is defunct: [`Defunct::InterfaceGone`] when it reports ifindex 0,
+/// [`Defunct::OtherInterface`] when `here` is missing or has another ifindex,
+/// [`Defunct::OtherNamespace`] when `here` does not run the link's program.
 pub fn judge(info: &XdpLinkInfo, here: Option<&InterfaceXdp>) -> Result<(), Defunct> {
     if info.ifindex == 0 {
         return Err(Defunct::InterfaceGone);
@@ -155,8 +162,12 @@ pub fn judge(info: &XdpLinkInfo, here: Option<&InterfaceXdp>) -> Result<(), Defu
     Ok(())
 }
 
-/// The state of the link pinned at `path` for `iface`. Errors: the pin exists but is not an
-/// XDP link the kernel describes, or the interface cannot be queried over rtnetlink.
+/// The state of the link pinned at `path` for `iface`.
+///
+/// # Errors
+///
+/// The pin exists but is not an XDP link the kernel describes ([`pinned_xdp_link`]), or the
+/// interface cannot be queried over rtnetlink ([`interface_xdp`]).
 pub fn state(path: &Path, iface: &str) -> std::io::Result<LinkState> {
     if !path.exists() {
         return Ok(LinkState::None);
@@ -169,12 +180,19 @@ pub fn state(path: &Path, iface: &str) -> std::io::Result<LinkState> {
     })
 }
 
-/// Opens the link pinned at `path` and reads its `bpf_link_info`. Errors: no pin, a pin that
-/// is not a link, or a link that is not XDP.
+/// Opens the link pinned at `path` and reads its `bpf_link_info`.
+///
+/// # Errors
+///
+/// A path with a NUL byte (`InvalidInput`), no pin or a pin that is not a link (the error of
+/// bpf(2)), or a link that is not XDP.
+#[expect(
+    clippy::cast_possible_truncation,
+    reason = "the two bpf_attr sizes are a few words, and bpf(2)'s descriptor is an int that \
+              syscall(2) widens to a long"
+)]
 pub fn pinned_xdp_link(path: &Path) -> std::io::Result<XdpLinkInfo> {
     use std::os::unix::ffi::OsStrExt as _;
-    let c = CString::new(path.as_os_str().as_bytes())
-        .map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
     // `union bpf_attr` for BPF_OBJ_GET: pathname, bpf_fd, file_flags.
     #[repr(C)]
     struct ObjGet {
@@ -182,26 +200,6 @@ pub fn pinned_xdp_link(path: &Path) -> std::io::Result<XdpLinkInfo> {
         bpf_fd: u32,
         file_flags: u32,
     }
-    let attr = ObjGet {
-        pathname: c.as_ptr() as u64,
-        bpf_fd: 0,
-        file_flags: 0,
-    };
-    // SAFETY: bpf(2) reads `attr` (size given) and the C string it points to, both alive for
-    // the call.
-    let fd = unsafe {
-        libc::syscall(
-            libc::SYS_bpf,
-            BPF_OBJ_GET,
-            &attr as *const ObjGet,
-            size_of::<ObjGet>() as u32,
-        )
-    };
-    if fd < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: the kernel just returned this descriptor to us; nothing else owns it.
-    let fd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
     // The head of `struct bpf_link_info` and its `xdp` member (the union is 8-aligned).
     #[repr(C)]
     #[derive(Default)]
@@ -220,11 +218,33 @@ pub fn pinned_xdp_link(path: &Path) -> std::io::Result<XdpLinkInfo> {
         info_len: u32,
         info: u64,
     }
+    let c = CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
+    let attr = ObjGet {
+        pathname: c.as_ptr() as u64,
+        bpf_fd: 0,
+        file_flags: 0,
+    };
+    // SAFETY: bpf(2) reads `attr` (size given) and the C string it points to, both alive for
+    // the call.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_bpf,
+            BPF_OBJ_GET,
+            &raw const attr,
+            size_of::<ObjGet>() as u32,
+        )
+    };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: the kernel just returned this descriptor to us; nothing else owns it.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
     let mut info = LinkInfo::default();
     let attr = GetInfo {
-        bpf_fd: fd.as_raw_fd() as u32,
+        bpf_fd: fd.as_raw_fd().cast_unsigned(),
         info_len: size_of::<LinkInfo>() as u32,
-        info: &mut info as *mut LinkInfo as u64,
+        info: &raw mut info as u64,
     };
     // SAFETY: bpf(2) reads `attr` and writes at most `info_len` bytes into `info`, both alive
     // for the call.
@@ -232,7 +252,7 @@ pub fn pinned_xdp_link(path: &Path) -> std::io::Result<XdpLinkInfo> {
         libc::syscall(
             libc::SYS_bpf,
             BPF_OBJ_GET_INFO_BY_FD,
-            &attr as *const GetInfo,
+            &raw const attr,
             size_of::<GetInfo>() as u32,
         )
     };
@@ -254,6 +274,12 @@ pub fn pinned_xdp_link(path: &Path) -> std::io::Result<XdpLinkInfo> {
 
 /// The XDP attachment of the interface named `iface` in this process's network namespace
 /// (`RTM_GETLINK` by `IFLA_IFNAME`), or `None` when there is no such interface.
+///
+/// # Errors
+///
+/// The rtnetlink socket cannot be opened, bound or connected; the request cannot be sent or
+/// the answer received; the answer does not fit 64 KiB, does not parse, or is an error other
+/// than "no such device" or not a link.
 pub fn interface_xdp(iface: &str) -> std::io::Result<Option<InterfaceXdp>> {
     let mut socket = Socket::new(NETLINK_ROUTE)?;
     socket.bind_auto()?;

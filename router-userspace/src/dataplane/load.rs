@@ -34,12 +34,18 @@ const FS_NAMES: [(i64, &str); 8] = [
 ];
 
 /// The versioned directory the maps and links are pinned in.
+#[must_use]
 pub fn pin_dir(pin_path: &Path) -> PathBuf {
     pin_path.join(format!("v{ABI_VERSION}"))
 }
 
 /// Checks that `path`, or its nearest existing ancestor when it does not exist yet, is on a
-/// BPF filesystem; creates nothing. [`DataplaneError::NotBpffs`] names the file system found.
+/// BPF filesystem; creates nothing.
+///
+/// # Errors
+///
+/// [`DataplaneError::NotBpffs`], naming the file system found, when it is not bpffs;
+/// [`DataplaneError::Io`] for a path with a NUL byte, or when statfs(2) fails.
 pub fn check_bpffs(path: &Path) -> Result<(), DataplaneError> {
     let mut probe = path;
     while !probe.exists() {
@@ -55,7 +61,7 @@ pub fn check_bpffs(path: &Path) -> Result<(), DataplaneError> {
     })?;
     // SAFETY: `c` is a valid C string and `st` a properly sized out-parameter.
     let mut st: libc::statfs = unsafe { std::mem::zeroed() };
-    if unsafe { libc::statfs(c.as_ptr(), &mut st) } != 0 {
+    if unsafe { libc::statfs(c.as_ptr(), &raw mut st) } != 0 {
         return Err(DataplaneError::Io {
             what: "checking the file system of",
             path: probe.to_owned(),
@@ -79,6 +85,11 @@ pub fn check_bpffs(path: &Path) -> Result<(), DataplaneError> {
 }
 
 /// Checks that `path` (or its nearest existing ancestor) is on a BPF filesystem, then creates it.
+///
+/// # Errors
+///
+/// Those of [`check_bpffs`] (nothing created then), and [`DataplaneError::Io`] when the
+/// directory cannot be created.
 pub fn prepare_pin_dir(path: &Path) -> Result<(), DataplaneError> {
     check_bpffs(path)?;
     std::fs::create_dir_all(path).map_err(|source| DataplaneError::Io {
@@ -95,6 +106,14 @@ pub fn prepare_pin_dir(path: &Path) -> Result<(), DataplaneError> {
 /// Before anything is reused, the pins are checked ([`layout::check_pins`]): a pinned map of
 /// another shape, or a `CONFIG` written by an agent of another layout version, is an error and
 /// nothing is loaded, created or pinned.
+///
+/// # Errors
+///
+/// [`DataplaneError::StubObject`] for a stub build; with `pins`, the errors of
+/// [`prepare_pin_dir`] and [`layout::check_pins`]; [`DataplaneError::NotPrivileged`] when a
+/// map cannot be created for lack of privileges; [`DataplaneError::Load`] when the object
+/// cannot be loaded or a map created or pinned; [`DataplaneError::Program`] when the verifier
+/// or the kernel refuses the program (after up to five attempts while it answers EAGAIN).
 pub fn load(pins: Option<&Path>) -> Result<Ebpf, DataplaneError> {
     let data = object::bytes()?;
     let mut loader = EbpfLoader::new();
@@ -141,6 +160,11 @@ pub fn load(pins: Option<&Path>) -> Result<Ebpf, DataplaneError> {
 const LOAD_ATTEMPTS: u32 = 5;
 
 /// The XDP program of a loaded object.
+///
+/// # Errors
+///
+/// [`DataplaneError::MissingMap`] (named `program`) when the object has no program of that
+/// name, [`DataplaneError::Program`] when it is not an XDP program.
 pub fn program_mut(ebpf: &mut Ebpf) -> Result<&mut Xdp, DataplaneError> {
     let prog = ebpf
         .program_mut(object::PROGRAM)
@@ -150,6 +174,10 @@ pub fn program_mut(ebpf: &mut Ebpf) -> Result<&mut Xdp, DataplaneError> {
 }
 
 /// The XDP program of a loaded object, shared.
+///
+/// # Errors
+///
+/// As [`program_mut`].
 pub fn program(ebpf: &Ebpf) -> Result<&Xdp, DataplaneError> {
     let prog = ebpf
         .program(object::PROGRAM)

@@ -74,6 +74,12 @@ fn mmap_maglev(data: &MapData) -> Result<MmapMut, DataplaneError> {
 
 impl KernelMaps {
     /// Takes the maps out of a loaded object.
+    ///
+    /// # Errors
+    ///
+    /// [`DataplaneError::MissingMap`] for a map the object lacks (or a `MAGLEV` that is not an
+    /// array), [`DataplaneError::Map`] for one of another type than its handle,
+    /// [`DataplaneError::Io`] when `MAGLEV` cannot be memory-mapped.
     pub fn take(ebpf: &mut Ebpf) -> Result<Self, DataplaneError> {
         let mut take =
             |name: &'static str| ebpf.take_map(name).ok_or(DataplaneError::MissingMap(name));
@@ -98,6 +104,11 @@ impl KernelMaps {
     }
 
     /// Opens the maps pinned in `dir` (read-mostly users: `status`, tests).
+    ///
+    /// # Errors
+    ///
+    /// [`DataplaneError::Map`] for a map that is not pinned in `dir` or cannot be opened or
+    /// typed, [`DataplaneError::Io`] when `MAGLEV` cannot be memory-mapped.
     pub fn open_pinned(dir: &Path) -> Result<Self, DataplaneError> {
         let open = |name: &'static str| -> Result<MapData, DataplaneError> {
             MapData::from_pin(dir.join(name)).map_err(|e| DataplaneError::map(name, e))
@@ -127,6 +138,10 @@ impl KernelMaps {
     }
 
     /// The generation word.
+    ///
+    /// # Errors
+    ///
+    /// [`DataplaneError::Map`] when the `CONFIG` lookup fails.
     pub fn config(&self) -> Result<Config, DataplaneError> {
         self.config
             .get(&0, 0)
@@ -139,6 +154,10 @@ impl KernelMaps {
     }
 
     /// Backend slot `slot`.
+    ///
+    /// # Errors
+    ///
+    /// [`DataplaneError::Map`] when the `BACKENDS` lookup fails (`slot` past the map's end).
     pub fn backend(&self, slot: u32) -> Result<Backend, DataplaneError> {
         self.backends
             .get(&slot, 0)
@@ -146,6 +165,10 @@ impl KernelMaps {
     }
 
     /// Backend slot `slot`'s next hop.
+    ///
+    /// # Errors
+    ///
+    /// [`DataplaneError::Map`] when the `NEXT_HOPS` lookup fails (`slot` past the map's end).
     pub fn next_hop(&self, slot: u32) -> Result<NextHop, DataplaneError> {
         self.next_hops
             .get(&slot, 0)
@@ -153,6 +176,10 @@ impl KernelMaps {
     }
 
     /// Pool slot `slot`.
+    ///
+    /// # Errors
+    ///
+    /// [`DataplaneError::Map`] when the `POOLS` lookup fails (`slot` past the map's end).
     pub fn pool(&self, slot: u32) -> Result<Pool, DataplaneError> {
         self.pools
             .get(&slot, 0)
@@ -160,6 +187,10 @@ impl KernelMaps {
     }
 
     /// Decision word `slot`.
+    ///
+    /// # Errors
+    ///
+    /// [`DataplaneError::Map`] when the `DECISIONS` lookup fails (`slot` past the map's end).
     pub fn decision(&self, slot: u32) -> Result<u64, DataplaneError> {
         self.decisions
             .get(&slot, 0)
@@ -167,6 +198,7 @@ impl KernelMaps {
     }
 
     /// Entry `entry` of half `half` of pool `pool`'s Maglev table.
+    #[must_use]
     pub fn table_entry(&self, pool: u32, half: u32, entry: u32) -> Option<u32> {
         let at = maglev_index(pool, half, entry) as usize * MAGLEV_STRIDE;
         let b = self.maglev.get(at..at + 4)?;

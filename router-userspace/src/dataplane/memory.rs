@@ -51,6 +51,7 @@ pub struct MemoryDataplane {
 
 impl MemoryDataplane {
     /// The live table of pool `slot`, as the program would read it.
+    #[must_use]
     pub fn live_table(&self, slot: u32) -> Option<&Vec<u32>> {
         let pool = self.pools.get(&slot)?;
         self.tables.get(&(slot, pool.active))

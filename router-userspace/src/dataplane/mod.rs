@@ -232,7 +232,7 @@ pub enum DataplaneError {
         #[source]
         source: std::io::Error,
     },
-    /// Not running as root (or without CAP_BPF/CAP_NET_ADMIN).
+    /// Not running as root (or without `CAP_BPF`/`CAP_NET_ADMIN`).
     #[error("{0} needs root (CAP_BPF and CAP_NET_ADMIN); run it with sudo")]
     NotPrivileged(&'static str),
 }
@@ -250,21 +250,60 @@ impl DataplaneError {
 /// orders them so the program never sees a state that points at something not yet written.
 pub trait Dataplane {
     /// Writes backend slot `slot`.
+    ///
+    /// # Errors
+    ///
+    /// [`DataplaneError::Map`] when the `BACKENDS` update fails (`slot` past the map's end, or
+    /// the kernel refuses it).
     fn set_backend(&mut self, slot: u32, backend: Backend) -> Result<(), DataplaneError>;
     /// Writes backend slot `slot`'s next hop.
+    ///
+    /// # Errors
+    ///
+    /// [`DataplaneError::Map`] when the `NEXT_HOPS` update fails (`slot` past the map's end, or
+    /// the kernel refuses it).
     fn set_next_hop(&mut self, slot: u32, hop: NextHop) -> Result<(), DataplaneError>;
     /// Writes half `half` (0 or 1) of pool `pool`'s Maglev table; `table` has
     /// `router_common::MAGLEV_SIZE` entries.
+    ///
+    /// # Errors
+    ///
+    /// [`DataplaneError::Map`] when that half lies outside the `MAGLEV` array (`pool` not
+    /// below `router_common::MAX_POOLS`); nothing is written then.
     fn write_table(&mut self, pool: u32, half: u32, table: &[u32]) -> Result<(), DataplaneError>;
     /// Writes pool slot `slot` (its live half and flags): the flip that publishes a table.
+    ///
+    /// # Errors
+    ///
+    /// [`DataplaneError::Map`] when the `POOLS` update fails (`slot` past the map's end, or the
+    /// kernel refuses it).
     fn set_pool(&mut self, slot: u32, pool: Pool) -> Result<(), DataplaneError>;
     /// Writes decision word `slot` (one 8-byte update).
+    ///
+    /// # Errors
+    ///
+    /// [`DataplaneError::Map`] when the `DECISIONS` update fails (`slot` past the map's end, or
+    /// the kernel refuses it).
     fn set_decision(&mut self, slot: u32, word: u64) -> Result<(), DataplaneError>;
     /// Inserts or replaces a service.
+    ///
+    /// # Errors
+    ///
+    /// [`DataplaneError::Map`] when the `SERVICES` update fails (the map full, or the kernel
+    /// refuses it).
     fn set_service(&mut self, key: ServiceKey, service: Service) -> Result<(), DataplaneError>;
-    /// Removes a service; removing an absent one is not an error.
+    /// Removes a service.
+    ///
+    /// # Errors
+    ///
+    /// [`DataplaneError::Map`] when the kernel refuses the removal; removing an absent service
+    /// is not an error.
     fn remove_service(&mut self, key: &ServiceKey) -> Result<(), DataplaneError>;
     /// Writes the generation word.
+    ///
+    /// # Errors
+    ///
+    /// [`DataplaneError::Map`] when the `CONFIG` update fails.
     fn set_config(&mut self, config: Config) -> Result<(), DataplaneError>;
 }
 
@@ -272,16 +311,36 @@ pub trait Dataplane {
 /// [`Publisher::restore`](crate::publish::Publisher::restore)).
 pub trait Readback {
     /// The generation word (zeroes before the first apply).
+    ///
+    /// # Errors
+    ///
+    /// [`DataplaneError::Map`] when the `CONFIG` lookup fails.
     fn read_config(&self) -> Result<Config, DataplaneError>;
     /// Every service in the `SERVICES` map.
     fn read_services(&self) -> Vec<(ServiceKey, Service)>;
     /// Backend slot `slot`.
+    ///
+    /// # Errors
+    ///
+    /// [`DataplaneError::Map`] when the `BACKENDS` lookup fails (`slot` past the map's end).
     fn read_backend(&self, slot: u32) -> Result<Backend, DataplaneError>;
     /// Backend slot `slot`'s next hop.
+    ///
+    /// # Errors
+    ///
+    /// [`DataplaneError::Map`] when the `NEXT_HOPS` lookup fails (`slot` past the map's end).
     fn read_next_hop(&self, slot: u32) -> Result<NextHop, DataplaneError>;
     /// Pool slot `slot`.
+    ///
+    /// # Errors
+    ///
+    /// [`DataplaneError::Map`] when the `POOLS` lookup fails (`slot` past the map's end).
     fn read_pool(&self, slot: u32) -> Result<Pool, DataplaneError>;
     /// Decision word `slot`.
+    ///
+    /// # Errors
+    ///
+    /// [`DataplaneError::Map`] when the `DECISIONS` lookup fails (`slot` past the map's end).
     fn read_decision(&self, slot: u32) -> Result<u64, DataplaneError>;
     /// Half `half` of pool `pool`'s Maglev table ([`router_common::MAGLEV_SIZE`] backend
     /// slots), or `None` when it cannot be read.

@@ -14,8 +14,12 @@ pub const BASELINE_PROGRAM: &str = "baseline";
 static OBJECT: &[u8] = include_bytes_aligned!(concat!(env!("OUT_DIR"), "/router"));
 static BASELINE: &[u8] = include_bytes_aligned!(concat!(env!("OUT_DIR"), "/baseline"));
 
-/// The ELF bytes of the XDP object. Errors with [`DataplaneError::StubObject`] when the binary
-/// was built with `AYA_BUILD_SKIP=1` (a zero-byte stub).
+/// The ELF bytes of the XDP object.
+///
+/// # Errors
+///
+/// [`DataplaneError::StubObject`] when the binary was built with `AYA_BUILD_SKIP=1` (a
+/// zero-byte stub).
 pub fn bytes() -> Result<&'static [u8], DataplaneError> {
     if OBJECT.is_empty() {
         Err(DataplaneError::StubObject)
@@ -27,7 +31,11 @@ pub fn bytes() -> Result<&'static [u8], DataplaneError> {
 /// The ELF bytes of the baseline XDP object, for benchmarks: a program ([`BASELINE_PROGRAM`])
 /// that parses Ethernet and the IPv4/IPv6 header, swaps the MAC addresses and returns
 /// `XDP_TX` (`router-ebpf/src/bin/baseline.rs`). Switchyard's cost is reported relative to it
-/// (docs/performance.md); the agent never loads it. Errors like [`bytes`] for a stub build.
+/// (docs/performance.md); the agent never loads it.
+///
+/// # Errors
+///
+/// [`DataplaneError::StubObject`] for a stub build, like [`bytes`].
 pub fn baseline() -> Result<&'static [u8], DataplaneError> {
     if BASELINE.is_empty() {
         Err(DataplaneError::StubObject)

@@ -48,6 +48,16 @@ pub struct Upgraded {
 
 /// Every check `upgrade` makes before it changes anything, for `interfaces` under
 /// `agent.pin_path` = `pin_path`. Returns the pin directory.
+///
+/// # Errors
+///
+/// The first check that fails, in this order: `pin_path` not on bpffs
+/// ([`load::check_bpffs`]); for each interface in turn, no pinned link
+/// ([`DataplaneError::OtherLayoutAttached`] when another layout version has one,
+/// [`DataplaneError::NotAttached`] otherwise), a link whose state cannot be read
+/// ([`DataplaneError::Io`]) or a defunct one ([`DataplaneError::DefunctLink`]); a map not
+/// pinned ([`DataplaneError::PinsIncomplete`]); pinned maps that cannot be adopted
+/// ([`layout::check_pins`]).
 pub fn preflight(pin_path: &Path, interfaces: &[String]) -> Result<PathBuf, DataplaneError> {
     load::check_bpffs(pin_path)?;
     let pin_dir = load::pin_dir(pin_path);
@@ -92,10 +102,14 @@ pub fn preflight(pin_path: &Path, interfaces: &[String]) -> Result<PathBuf, Data
 /// Replaces the program behind the pinned link of each of `interfaces` with this binary's,
 /// reusing the maps pinned under `pin_path` (`agent.pin_path`). Safe while an agent runs.
 ///
-/// Errors before any change: those of [`preflight`], a program the kernel refuses, or
-/// another upgrade running. A link update that fails part-way ([`DataplaneError::Upgrade`])
-/// leaves the interfaces already done on the new program and the others on the old one — both
-/// programs are of the same layout and share the maps, so both keep forwarding.
+/// # Errors
+///
+/// Before any change: those of [`preflight`], another upgrade running or the lock failing
+/// ([`DataplaneError::Io`]), a program the kernel refuses (those of [`load::load`]). A pinned
+/// link that cannot be opened or read, or is not XDP ([`DataplaneError::Io`]), or a link update
+/// that fails ([`DataplaneError::Upgrade`]), stops part-way: the interfaces already done stay
+/// on the new program and the others on the old one — both programs are of the same layout
+/// and share the maps, so both keep forwarding.
 pub fn upgrade(pin_path: &Path, interfaces: &[String]) -> Result<Vec<Upgraded>, DataplaneError> {
     let pin_dir = preflight(pin_path, interfaces)?;
     let _lock = lock(pin_path)?;

@@ -18,6 +18,7 @@ pub struct AuditFile {
 
 impl AuditFile {
     /// Opens (creating the directory and the file) `dir/audit.jsonl` for appending.
+    #[must_use]
     pub fn open(dir: &Path) -> Self {
         let path = dir.join("audit.jsonl");
         let file = std::fs::create_dir_all(dir)
@@ -36,6 +37,7 @@ impl AuditFile {
     }
 
     /// Its path.
+    #[must_use]
     pub fn path(&self) -> &Path {
         &self.path
     }
@@ -79,6 +81,7 @@ pub struct Audit {
 impl Audit {
     /// A ring of `capacity` records; with `file`, seeded with the records a previous run left
     /// there, and appended to from now on.
+    #[must_use]
     pub fn new(capacity: usize, file: Option<AuditFile>) -> Self {
         let mut log = rules::engine::AuditLog::new(capacity);
         if let Some(f) = &file {

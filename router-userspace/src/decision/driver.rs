@@ -86,6 +86,10 @@ pub(super) struct HealthFacts<'a> {
 }
 
 impl Facts for HealthFacts<'_> {
+    #[expect(
+        clippy::cast_precision_loss,
+        reason = "backend counts, at most MAX_BACKENDS, as the numbers `require` reads"
+    )]
     fn passes_require(&self, action: &Action) -> bool {
         let Some(require) = self.require else {
             return true;
@@ -128,6 +132,7 @@ pub(super) fn explain_values(expr: &Compiled, state: &State) -> BTreeMap<String,
 
 impl Driver {
     /// The groups of `cfg` (its compiled rules), nothing active yet.
+    #[must_use]
     pub fn new(cfg: &Config) -> Self {
         let groups = cfg
             .rules
@@ -153,6 +158,7 @@ impl Driver {
     }
 
     /// The engine state of `name`.
+    #[must_use]
     pub fn group(&self, name: &str) -> Option<&Group> {
         self.groups
             .iter()
@@ -161,6 +167,7 @@ impl Driver {
     }
 
     /// The earliest pending deadline of any group.
+    #[must_use]
     pub fn next_deadline(&self) -> Option<Duration> {
         self.groups.iter().filter_map(|g| g.deadline).min()
     }
@@ -172,6 +179,10 @@ impl Driver {
     /// `cfg` that gives the same decision word (a word read back from the maps carries pool
     /// slots and a split, not the configured weights); a group whose published pools are not all
     /// in `cfg` starts fresh. Returns the groups resumed.
+    #[expect(
+        clippy::similar_names,
+        reason = "`published` is the action `publisher` published for the group"
+    )]
     pub fn resume(&mut self, cfg: &Config, publisher: &Publisher, now: Duration) -> Vec<String> {
         let mut resumed = Vec::new();
         for g in &mut self.groups {
@@ -206,6 +217,7 @@ impl Driver {
 
     /// The first decision of every group not resumed, before the first apply: what each would
     /// adopt now (evaluated on copies; nothing changes).
+    #[must_use]
     pub fn initial_actions(&self, view: View<'_>) -> BTreeMap<String, Action> {
         self.groups
             .iter()
@@ -332,6 +344,7 @@ impl Driver {
 
     /// Every override in force, by group, as the request that would set it again at `now`
     /// (the TTL left; `None` for an override that has expired but not yet been evaluated).
+    #[must_use]
     pub fn override_requests(&self, now: Duration) -> Vec<(String, OverrideRequest)> {
         self.groups
             .iter()
@@ -339,7 +352,7 @@ impl Driver {
                 let o = g.group.current_override()?;
                 let ttl = match o.expires_at {
                     Some(at) if at <= now => return None,
-                    Some(at) => Some(at - now),
+                    Some(at) => Some(at.saturating_sub(now)),
                     None => None,
                 };
                 Some((
@@ -356,6 +369,7 @@ impl Driver {
     }
 
     /// Active overrides.
+    #[must_use]
     pub fn active_overrides(&self) -> usize {
         self.groups
             .iter()

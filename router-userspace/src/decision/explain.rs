@@ -1,6 +1,6 @@
 //! `ctl explain` and `ctl what-if`: a group's explanation with the values each expression read.
 
-use std::collections::BTreeMap;
+use std::{collections::BTreeMap, fmt::Write as _};
 
 use rules::{
     Slot, State,
@@ -72,13 +72,14 @@ impl Driver {
         let mut text = explanation.to_string();
         for c in &conditions {
             let values: Vec<String> = c.values.iter().map(|(k, v)| format!("{k} = {v}")).collect();
-            text.push_str(&format!(
-                "  {}: {} → {} ({})\n",
+            let _ = writeln!(
+                text,
+                "  {}: {} → {} ({})",
                 c.id,
                 c.expr,
                 c.truth,
                 values.join(", ")
-            ));
+            );
         }
         Ok(GroupExplanation {
             explanation,
@@ -93,7 +94,7 @@ fn store_name(g: &Group, slot: Slot, state: &State) -> (String, String) {
         .whens
         .iter()
         .chain(g.require.iter())
-        .flat_map(|w| w.read_names())
+        .flat_map(rules::Compiled::read_names)
         .find(|(_, s)| *s == slot)
         .map_or_else(|| format!("slot {}", slot.index()), |(n, _)| n.to_owned());
     (name, state.get(slot).to_string())

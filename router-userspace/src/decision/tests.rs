@@ -74,7 +74,7 @@ impl World {
         Decision::decode(self.dp.decisions[&slot])
     }
     fn pool(&self, name: &str) -> u16 {
-        self.publisher.pools()[name].slot as u16
+        u16::try_from(self.publisher.pools()[name].slot).expect("a pool slot fits a u16")
     }
     fn view(&self, now: Duration) -> View<'_> {
         View {
@@ -96,7 +96,7 @@ impl World {
                     .publish_decision(&mut self.dp, &d.group, to)
                     .expect("write")
             {
-                latency = Some(event.elapsed().as_micros() as u64);
+                latency = Some(u64::try_from(event.elapsed().as_micros()).unwrap_or(u64::MAX));
                 out.push(Published { word });
             }
             for mut r in d.records {
@@ -117,8 +117,8 @@ impl World {
         let decided = self.driver.on_change(changed, all, view, "test");
         self.publish(decided)
     }
-    fn change(&mut self, changed: Vec<rules::Slot>, now: Duration) -> Vec<Published> {
-        self.run(&changed, false, now)
+    fn change(&mut self, changed: &[rules::Slot], now: Duration) -> Vec<Published> {
+        self.run(changed, false, now)
     }
     fn timer(&mut self, now: Duration) -> Vec<Published> {
         self.run(&[], false, now)
@@ -146,7 +146,7 @@ impl World {
         let changed = self
             .store
             .refresh_health(self.publisher.health(), &[pool.to_owned()]);
-        self.change(changed, now)
+        self.change(&changed, now)
     }
 }
 
@@ -156,7 +156,7 @@ fn a_switch_writes_exactly_one_word_shared_by_every_service_of_the_group() {
     assert_eq!(w.word().pool_a, w.pool("dc1"));
     let n = w.dp.log.len();
     let changed = w.store.set_push("maintenance_mode", "true").expect("set");
-    let out = w.change(changed, ms(10));
+    let out = w.change(&changed, ms(10));
     assert_eq!(out.len(), 1);
     let slot = w.publisher.groups()["web-failover"].slot;
     assert_eq!(w.dp.log[n..], [Write::Decision(slot, out[0].word)]);
@@ -182,11 +182,11 @@ fn only_groups_that_read_a_changed_slot_reevaluate_and_deadlines_drive_the_timer
     // A slot no group reads.
     let region = w.store.set_push("region", "\"us\"").expect("set");
     w.evaluations.clear();
-    assert!(w.change(region, ms(5)).is_empty());
+    assert!(w.change(&region, ms(5)).is_empty());
     assert!(w.evaluations.is_empty(), "{:?}", w.evaluations);
     // dc1 loses its API: pending stable_for, nothing written yet.
     let changed = w.store.set_probe("dc1_api_healthy", false);
-    assert!(w.change(changed, ms(10)).is_empty());
+    assert!(w.change(&changed, ms(10)).is_empty());
     assert_eq!(w.evaluations.len(), 1);
     assert_eq!(w.driver.next_deadline(), Some(ms(60)));
     assert!(w.timer(ms(59)).is_empty());
@@ -195,7 +195,7 @@ fn only_groups_that_read_a_changed_slot_reevaluate_and_deadlines_drive_the_timer
     assert_eq!(w.word().pool_a, w.pool("dc2"));
     // Back: failback waits failback_after.
     let changed = w.store.set_probe("dc1_api_healthy", true);
-    assert!(w.change(changed, ms(100)).is_empty());
+    assert!(w.change(&changed, ms(100)).is_empty());
     assert_eq!(w.driver.next_deadline(), Some(ms(1100)));
     assert_eq!(w.timer(ms(1100)).len(), 1);
     assert_eq!(w.word().pool_a, w.pool("dc1"));
@@ -244,7 +244,7 @@ fn overrides_are_vetoed_by_require_unless_forced_and_the_gate_freezes() {
     for b in ["198.18.2.11", "198.18.2.12"] {
         w.health("dc2", b, true, ms(5));
     }
-    assert!(w.change(changed, ms(6)).is_empty());
+    assert!(w.change(&changed, ms(6)).is_empty());
     assert_eq!(w.word().pool_a, w.pool("dc1"));
     let explained = w
         .driver

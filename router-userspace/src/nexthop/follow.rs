@@ -157,7 +157,7 @@ impl Follower {
                 match &resolution {
                     Resolution::Resolved(hop) => log::info!("next hop of {target}: {hop}"),
                     Resolution::Resolving { reason } => {
-                        log::info!("next hop of {target}: {reason}")
+                        log::info!("next hop of {target}: {reason}");
                     }
                     Resolution::Unresolved { reason } => {
                         log::warn!("next hop of {target} unresolved: {reason}");
@@ -239,13 +239,12 @@ impl Follower {
             RouteView::Unicast { oif, gateway } => (oif, gateway),
             RouteView::Unusable(reason) => return Ok(Observation::Failed { reason }),
         };
-        let link = match links.get(&oif) {
-            Some(link) => link.clone(),
-            None => {
-                let link = netlink::link(&self.handle, oif).await?;
-                links.insert(oif, link.clone());
-                link
-            }
+        let link = if let Some(link) = links.get(&oif) {
+            link.clone()
+        } else {
+            let link = netlink::link(&self.handle, oif).await?;
+            links.insert(oif, link.clone());
+            link
         };
         let Some(link) = link else {
             return Ok(Observation::Failed {

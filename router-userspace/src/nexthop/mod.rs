@@ -80,11 +80,20 @@ pub struct NextHop {
 }
 
 /// Formats a MAC as `02:53:59:00:01:01`.
+#[must_use]
+#[expect(
+    clippy::many_single_char_names,
+    reason = "the six octets of the address, in order"
+)]
 pub fn mac_string(mac: [u8; 6]) -> String {
     let [a, b, c, d, e, f] = mac;
     format!("{a:02x}:{b:02x}:{c:02x}:{d:02x}:{e:02x}:{f:02x}")
 }
 
+#[expect(
+    clippy::trivially_copy_pass_by_ref,
+    reason = "serde's serialize_with hands the field over by reference"
+)]
 fn serialize_mac<S: Serializer>(mac: &[u8; 6], s: S) -> Result<S::Ok, S::Error> {
     s.serialize_str(&mac_string(*mac))
 }
@@ -127,6 +136,7 @@ pub enum Resolution {
 
 impl Resolution {
     /// The next hop, when resolved.
+    #[must_use]
     pub fn next_hop(&self) -> Option<&NextHop> {
         match self {
             Self::Resolved(hop) => Some(hop),
@@ -268,6 +278,7 @@ impl Resolver {
     }
 
     /// The last reported resolution of every target a round has seen.
+    #[must_use]
     pub fn snapshot(&self) -> BTreeMap<IpAddr, Resolution> {
         lock(&self.shared.status)
             .iter()
@@ -277,6 +288,7 @@ impl Resolver {
 
     /// Like [`Resolver::snapshot`], with when each resolution began (for "no neighbour
     /// since …").
+    #[must_use]
     pub fn status(&self) -> BTreeMap<IpAddr, TargetStatus> {
         lock(&self.shared.status).clone()
     }

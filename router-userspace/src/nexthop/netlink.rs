@@ -111,10 +111,10 @@ pub(crate) async fn route(handle: &Handle, addr: IpAddr) -> Result<RouteView, Ne
     for attr in &route.attributes {
         match attr {
             RouteAttribute::Oif(i) => oif = Some(*i),
-            RouteAttribute::Gateway(RouteAddress::Inet(a)) => gateway = Some(IpAddr::V4(*a)),
-            RouteAttribute::Gateway(RouteAddress::Inet6(a)) => gateway = Some(IpAddr::V6(*a)),
-            RouteAttribute::Via(RouteVia::Inet(a)) => gateway = Some(IpAddr::V4(*a)),
-            RouteAttribute::Via(RouteVia::Inet6(a)) => gateway = Some(IpAddr::V6(*a)),
+            RouteAttribute::Gateway(RouteAddress::Inet(a))
+            | RouteAttribute::Via(RouteVia::Inet(a)) => gateway = Some(IpAddr::V4(*a)),
+            RouteAttribute::Gateway(RouteAddress::Inet6(a))
+            | RouteAttribute::Via(RouteVia::Inet6(a)) => gateway = Some(IpAddr::V6(*a)),
             _ => {}
         }
     }

@@ -58,6 +58,7 @@ impl Checker {
     ///
     /// Never fails: a check that cannot be run yields a checker whose every probe fails with the
     /// reason in [`ProbeOutcome::detail`].
+    #[must_use]
     pub fn new(address: Option<IpAddr>, check: &HealthCheck) -> Self {
         // Validation gives every tcp and http check an address, and allows `{address}` only
         // in the commands of pools' checks, which have one.
@@ -85,6 +86,7 @@ impl Checker {
     }
 
     /// The URL an HTTP check requests (`http://[::1]:8080/healthz`); `None` for other checks.
+    #[must_use]
     pub fn url(&self) -> Option<&str> {
         match &self.kind {
             Prepared::Http { url, .. } => Some(url.as_str()),
@@ -142,14 +144,14 @@ fn prepare_http(addr: SocketAddr, path: &str, expect: &[u16]) -> Prepared {
 }
 
 /// Runs `argv` (no shell, stdin/stdout/stderr to /dev/null); success is exit status 0 within
-/// `timeout`, as keepalived's MISC_CHECK. A program still running at the timeout is killed.
+/// `timeout`, as keepalived's `MISC_CHECK`. A program still running at the timeout is killed.
 pub async fn exec(argv: &[String], timeout: Duration) -> ProbeOutcome {
     let start = Instant::now();
-    let Some((program, args)) = argv.split_first() else {
+    let Some((program, arguments)) = argv.split_first() else {
         return outcome(false, Duration::ZERO, "empty command".to_owned());
     };
     let child = tokio::process::Command::new(program)
-        .args(args)
+        .args(arguments)
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())

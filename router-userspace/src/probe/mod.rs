@@ -119,11 +119,13 @@ pub struct ProbeSet {
 
 impl ProbeSet {
     /// Number of targets being probed.
+    #[must_use]
     pub fn len(&self) -> usize {
         self.tasks.len()
     }
 
     /// Whether no target is being probed.
+    #[must_use]
     pub fn is_empty(&self) -> bool {
         self.tasks.is_empty()
     }
@@ -138,6 +140,11 @@ impl ProbeSet {
 /// # Panics
 ///
 /// If called outside a tokio runtime (as `tokio::spawn` does).
+#[expect(
+    clippy::needless_pass_by_value,
+    reason = "the set takes the sender it is given: when its tasks end, a channel fed by it \
+              alone closes"
+)]
 pub fn spawn(targets: Vec<ProbeTarget>, events: mpsc::Sender<HealthEvent>) -> ProbeSet {
     let mut tasks = JoinSet::new();
     for target in targets {

@@ -16,7 +16,7 @@
 //! - While down it comes after `interval · factor^n`, capped at `backoff.max`, without jitter,
 //!   where `n` counts the failures recorded since the backend went down. A success while down
 //!   resets `n` to 0: the backend shows signs of life, so it is probed at `interval` until it
-//!   either comes up or fails again (as HAProxy's `fastinter` does for transitional states).
+//!   either comes up or fails again (as `HAProxy`'s `fastinter` does for transitional states).
 //!
 //! Thresholds of 0 act as 1, a backoff factor below 1 (or NaN) acts as 1; config validation
 //! rejects both, so this is only a guard.
@@ -54,6 +54,7 @@ pub struct HealthState {
 
 impl HealthState {
     /// A backend that is up, with no probe recorded yet, under `check`'s thresholds and spacing.
+    #[must_use]
     pub fn new(check: &HealthCheck) -> Self {
         Self {
             healthy: true,
@@ -71,6 +72,7 @@ impl HealthState {
 
     /// A backend already known to be `healthy` or not (its health before the probes restarted,
     /// say on a reload), with no probe recorded yet.
+    #[must_use]
     pub fn resume(check: &HealthCheck, healthy: bool) -> Self {
         Self {
             healthy,
@@ -79,16 +81,19 @@ impl HealthState {
     }
 
     /// Whether the backend currently counts as healthy.
+    #[must_use]
     pub fn is_healthy(&self) -> bool {
         self.healthy
     }
 
     /// Failed probes in a row, up to and including the last one (0 after a success).
+    #[must_use]
     pub fn consecutive_failures(&self) -> u32 {
         self.consecutive_failures
     }
 
     /// Passed probes in a row, up to and including the last one (0 after a failure).
+    #[must_use]
     pub fn consecutive_successes(&self) -> u32 {
         self.consecutive_successes
     }
@@ -124,6 +129,7 @@ impl HealthState {
     /// `jitter` is a random value in `[-1, 1]` supplied by the caller (values outside are
     /// clamped, NaN counts as 0). While up the result is `interval · (1 + 0.1 · jitter)`; while
     /// down it is `interval · factor^n` capped at `backoff.max`, and `jitter` is ignored.
+    #[must_use]
     pub fn next_delay(&self, jitter: f64) -> Duration {
         if self.healthy {
             let jitter = if jitter.is_nan() {
@@ -313,7 +319,7 @@ mod tests {
 
     #[test]
     fn down_delay_starts_at_interval_and_grows_by_factor_per_failure() {
-        let mut s = down_state(2.0, Duration::from_secs(60));
+        let mut s = down_state(2.0, Duration::from_mins(1));
         let mut seen = vec![s.next_delay(0.0)];
         for _ in 0..4 {
             s.record(false);
@@ -333,7 +339,7 @@ mod tests {
 
     #[test]
     fn down_delay_ignores_jitter() {
-        let mut s = down_state(2.0, Duration::from_secs(60));
+        let mut s = down_state(2.0, Duration::from_mins(1));
         s.record(false);
         assert_eq!(s.next_delay(1.0), ms(2000));
         assert_eq!(s.next_delay(-1.0), ms(2000));
@@ -359,7 +365,7 @@ mod tests {
     #[test]
     fn factor_below_one_or_nan_acts_as_one() {
         for factor in [0.5, 0.0, -2.0, f64::NAN] {
-            let mut s = down_state(factor, Duration::from_secs(60));
+            let mut s = down_state(factor, Duration::from_mins(1));
             feed(&mut s, &[false; 4]);
             assert_eq!(s.next_delay(0.0), INTERVAL, "factor {factor}");
         }
@@ -367,7 +373,7 @@ mod tests {
 
     #[test]
     fn success_while_down_resets_backoff_to_interval() {
-        let mut s = down_state(2.0, Duration::from_secs(60));
+        let mut s = down_state(2.0, Duration::from_mins(1));
         feed(&mut s, &[false; 3]);
         assert_eq!(s.next_delay(0.0), ms(8000));
         assert_eq!(s.record(true), None);
@@ -379,7 +385,7 @@ mod tests {
 
     #[test]
     fn going_down_again_restarts_backoff_from_interval() {
-        let mut s = down_state(2.0, Duration::from_secs(60));
+        let mut s = down_state(2.0, Duration::from_mins(1));
         feed(&mut s, &[false; 4]);
         assert_eq!(feed(&mut s, &[true, true]), [(1, Transition::Up)]);
         assert_eq!(s.next_delay(0.0), INTERVAL);

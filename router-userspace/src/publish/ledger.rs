@@ -81,6 +81,11 @@ pub enum RestoreError {
 
 impl Publisher {
     /// The current slot assignment.
+    #[must_use]
+    #[expect(
+        clippy::cast_possible_truncation,
+        reason = "a cursor is below its kind's slot limit, which is a u32"
+    )]
     pub fn ledger(&self) -> Ledger {
         Ledger {
             generation: self.generation,
@@ -166,6 +171,11 @@ impl Publisher {
         Self::restore_from(ledger, maps, true)
     }
 
+    #[expect(
+        clippy::too_many_lines,
+        reason = "the maps read back in the order they are written: services, pools with their \
+                  backends, groups; each step checks what the next relies on"
+    )]
     fn restore_from(
         ledger: &Ledger,
         maps: &dyn Readback,

@@ -96,6 +96,11 @@ impl BackendState {
     /// every table, but its tracked flows stay on the last next hop, so a carrier blip or a
     /// neighbour being re-resolved (the kernel passes through `FAILED` when a MAC changes
     /// unannounced) resets no connection; its health check decides whether it is gone.
+    #[expect(
+        clippy::match_same_arms,
+        reason = "a table read top to bottom: unhealthy, then unreachable with a last next hop \
+                  and without one, then by weight"
+    )]
     fn entry(&self, health: Option<BackendHealth>) -> Backend {
         let state = match health {
             None => BACKEND_DOWN,
@@ -197,6 +202,7 @@ impl Default for Publisher {
 }
 
 /// An address as the maps hold it: network order, IPv4 in the first four bytes.
+#[must_use]
 pub fn addr16(a: IpAddr) -> [u8; 16] {
     match a {
         IpAddr::V4(v4) => {
@@ -213,6 +219,7 @@ fn family(a: IpAddr) -> u8 {
 }
 
 /// The `SERVICES` key of a configured service.
+#[must_use]
 pub fn service_key(s: &config::Service) -> ServiceKey {
     ServiceKey {
         addr: addr16(s.vip),
@@ -227,6 +234,7 @@ pub fn service_key(s: &config::Service) -> ServiceKey {
 
 impl Publisher {
     /// A publisher with nothing published (generation 0), whose backends need no next hop.
+    #[must_use]
     pub fn new() -> Self {
         Self {
             generation: 0,
@@ -251,21 +259,25 @@ impl Publisher {
     }
 
     /// The backend-health table the maps hold.
+    #[must_use]
     pub fn health(&self) -> &Health {
         &self.health
     }
 
     /// Generation of the last applied config (0 before the first).
+    #[must_use]
     pub fn generation(&self) -> u64 {
         self.generation
     }
 
     /// Published pools by name.
+    #[must_use]
     pub fn pools(&self) -> &BTreeMap<String, PoolState> {
         &self.pools
     }
 
     /// Published services by name.
+    #[must_use]
     pub fn services(&self) -> &BTreeMap<String, ServiceState> {
         &self.services
     }

@@ -20,6 +20,10 @@ impl Slots {
     }
 
     /// The next free slot after the last one taken.
+    #[expect(
+        clippy::cast_possible_truncation,
+        reason = "a slot is below the limit `new` was given, a u32"
+    )]
     pub(super) fn take(&mut self, what: &'static str) -> Result<u32, PublishError> {
         let n = self.used.len();
         for i in 0..n {

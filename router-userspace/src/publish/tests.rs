@@ -1,4 +1,8 @@
 //! The publisher's unit tests: what one apply or health change writes, and in which order.
+#![expect(
+    clippy::cast_possible_truncation,
+    reason = "pool slots, below MAX_POOLS, compared with the decision word's u16 fields"
+)]
 
 use router_common::{Decision, NO_BACKEND, SPLIT_SCALE};
 
@@ -66,7 +70,7 @@ fn config(services: Vec<CfgService>, pools: Vec<CfgPool>) -> Config {
         pools,
         state: vec![],
         decisions: vec![],
-        rules: Default::default(),
+        rules: std::sync::Arc::default(),
     }
 }
 

@@ -30,6 +30,7 @@ pub struct GroupState {
 
 impl Publisher {
     /// Published decision groups by name.
+    #[must_use]
     pub fn groups(&self) -> &std::collections::BTreeMap<String, GroupState> {
         &self.groups
     }
@@ -50,6 +51,12 @@ impl Publisher {
 
     /// The word of `action` with `fallback`, from the published pool slots. A split's shares
     /// of weight zero are left out; a split with one live share is that pool.
+    #[must_use]
+    #[expect(
+        clippy::cast_possible_truncation,
+        reason = "a pool slot is below MAX_POOLS and `split_b` at most SPLIT_SCALE: both fit \
+                  the word's u16 fields"
+    )]
     pub fn action_word(&self, action: Option<&Action>, fallback: Option<&str>) -> u64 {
         let slot = |name: &str| self.pools.get(name).map_or(NO_POOL, |p| p.slot as u16);
         let fallback = fallback.map_or(NO_POOL, slot);
@@ -99,6 +106,11 @@ impl Publisher {
 
     /// Publishes `action` for `group` with one decision-word write. Returns the word written, or
     /// `None` when the group is unknown or its word is unchanged (nothing written).
+    ///
+    /// # Errors
+    ///
+    /// [`PublishError::Dataplane`] when the decision word cannot be written; nothing of the
+    /// group's published state changes then.
     pub fn publish_decision(
         &mut self,
         dp: &mut dyn Dataplane,

@@ -1,4 +1,8 @@
 //! Decision groups in the maps: one slot per group, shared by its services; fallback.
+#![expect(
+    clippy::cast_possible_truncation,
+    reason = "pool slots, below MAX_POOLS, compared with the decision word's u16 fields"
+)]
 
 use std::collections::BTreeMap;
 

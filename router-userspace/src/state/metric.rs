@@ -16,6 +16,7 @@ pub struct Hysteresis {
 
 impl Hysteresis {
     /// A false value with these thresholds.
+    #[must_use]
     pub fn new(above: f64, below: f64, hold: Duration) -> Self {
         Self {
             above,
@@ -27,6 +28,7 @@ impl Hysteresis {
     }
 
     /// The current value.
+    #[must_use]
     pub fn value(&self) -> bool {
         self.value
     }

@@ -94,6 +94,7 @@ impl Store {
     /// The state of `cfg` over its compiled rules: push variables at their defaults, probe
     /// variables true (healthy, like backends) and metric variables false until their first
     /// result, pool and backend built-ins from `health`, derived variables computed.
+    #[must_use]
     pub fn new(cfg: &Config, health: &Health) -> Self {
         let rules = &cfg.rules;
         let vars = rules
@@ -151,16 +152,19 @@ impl Store {
     }
 
     /// The names and types.
+    #[must_use]
     pub fn schema(&self) -> &Schema {
         &self.schema
     }
 
     /// The current values.
+    #[must_use]
     pub fn state(&self) -> &State {
         &self.state
     }
 
     /// The value of `name`.
+    #[must_use]
     pub fn get(&self, name: &str) -> Option<&Value> {
         self.schema.get(name).map(|(slot, _)| self.state.get(slot))
     }
@@ -173,6 +177,7 @@ impl Store {
     }
 
     /// The source of a state variable (`probe`, `push`, `expr`, `metric`), or `built-in`.
+    #[must_use]
     pub fn source_of(&self, name: &str) -> &'static str {
         match self.vars.iter().find(|v| v.name == name).map(|v| &v.kind) {
             Some(Kind::Probe) => "probe",
@@ -185,6 +190,12 @@ impl Store {
 
     /// Parses `text` as a value of `name`'s type: `true`/`false`, a number, or a string (quotes
     /// optional).
+    ///
+    /// # Errors
+    ///
+    /// [`StateError::Unknown`] when `name` is neither a state variable nor a built-in;
+    /// [`StateError::WrongType`] when `text` is not a value of its type (a bool is `true` or
+    /// `false`, either in lower or upper case; a number must be finite).
     pub fn parse_value(&self, name: &str, text: &str) -> Result<Value, StateError> {
         let (_, ty) = self.lookup(name)?;
         let wrong = || StateError::WrongType {
@@ -218,6 +229,12 @@ impl Store {
 
     /// `state set NAME=VALUE`: only push variables, only values of their type. Returns the
     /// slots that changed (none if the value is the same).
+    ///
+    /// # Errors
+    ///
+    /// Nothing is set when it fails: [`StateError::Unknown`] for a name that is not defined,
+    /// [`StateError::NotPush`] for a variable of another source (or a built-in),
+    /// [`StateError::WrongType`] for a value not of its type.
     pub fn set_push(&mut self, name: &str, text: &str) -> Result<Vec<Slot>, StateError> {
         let (slot, _) = self.lookup(name)?;
         let kind = self.source_of(name);
@@ -275,6 +292,10 @@ impl Store {
     /// `pool.<pool>.*`, and `backend.<address>.healthy` (usable in any pool) of their backends.
     /// Returns the slots that changed, derived variables included. Linear in the backends of
     /// all pools.
+    #[expect(
+        clippy::cast_precision_loss,
+        reason = "backend counts, at most MAX_BACKENDS, as the numbers the rules read"
+    )]
     pub fn refresh_health(&mut self, health: &Health, pools: &[String]) -> Vec<Slot> {
         let mut changed = Vec::new();
         if pools.is_empty() {
@@ -353,6 +374,11 @@ impl Store {
 
     /// A copy of the state with `sets` applied (any variable, typed) and derived variables
     /// recomputed: for what-if. Changes nothing.
+    ///
+    /// # Errors
+    ///
+    /// For the first setting of `sets` that is wrong: [`StateError::Unknown`] for a name that
+    /// is not defined, [`StateError::WrongType`] for a value not of its type.
     pub fn hypothetical(&self, sets: &[(String, String)]) -> Result<State, StateError> {
         let mut copy = self.clone();
         let mut changed = Vec::new();
@@ -418,6 +444,13 @@ impl Store {
 }
 
 /// The 99th percentile (nearest rank) of the window, ms.
+#[expect(
+    clippy::cast_precision_loss,
+    clippy::cast_possible_truncation,
+    clippy::cast_sign_loss,
+    reason = "the rank in a window of at most RTT_WINDOW samples: ceil(len · 0.99) lies in \
+              0..=len"
+)]
 fn p99(window: &VecDeque<f64>) -> f64 {
     let mut v: Vec<f64> = window.iter().copied().collect();
     v.sort_by(f64::total_cmp);

@@ -135,7 +135,7 @@ pub(crate) fn web_failover(switch: SwitchPolicy) -> Config {
             require: Some("target.healthy_count >= 1".into()),
             automatic: Some("automation_enabled".into()),
         }],
-        rules: Default::default(),
+        rules: std::sync::Arc::default(),
     }
     .compiled()
     .expect("rules")

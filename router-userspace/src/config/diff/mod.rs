@@ -18,7 +18,10 @@ use std::{
 use serde::{Deserialize, Serialize};
 
 mod render;
-use render::*;
+use render::{
+    action, dur, forward, group, hash, opt, opt_action, opt_health, opt_quoted, pool, probe,
+    protocol, push, rule, service, source, target, when_all_down,
+};
 
 use super::model::{
     Agent, Config, DecisionGroup, DecisionRule, HealthCheck, Pool, Service, StateSource, StateVar,
@@ -38,6 +41,7 @@ pub enum Op {
 
 impl Op {
     /// The prefix of a [`Change`]'s line: `+`, `-` or `~`.
+    #[must_use]
     pub fn sign(self) -> char {
         match self {
             Self::Added => '+',
@@ -69,6 +73,7 @@ pub enum Kind {
 
 impl Kind {
     /// How the kind reads in a line: `service`, `backend`, …
+    #[must_use]
     pub fn word(self) -> &'static str {
         match self {
             Self::Agent => "agent",
@@ -166,6 +171,7 @@ pub struct Diff {
 
 impl Diff {
     /// What changed from `old` to `new`.
+    #[must_use]
     pub fn between(old: &Config, new: &Config) -> Self {
         let mut d = Builder::default();
         d.agent(&old.agent, &new.agent);
@@ -185,11 +191,13 @@ impl Diff {
     }
 
     /// Whether the two configurations are the same resource by resource.
+    #[must_use]
     pub fn is_empty(&self) -> bool {
         self.changes.is_empty()
     }
 
     /// How many changes.
+    #[must_use]
     pub fn len(&self) -> usize {
         self.changes.len()
     }
@@ -208,6 +216,7 @@ impl fmt::Display for Diff {
 }
 
 /// What changed from `old` to `new`: [`Diff::between`].
+#[must_use]
 pub fn diff(old: &Config, new: &Config) -> Diff {
     Diff::between(old, new)
 }
@@ -290,6 +299,9 @@ impl Builder {
     }
 
     fn pool(&mut self, name: &str, old: Option<&Pool>, new: Option<&Pool>) {
+        fn name_of<'a>(old: Option<&'a Pool>, new: Option<&'a Pool>) -> &'a str {
+            old.or(new).map_or("", |p| p.name.as_str())
+        }
         match (old, new) {
             (None, Some(p)) => self.push(Op::Added, Kind::Pool, None, name.into(), pool(p)),
             (Some(p), None) => self.push(Op::Removed, Kind::Pool, None, name.into(), pool(p)),
@@ -343,16 +355,12 @@ impl Builder {
                 (None, None) => {}
             }
         }
-
-        fn name_of<'a>(old: Option<&'a Pool>, new: Option<&'a Pool>) -> &'a str {
-            old.or(new).map_or("", |p| p.name.as_str())
-        }
     }
 
     fn state(&mut self, name: &str, old: Option<&StateVar>, new: Option<&StateVar>) {
         match (old, new) {
             (None, Some(v)) => {
-                self.push(Op::Added, Kind::State, None, name.into(), source(&v.source))
+                self.push(Op::Added, Kind::State, None, name.into(), source(&v.source));
             }
             (Some(v), None) => self.push(
                 Op::Removed,
@@ -445,7 +453,7 @@ impl Builder {
             match (a, b) {
                 (None, Some(r)) => self.push(Op::Added, Kind::Rule, Some(name), id.into(), rule(r)),
                 (Some(r), None) => {
-                    self.push(Op::Removed, Kind::Rule, Some(name), id.into(), rule(r))
+                    self.push(Op::Removed, Kind::Rule, Some(name), id.into(), rule(r));
                 }
                 (Some(a), Some(b)) => {
                     let mut f = Fields::default();

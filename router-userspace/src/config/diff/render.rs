@@ -29,6 +29,7 @@ pub(super) fn pool(p: &Pool) -> String {
 }
 
 pub(super) fn group(g: &DecisionGroup) -> String {
+    use std::fmt::Write as _;
     let n = g.rules.len();
     let plural = if n == 1 { "" } else { "s" };
     let mut out = format!(
@@ -37,17 +38,17 @@ pub(super) fn group(g: &DecisionGroup) -> String {
     );
     let s = &g.switch;
     if s.stable_for != Duration::ZERO || s.cooldown != Duration::ZERO {
-        out += &format!(", switch.stable_for {}", dur(s.stable_for));
-        out += &format!(", switch.cooldown {}", dur(s.cooldown));
+        let _ = write!(out, ", switch.stable_for {}", dur(s.stable_for));
+        let _ = write!(out, ", switch.cooldown {}", dur(s.cooldown));
     }
     if s.failback_after != Duration::ZERO {
-        out += &format!(", switch.failback_after {}", dur(s.failback_after));
+        let _ = write!(out, ", switch.failback_after {}", dur(s.failback_after));
     }
     if let Some(require) = &g.require {
-        out += &format!(", require {require:?}");
+        let _ = write!(out, ", require {require:?}");
     }
     if let Some(automatic) = &g.automatic {
-        out += &format!(", automatic {automatic}");
+        let _ = write!(out, ", automatic {automatic}");
     }
     out
 }

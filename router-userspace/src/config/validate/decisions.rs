@@ -13,7 +13,7 @@ use rules::{Schema, Type, engine::Action};
 use super::{Field, ServiceDraft, leaf, missing, pool, required, state, unique_names};
 use crate::config::{
     load::Parsed,
-    model::*,
+    model::{DecisionGroup, DecisionRule, SwitchPolicy},
     report::{Item, Report, index_path, key_path},
     schema,
     spec::{ActionSpec, DecisionGroupSpec},
@@ -31,9 +31,14 @@ pub(super) struct Draft {
 }
 
 /// Checks one `decisions[]` item on its own.
+#[expect(
+    clippy::too_many_lines,
+    reason = "the keys of a group in turn (name, rules, default, switch), each reporting its own \
+              problems"
+)]
 pub(super) fn group(it: &Item<DecisionGroupSpec>, report: &mut Report) -> Draft {
     let g = &it.spec;
-    let name = required(it, report, &g.name, "", "name", values::name);
+    let name = required(it, report, g.name.as_deref(), "", "name", values::name);
     let mut refs = Vec::new();
     let rules = match &g.rules {
         _ if it.is_broken("rules") => None,
@@ -51,7 +56,7 @@ pub(super) fn group(it: &Item<DecisionGroupSpec>, report: &mut Report) -> Draft 
             let mut ids: HashMap<String, usize> = HashMap::new();
             for (i, r) in list.iter().enumerate() {
                 let rel = index_path("rules", i);
-                let id = required(it, report, &r.id, &rel, "id", values::name);
+                let id = required(it, report, r.id.as_deref(), &rel, "id", values::name);
                 if let Some(id) = &id {
                     if let Some(&first) = ids.get(id) {
                         let first = key_path(&index_path("rules", first), "id");
@@ -63,12 +68,21 @@ pub(super) fn group(it: &Item<DecisionGroupSpec>, report: &mut Report) -> Draft 
                         ids.insert(id.clone(), i);
                     }
                 }
-                let priority = leaf(it, report, &r.priority, &key_path(&rel, "priority"), |v| {
-                    v.parse::<i64>()
-                        .map_err(|_| (format!("priority must be a whole number, not {v:?}"), None))
-                })
+                let priority = leaf(
+                    it,
+                    report,
+                    r.priority.as_deref(),
+                    &key_path(&rel, "priority"),
+                    |v| {
+                        v.parse::<i64>().map_err(|_| {
+                            (format!("priority must be a whole number, not {v:?}"), None)
+                        })
+                    },
+                )
                 .or(0);
-                let when = required(it, report, &r.when, &rel, "when", |v| Ok(v.to_owned()));
+                let when = required(it, report, r.when.as_deref(), &rel, "when", |v| {
+                    Ok(v.to_owned())
+                });
                 let then = match &r.then {
                     _ if it.is_broken(&key_path(&rel, "then")) => None,
                     None => {
@@ -104,15 +118,15 @@ pub(super) fn group(it: &Item<DecisionGroupSpec>, report: &mut Report) -> Draft 
         _ if it.is_broken("switch") => None,
         None => Some(SwitchPolicy::default()),
         Some(s) => {
-            let d = |v: &Option<String>, key: &str, report: &mut Report| {
+            let d = |v: Option<&str>, key: &str, report: &mut Report| {
                 leaf(it, report, v, &key_path("switch", key), |v| {
                     state::zero_or_duration(v, key)
                 })
                 .or(std::time::Duration::ZERO)
             };
-            let stable_for = d(&s.stable_for, "stable_for", report);
-            let cooldown = d(&s.cooldown, "cooldown", report);
-            let failback_after = d(&s.failback_after, "failback_after", report);
+            let stable_for = d(s.stable_for.as_deref(), "stable_for", report);
+            let cooldown = d(s.cooldown.as_deref(), "cooldown", report);
+            let failback_after = d(s.failback_after.as_deref(), "failback_after", report);
             (|| {
                 Some(SwitchPolicy {
                     stable_for: stable_for?,
@@ -337,7 +351,7 @@ fn cycle_from(start: &str, derived: &HashMap<String, Vec<String>>) -> Option<Vec
     let mut stack: Vec<(&str, usize)> = vec![(start, 0)];
     let mut seen: HashSet<&str> = HashSet::new();
     while let Some((name, next)) = stack.last_mut() {
-        let reads = derived.get(*name).map(Vec::as_slice).unwrap_or(&[]);
+        let reads = derived.get(*name).map_or(&[][..], Vec::as_slice);
         let Some(read) = reads.get(*next) else {
             stack.pop();
             continue;

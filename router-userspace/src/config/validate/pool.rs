@@ -7,7 +7,11 @@ use router_common::{MAX_BACKENDS, MAX_POOLS, MAX_SERVICES};
 use super::{Field, leaf, missing, required};
 use crate::config::load::Parsed;
 use crate::config::{
-    model::*,
+    model::{
+        Backend, Backoff, CheckKind, DEFAULT_BACKOFF_FACTOR, DEFAULT_HEALTHY_THRESHOLD,
+        DEFAULT_HTTP_EXPECT, DEFAULT_HTTP_PATH, DEFAULT_INTERVAL, DEFAULT_TIMEOUT,
+        DEFAULT_UNHEALTHY_THRESHOLD, DEFAULT_WEIGHT, HealthCheck, MAX_WEIGHT, Pool, WhenAllDown,
+    },
     report::{Item, Report, index_path, key_path},
     spec::{BackoffSpec, ExecCheckSpec, HealthCheckSpec, HttpCheckSpec, PoolSpec},
     values::{self, Bad, Later, not_yet, show},
@@ -25,7 +29,7 @@ pub(super) struct Draft {
 
 pub(super) fn pool(it: &Item<PoolSpec>, report: &mut Report) -> Draft {
     let p = &it.spec;
-    let name = required(it, report, &p.name, "", "name", values::name);
+    let name = required(it, report, p.name.as_deref(), "", "name", values::name);
     let (backends, addresses) = backends(it, report);
     let health_check = match &p.health_check {
         _ if it.is_broken("health_check") => Field::Bad,
@@ -36,9 +40,13 @@ pub(super) fn pool(it: &Item<PoolSpec>, report: &mut Report) -> Draft {
         },
     };
     let choices = [("drop", WhenAllDown::Drop), ("pass", WhenAllDown::Pass)];
-    let when_all_down = leaf(it, report, &p.when_all_down, "when_all_down", |v| {
-        values::choice(v, "when_all_down", &choices, &[])
-    })
+    let when_all_down = leaf(
+        it,
+        report,
+        p.when_all_down.as_deref(),
+        "when_all_down",
+        |v| values::choice(v, "when_all_down", &choices, &[]),
+    )
     .or(WhenAllDown::Drop);
     if p.weights.is_some() {
         let (message, hint) = not_yet(Later::Weights);
@@ -84,24 +92,32 @@ fn backends(
     let mut backends = Vec::new();
     for (i, b) in specs.iter().enumerate() {
         let rel = index_path("backends", i);
-        let address = required(it, report, &b.address, &rel, "address", values::address);
-        let weight = leaf(it, report, &b.weight, &key_path(&rel, "weight"), |v| {
-            values::number(v, "weight", 0, MAX_WEIGHT)
-        })
+        let address = required(
+            it,
+            report,
+            b.address.as_deref(),
+            &rel,
+            "address",
+            values::address,
+        );
+        let weight = leaf(
+            it,
+            report,
+            b.weight.as_deref(),
+            &key_path(&rel, "weight"),
+            |v| values::number(v, "weight", 0, MAX_WEIGHT),
+        )
         .or(DEFAULT_WEIGHT);
         if let Some(address) = address {
-            match seen.get(&address) {
-                Some(&first) => {
-                    let first = key_path(&index_path("backends", first), "address");
-                    let hint = format!("first listed at {}", it.location(report, &first));
-                    let message = format!("duplicate backend address {address}");
-                    it.err(report, &key_path(&rel, "address"), message, Some(hint));
-                    ok = false;
-                }
-                None => {
-                    seen.insert(address, i);
-                    addresses.push((i, address));
-                }
+            if let Some(&first) = seen.get(&address) {
+                let first = key_path(&index_path("backends", first), "address");
+                let hint = format!("first listed at {}", it.location(report, &first));
+                let message = format!("duplicate backend address {address}");
+                it.err(report, &key_path(&rel, "address"), message, Some(hint));
+                ok = false;
+            } else {
+                seen.insert(address, i);
+                addresses.push((i, address));
             }
         }
         match (address, weight) {
@@ -137,7 +153,14 @@ fn health_check(
             None
         }
         ([_], Some(tcp), ..) => {
-            let port = required(it, report, &tcp.port, &rel("tcp"), "port", values::port);
+            let port = required(
+                it,
+                report,
+                tcp.port.as_deref(),
+                &rel("tcp"),
+                "port",
+                values::port,
+            );
             port.map(|port| CheckKind::Tcp { port })
         }
         ([_], _, Some(http), _) => http_check(it, report, http),
@@ -217,11 +240,11 @@ pub(in crate::config) fn timed<S>(
     timeout_within_interval: bool,
 ) -> Option<HealthCheck> {
     let rel = |key: &str| key_path(base, key);
-    let interval = leaf(it, report, t.interval, &rel("interval"), |v| {
+    let interval = leaf(it, report, t.interval.as_deref(), &rel("interval"), |v| {
         values::duration(v, "interval")
     })
     .or(DEFAULT_INTERVAL);
-    let timeout = match leaf(it, report, t.timeout, &rel("timeout"), |v| {
+    let timeout = match leaf(it, report, t.timeout.as_deref(), &rel("timeout"), |v| {
         values::duration(v, "timeout")
     }) {
         Field::Absent => interval.map(|i| i.min(DEFAULT_TIMEOUT)),
@@ -240,20 +263,20 @@ pub(in crate::config) fn timed<S>(
             }
         }
     };
-    let threshold = |value: &Option<String>, key: &str, default: u32, report: &mut Report| {
+    let threshold = |value: Option<&str>, key: &str, default: u32, report: &mut Report| {
         leaf(it, report, value, &rel(key), |v| {
             values::number(v, key, 1, u32::MAX)
         })
         .or(default)
     };
     let unhealthy = threshold(
-        t.unhealthy_threshold,
+        t.unhealthy_threshold.as_deref(),
         "unhealthy_threshold",
         DEFAULT_UNHEALTHY_THRESHOLD,
         report,
     );
     let healthy = threshold(
-        t.healthy_threshold,
+        t.healthy_threshold.as_deref(),
         "healthy_threshold",
         DEFAULT_HEALTHY_THRESHOLD,
         report,
@@ -279,11 +302,17 @@ pub(in crate::config) fn timed<S>(
 /// `health_check.http`.
 fn http_check(it: &Item<PoolSpec>, report: &mut Report, http: &HttpCheckSpec) -> Option<CheckKind> {
     let rel = key_path(HC, "http");
-    let port = required(it, report, &http.port, &rel, "port", values::port);
-    let path = leaf(it, report, &http.path, &key_path(&rel, "path"), http_path)
-        .or(DEFAULT_HTTP_PATH.to_owned());
+    let port = required(it, report, http.port.as_deref(), &rel, "port", values::port);
+    let path = leaf(
+        it,
+        report,
+        http.path.as_deref(),
+        &key_path(&rel, "path"),
+        http_path,
+    )
+    .or(DEFAULT_HTTP_PATH.to_owned());
     let expect_rel = key_path(&rel, "expect");
-    let expect = expect_codes(it, report, &expect_rel, &http.expect);
+    let expect = expect_codes(it, report, &expect_rel, http.expect.as_deref());
     Some(CheckKind::Http {
         port: port?,
         path: path?,
@@ -292,16 +321,20 @@ fn http_check(it: &Item<PoolSpec>, report: &mut Report, http: &HttpCheckSpec) ->
 }
 
 /// `expect`: status codes 100–599, at least one (default `[200]`).
+#[expect(
+    clippy::cast_possible_truncation,
+    reason = "a status code is parsed within 100–599, so it fits a u16"
+)]
 pub(in crate::config) fn expect_codes<S>(
     it: &Item<S>,
     report: &mut Report,
     expect_rel: &str,
-    expect: &Option<Vec<String>>,
+    expect: Option<&[String]>,
 ) -> Option<Vec<u16>> {
     match expect {
         _ if it.is_broken(expect_rel) => None,
         None => Some(DEFAULT_HTTP_EXPECT.to_vec()),
-        Some(codes) if codes.is_empty() => {
+        Some([]) => {
             let message = "expect needs at least one status code".to_owned();
             it.err(
                 report,
@@ -314,10 +347,13 @@ pub(in crate::config) fn expect_codes<S>(
         Some(codes) => {
             let mut out = Some(Vec::new());
             for (i, code) in codes.iter().enumerate() {
-                let value = &Some(code.clone());
-                let code = leaf(it, report, value, &index_path(expect_rel, i), |v| {
-                    values::number(v, "status code", 100, 599)
-                });
+                let code = leaf(
+                    it,
+                    report,
+                    Some(code.as_str()),
+                    &index_path(expect_rel, i),
+                    |v| values::number(v, "status code", 100, 599),
+                );
                 match (code, out.as_mut()) {
                     (Field::Ok(code), Some(out)) => out.push(code as u16),
                     _ => out = None,
@@ -348,17 +384,21 @@ fn backoff<S>(
     interval: Option<Duration>,
 ) -> Option<Backoff> {
     let rel = |key: &str| key_path(base, key);
-    let factor = leaf(it, report, &backoff.factor, &rel("factor"), |v| {
-        match v.parse::<f64>() {
+    let factor = leaf(
+        it,
+        report,
+        backoff.factor.as_deref(),
+        &rel("factor"),
+        |v| match v.parse::<f64>() {
             Ok(f) if f.is_finite() && f >= 1.0 => Ok(f),
             _ => Err((
                 format!("backoff factor must be a number of at least 1, not {v:?}"),
                 Some("1 means no backoff; 2 doubles the spacing after each failure".to_owned()),
             )),
-        }
-    })
+        },
+    )
     .or(DEFAULT_BACKOFF_FACTOR);
-    let max = match leaf(it, report, &backoff.max, &rel("max"), |v| {
+    let max = match leaf(it, report, backoff.max.as_deref(), &rel("max"), |v| {
         values::duration(v, "backoff max")
     }) {
         Field::Absent => interval,

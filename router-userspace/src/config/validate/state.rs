@@ -14,7 +14,7 @@ use super::{
     required,
 };
 use crate::config::{
-    model::*,
+    model::{CheckKind, MetricSpec, PushValue, StateProbe, StateSource, StateVar},
     report::{Item, Report, key_path},
     schema::{RESERVED, state_type},
     spec::{MetricSpecSpec, PushSpec, StateProbeSpec, StateVarSpec},
@@ -153,13 +153,13 @@ fn probe(it: &Item<StateVarSpec>, report: &mut Report, p: &StateProbeSpec) -> Op
             it.err(report, "probe", message, hint);
             (None, None)
         }
-        ([_], Some(_), ..) => match leaf(it, report, &p.tcp, &rel("tcp"), tcp_target) {
+        ([_], Some(_), ..) => match leaf(it, report, p.tcp.as_deref(), &rel("tcp"), tcp_target) {
             Field::Ok(sa) => (Some(sa.ip()), Some(CheckKind::Tcp { port: sa.port() })),
             _ => (None, None),
         },
         ([_], _, Some(_), _) => {
-            let url = leaf(it, report, &p.http, &rel("http"), http_url);
-            let expect = expect_codes(it, report, &rel("expect"), &p.expect);
+            let url = leaf(it, report, p.http.as_deref(), &rel("http"), http_url);
+            let expect = expect_codes(it, report, &rel("expect"), p.expect.as_deref());
             match (url, expect) {
                 (Field::Ok((sa, path)), Some(expect)) => (
                     Some(sa.ip()),
@@ -262,7 +262,7 @@ fn http_url(s: &str) -> Result<(SocketAddr, String), Bad> {
 fn push(it: &Item<StateVarSpec>, report: &mut Report, p: &PushSpec) -> Option<PushValue> {
     let rel = "push.default";
     let quoted = it.quoted.iter().any(|q| q == rel);
-    required(it, report, &p.default, "push", "default", |v| {
+    required(it, report, p.default.as_deref(), "push", "default", |v| {
         Ok(match v {
             _ if quoted => PushValue::String(v.to_owned()),
             "true" => PushValue::Bool(true),
@@ -292,9 +292,11 @@ fn metric(it: &Item<StateVarSpec>, report: &mut Report, m: &MetricSpecSpec) -> O
             None,
         )),
     };
-    let of = required(it, report, &m.of, "metric", "of", |v| Ok(v.to_owned()));
-    let above = required(it, report, &m.above, "metric", "above", rate);
-    let below = match leaf(it, report, &m.below, &rel("below"), rate) {
+    let of = required(it, report, m.of.as_deref(), "metric", "of", |v| {
+        Ok(v.to_owned())
+    });
+    let above = required(it, report, m.above.as_deref(), "metric", "above", rate);
+    let below = match leaf(it, report, m.below.as_deref(), &rel("below"), rate) {
         Field::Absent => above,
         Field::Bad => None,
         Field::Ok(below) => match above {
@@ -307,7 +309,7 @@ fn metric(it: &Item<StateVarSpec>, report: &mut Report, m: &MetricSpecSpec) -> O
             _ => Some(below),
         },
     };
-    let hold = leaf(it, report, &m.hold, &rel("for"), |v| {
+    let hold = leaf(it, report, m.hold.as_deref(), &rel("for"), |v| {
         zero_or_duration(v, "for")
     })
     .or(Duration::ZERO);
