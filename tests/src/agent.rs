@@ -252,13 +252,17 @@ impl Agent {
     }
 
     /// Waits until the agent answers `status`, then (up to 5 s more) until it has a next-hop
-    /// verdict for every backend: a test's first packets then meet the agent's published
-    /// state, as an operator's do once `status` shows every next hop.
+    /// verdict for every backend and its running version is recorded: a test's first packets
+    /// then meet the agent's published state, as an operator's do once `status` shows every
+    /// next hop and the version (the history records it on its own thread, a moment after
+    /// the maps are live).
     fn wait_ready(&mut self, limit: Duration) -> Result<()> {
         let start = Instant::now();
         loop {
             if self.status().is_ok() {
-                let _ = self.wait_for(Duration::from_secs(5), no_backend_resolving);
+                let _ = self.wait_for(Duration::from_secs(5), |s| {
+                    no_backend_resolving(s) && s.running.version.is_some()
+                });
                 return Ok(());
             }
             if let Some(child) = self.child.as_mut()

@@ -22,10 +22,13 @@ pub fn agent_settings(dir: &Path) -> Agent {
     config::load_dir(dir).map(|c| c.agent).unwrap_or_default()
 }
 
-/// `agent.pin_path` of `dir` (or the default).
+/// The pin path of `dir`'s agent: the running agent's, from its record (it keeps the pin path
+/// it started with, whatever the fragments say now, and a fragment being written cannot hide
+/// it); else `agent.pin_path` of `dir`, or the default.
 #[must_use]
 pub fn pin_path(dir: &Path) -> PathBuf {
-    agent_settings(dir).pin_path
+    crate::record::find(Path::new(crate::record::RUN_DIR), dir)
+        .map_or_else(|| agent_settings(dir).pin_path, |r| r.pin_path)
 }
 
 /// Where `status` and `ctl` reach the agent of a config directory, and how that was learnt.

@@ -1,7 +1,7 @@
 //! The history store: a corrupt or read-only store refuses the start and leaves the program
 //! forwarding; a store deleted or overwritten while the agent runs is reported and counted, and
 //! applies go on; a restart after an apply whose version could not be recorded keeps every
-//! established connection.
+//! established connection; a decision is written while a version's record waits for the store.
 
 use std::{fs, path::Path, process::Command};
 
@@ -16,7 +16,7 @@ use router_tests::{
 };
 
 use crate::common::{
-    EXIT_LIMIT, LIVE_LIMIT, Lb, consistent, ctl, dir_arg, metric, refused, serves, web,
+    EXIT_LIMIT, LIVE_LIMIT, Lb, consistent, ctl, dir_arg, metric, refused, serves, wait_metric, web,
 };
 
 /// Starts an agent, checks it balances, stops it (the program stays), breaks its history store
@@ -123,16 +123,14 @@ fn a_history_store_deleted_while_running_is_reported_and_applies_go_on() -> Resu
     fs::remove_dir_all(agent.state_dir())?;
     agent.write_file("10-web.yaml", &web(&pin, "web", &[100, 50]))?;
     agent.wait_for(LIVE_LIMIT, |s| s.generation > first)?;
+    wait_metric(&agent, "switchyard_history_errors_total", 1.0)
+        .context("the failed record is not counted")?;
     let status = agent.status()?;
     ensure!(status.rejected.is_none(), "{:?}", status.rejected);
     ensure!(
         status.running.version.is_none(),
         "the version claims to be recorded: {:?}",
         status.running
-    );
-    ensure!(
-        metric(&agent, "switchyard_history_errors_total")? >= 1.0,
-        "the failed record is not counted"
     );
     let human = agent.cli(&["status", "--config-dir", &dir_arg(&agent)])?;
     ensure!(human.contains("not recorded"), "{human}");
@@ -165,8 +163,8 @@ fn a_history_store_overwritten_while_running_is_counted_not_fatal() -> Result<()
     let g = agent.status()?.generation;
     agent.write_file("10-web.yaml", &web(&pin, "web", &[100, 30]))?;
     agent.wait_for(LIVE_LIMIT, |s| s.generation > g)?;
+    wait_metric(&agent, "switchyard_history_errors_total", 1.0)?;
     ensure!(agent.status()?.running.version.is_none());
-    ensure!(metric(&agent, "switchyard_history_errors_total")? >= 1.0);
     let e = ctl(&agent, &["versions"])
         .err()
         .context("versions of garbage")?;
@@ -236,11 +234,14 @@ fn a_restart_after_an_unrecorded_apply_keeps_established_connections() -> Result
     let third = second.replace("weight: 100 }\n", "weight: 60 }\n");
     ensure!(third != second);
     let g = agent.status()?.generation;
+    let errors = metric(&agent, "switchyard_history_errors_total")?;
     let state = agent.state_dir();
     {
         let _frozen = Immutable::set(&state)?;
         agent.write_file("10-web.yaml", &third)?;
         agent.wait_for(LIVE_LIMIT, |s| s.generation > g)?;
+        // The record fails while the directory is still immutable.
+        wait_metric(&agent, "switchyard_history_errors_total", errors + 1.0)?;
         ensure!(
             agent.status()?.running.version.is_none(),
             "the record did not fail"
@@ -275,4 +276,91 @@ fn a_restart_after_an_unrecorded_apply_keeps_established_connections() -> Result
         status.running
     );
     Ok(())
+}
+
+/// A decision made while an apply's version is being recorded: another process holds the
+/// history store's write lock, so the record waits for it (up to the store's busy timeout).
+/// The switch must be written, and answered, while the record still waits — the record runs on
+/// the history's own thread, never in the way of a decision — and the record must then
+/// finish (recorded or counted as failed) without losing the apply.
+#[test]
+fn a_decision_is_written_while_a_version_record_waits_for_the_store() -> Result<()> {
+    use router_tests::config_text::{ConfigText, Group};
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    let config = |pin: &str, weight: u32| {
+        ConfigText::at_pin_path(pin)
+            .deciding_service(
+                "web",
+                router_tests::addrs::VIP_V4.into(),
+                "tcp",
+                "dsr-l2",
+                "g",
+            )
+            .pool("p1", &[(backend_v4(1).into(), weight)], None)
+            .pool("p2", &[(backend_v4(2).into(), 100)], None)
+            .state("maint", "{ push: { default: false } }")
+            .decision(
+                Group::new("g")
+                    .rule("normal", 100, "NOT maint", "p1")
+                    .rule("maintenance", 90, "maint", "p2")
+                    .default_pool("p1"),
+            )
+            .text()
+    };
+    let Some(lb) = Lb::start("a_decision_while_a_record_waits", 2, |pin| config(pin, 100))? else {
+        return Ok(());
+    };
+    let Lb {
+        topo,
+        servers: _servers,
+        pin,
+        agent,
+    } = lb;
+    let errors = metric(&agent, "switchyard_history_errors_total")?;
+    let versions = metric(&agent, "switchyard_config_applied_total")?;
+    // Another writer holds the store: every write of the agent's waits for it.
+    let store = rusqlite::Connection::open(agent.state_dir().join("history.sqlite"))?;
+    store.execute_batch("BEGIN EXCLUSIVE")?;
+    let g = agent.status()?.generation;
+    agent.write_file("10-web.yaml", &config(&pin, 50))?;
+    let answered = AtomicBool::new(false);
+    std::thread::scope(|scope| -> Result<()> {
+        let apply = scope.spawn(|| {
+            let r = ctl(&agent, &["apply"]);
+            answered.store(true, Ordering::SeqCst);
+            r
+        });
+        // The apply is live (its maps written) while its record waits.
+        agent.wait_for(LIVE_LIMIT, |s| s.generation > g)?;
+        ensure!(
+            metric(&agent, "switchyard_config_applied_total")? > versions,
+            "the apply is not live"
+        );
+        ctl(&agent, &["state", "set", "maint=true"])?;
+        let switched: serde_json::Value =
+            serde_json::from_str(&agent.api_get("/decisions?group=g")?)?;
+        let to_p2 = switched
+            .as_array()
+            .context("decisions")?
+            .iter()
+            .any(|r| r["kind"] == "switch" && r["to"].to_string().contains("p2"));
+        ensure!(to_p2, "the switch to p2 is not written: {switched}");
+        ensure!(
+            !answered.load(Ordering::SeqCst)
+                && metric(&agent, "switchyard_history_errors_total")? == errors,
+            "the record finished before the decision: the decision did not run beside it"
+        );
+        store.execute_batch("ROLLBACK")?;
+        apply
+            .join()
+            .map_err(|_| anyhow::anyhow!("the apply's caller panicked"))?
+            .context("ctl apply")?;
+        Ok(())
+    })?;
+    // Recorded once the lock went, or failed at the busy timeout and counted: either way the
+    // running config is the applied one and the agent serves.
+    agent.wait_for(LIVE_LIMIT, |s| s.generation > g && s.rejected.is_none())?;
+    consistent(&agent)?;
+    serves(&topo, 5)
 }

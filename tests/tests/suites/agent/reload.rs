@@ -149,18 +149,21 @@ fn rapid_churn_with_concurrent_ctl_apply_and_sighup_ends_on_the_last_write() -> 
             }
             errors
         });
-        for k in 0..40u32 {
+        let written = (0..40u32).try_for_each(|k| {
             let weights = [100, 1 + (k * 37) % 200, 1 + (k * 11) % 150];
             agent.write_file("10-web.yaml", &web(&pin, "web", &weights))?;
             if k % 5 == 0 {
                 agent.reload()?;
             }
             std::thread::sleep(Duration::from_millis(10 + u64::from(k % 3) * 10));
-        }
+            Ok::<_, anyhow::Error>(())
+        });
+        // The applier stops whatever the writes did: the scope waits for it.
         stop.store(true, std::sync::atomic::Ordering::Relaxed);
         let errors = applier
             .join()
             .map_err(|_| anyhow::anyhow!("applier panicked"))?;
+        written?;
         ensure!(errors.is_empty(), "ctl apply failed: {errors:?}");
         Ok(())
     })?;

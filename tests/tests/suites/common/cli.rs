@@ -30,6 +30,23 @@ pub fn metric(agent: &Agent, name: &str) -> Result<f64> {
         .unwrap_or(0.0))
 }
 
+/// Waits until metric `name` reaches `at_least`: a history record completes on its own thread
+/// after the maps are live, so its success or failure shows a moment later.
+pub fn wait_metric(agent: &Agent, name: &str, at_least: f64) -> Result<()> {
+    let start = std::time::Instant::now();
+    loop {
+        let value = metric(agent, name)?;
+        if value >= at_least {
+            return Ok(());
+        }
+        ensure!(
+            start.elapsed() < LIVE_LIMIT,
+            "{name} is {value}, not {at_least}, after {LIVE_LIMIT:?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// The generation the agent runs.
 pub fn generation(agent: &Agent) -> Result<u64> {
     Ok(agent.status()?.generation)

@@ -9,7 +9,7 @@ pub mod sampling;
 
 use std::time::Duration;
 
-pub use cli::{ctl, dir_arg, generation, live_after, metric, refused};
+pub use cli::{ctl, dir_arg, generation, live_after, metric, refused, wait_metric};
 pub use fragments::{BROKEN, FIXED, broken_errors, dns, web};
 pub use lb::{Lb, check_spread, consistent, lb_interfaces, no_xdp_on_lb, serves};
 pub use maps::view;

@@ -391,19 +391,20 @@ fn upgrades_while_applies_run() -> Result<()> {
             }
             Ok(k)
         });
-        for _ in 0..3 {
+        let upgraded = (0..3).try_for_each(|_| {
             let mut args = vec!["upgrade"];
             for i in &ifaces {
                 args.extend(["--iface", i.as_str()]);
             }
             args.extend(["--config-dir", &dir]);
-            agent.cli(&args)?;
-        }
+            agent.cli(&args).map(drop)
+        });
+        // The writer stops whatever the upgrades did: the scope waits for it.
         stop.store(true, std::sync::atomic::Ordering::Relaxed);
         writer
             .join()
             .map_err(|_| anyhow::anyhow!("writer panicked"))??;
-        Ok(())
+        upgraded
     })?;
     agent.wait_for(LIVE_LIMIT, |s| {
         s.differs_from_files == Some(false) && s.rejected.is_none()
