@@ -310,9 +310,16 @@ impl Driver {
         };
         self.groups[i].deadline = decision.next_deadline;
         let name = self.groups[i].group.name().to_owned();
-        if decision.no_match {
+        if decision.no_match && decision.vetoed.is_empty() {
             log::warn!(
                 "decision group {name}: no rule matches and no default; the active action is kept"
+            );
+        } else if decision.no_match {
+            let vetoed: Vec<String> = decision.vetoed.iter().map(ToString::to_string).collect();
+            log::warn!(
+                "decision group {name}: `require` vetoes every candidate ({}); the active action \
+                 is kept",
+                vetoed.join(", ")
             );
         }
         let switch_to = match (&decision.switched, &decision.active) {
