@@ -301,7 +301,7 @@ fn a_decision_is_written_while_a_version_record_waits_for_the_store() -> Result<
             .pool("p2", &[(backend_v4(2).into(), 100)], None)
             .state("maint", "{ push: { default: false } }")
             .decision(
-                Group::new("g")
+                &Group::new("g")
                     .rule("normal", 100, "NOT maint", "p1")
                     .rule("maintenance", 90, "maint", "p2")
                     .default_pool("p1"),
