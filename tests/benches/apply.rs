@@ -21,7 +21,7 @@
 //!   pass (`on_change` over all groups, which publishes the groups' decision words) — the
 //!   configuration is live at the end of this stage;
 //! - **record**: the version and the publisher's slot ledger recorded in the history store
-//!   (`history::History::record`, SQLite in a temporary state directory);
+//!   (`history::History::record`, `SQLite` in a temporary state directory);
 //!
 //! **live** is the first four, **total** all five. (Not included: what the agent does after
 //! the apply — restarting probes, logging, keeping overrides.)
@@ -361,6 +361,13 @@ impl Scenario {
             let row: Vec<String> = cols
                 .iter()
                 .map(|v| {
+                    #[expect(
+                        clippy::cast_precision_loss,
+                        clippy::cast_possible_truncation,
+                        clippy::cast_sign_loss,
+                        reason = "an index into the sorted samples: (len − 1) · at rounded, for \
+                                  at in 0..=1"
+                    )]
                     let i = ((v.len() - 1) as f64 * at).round() as usize;
                     format!("{:>8.2}", v[i.min(v.len() - 1)])
                 })

@@ -25,9 +25,10 @@
 //!   at nice -20, and this process in a session of its own whose scheduler group has nice -20
 //!   too ([`host::own_session`]), so other work on a shared machine takes little of the two
 //!   CPUs during a window.
-//! - **Counting**: each backend's veth has an XDP_DROP sink for IPv4 frames (ARP and IPv6
-//!   pass, so the lb resolves its neighbours) instead of the topology's XDP_PASS, and its receive counter (read over rtnetlink, as `ip -s link` shows it) counts
-//!   the frames that reached it. The rate is the counters' growth over `--secs` seconds after
+//! - **Counting**: each backend's veth has an `XDP_DROP` sink for IPv4 frames (ARP and IPv6
+//!   pass, so the lb resolves its neighbours) instead of the topology's `XDP_PASS`, and its
+//!   receive counter (read over rtnetlink, as `ip -s link` shows it) counts the frames that
+//!   reached it. The rate is the counters' growth over `--secs` seconds after
 //!   a one-second warm-up.
 //! - **Per lb CPU-second**: the same count divided by the CPU time the lb's NAPI thread had in
 //!   the window (`/proc/TID/schedstat`), i.e. what one CPU given wholly to the lb forwards.
@@ -163,6 +164,10 @@ struct Sample {
     napi_ns: u64,
 }
 
+#[expect(
+    clippy::cast_precision_loss,
+    reason = "packet counts and nanoseconds of a window, far below 2^52, as f64 rates"
+)]
 impl Sample {
     fn between(mode: Mode, label: &'static str, a: &Snapshot, b: &Snapshot) -> Self {
         Self {
@@ -245,7 +250,7 @@ struct Bench {
 }
 
 impl Bench {
-    /// The topology with IPv4 XDP_DROP sinks on the backends and the lb's client-facing NAPI
+    /// The topology with IPv4 `XDP_DROP` sinks on the backends and the lb's client-facing NAPI
     /// threaded and pinned to [`LB_CPU`].
     fn new(secs: Duration) -> Result<Self> {
         let topo = Topology::builder().backends(BACKENDS).build()?;
@@ -310,7 +315,7 @@ impl Bench {
         let cpu = cpu_times(LB_CPU)?;
         let napi_ns = task_runtime_ns(self.napi).context("the lb's NAPI thread is gone")?;
         Ok(Snapshot {
-            at: start + (Instant::now() - start) / 2,
+            at: start + start.elapsed() / 2,
             offered: client.tx_packets + client.tx_dropped,
             lb_rx,
             backends,
@@ -684,6 +689,10 @@ fn agent_config(pin: &str) -> String {
     )
 }
 
+#[expect(
+    clippy::too_many_lines,
+    reason = "the run in order: options, the machine, the rounds, the summary"
+)]
 fn main() -> Result<()> {
     if !bench::invoked_by_cargo_bench() {
         println!("forward: a benchmark; run it with `cargo bench -p router-tests --bench forward`");

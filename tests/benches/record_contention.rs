@@ -73,7 +73,12 @@
 //!
 //! The process runs at nice -20 in a session of its own, and so does the agent it starts. It is
 //! not pinned: the agent's runtime uses every CPU.
+#![expect(
+    clippy::cast_precision_loss,
+    reason = "latencies in µs, counts and sizes in bytes, far below 2^52, as f64 for the report"
+)]
 
+use std::fmt::Write as _;
 use std::fs;
 use std::io::{Read as _, Write as _};
 use std::net::{SocketAddr, TcpStream};
@@ -141,8 +146,10 @@ fn shape(pools: usize) -> Shape {
 fn without_health_checks(text: &str) -> String {
     text.lines()
         .filter(|l| !l.trim_start().starts_with("health_check:"))
-        .map(|l| format!("{l}\n"))
-        .collect()
+        .fold(String::with_capacity(text.len()), |mut out, l| {
+            let _ = writeln!(out, "{l}");
+            out
+        })
 }
 
 /// The generated fragments of `version`, without health checks.
@@ -209,7 +216,7 @@ impl Api {
         let stream =
             lb.run(move || TcpStream::connect_timeout(&addr, Duration::from_secs(3)))??;
         stream.set_nodelay(true)?;
-        stream.set_read_timeout(Some(Duration::from_secs(60)))?;
+        stream.set_read_timeout(Some(Duration::from_mins(1)))?;
         Ok(Self {
             stream,
             buf: Vec::new(),
@@ -221,7 +228,8 @@ impl Api {
         let mut req = format!("{method} {path} HTTP/1.1\r\nHost: agent\r\n");
         match body {
             Some(b) => {
-                req += &format!(
+                let _ = write!(
+                    req,
                     "Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{b}",
                     b.len()
                 );
@@ -278,11 +286,16 @@ impl Api {
     }
 }
 
+/// `d` in whole microseconds (`u64::MAX` beyond, some 584,000 years).
+fn micros(d: Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
+}
+
 /// Microseconds since the Unix epoch.
 fn wall_us() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_micros() as u64)
+        .map_or(0, micros)
 }
 
 /// A small pseudo-random generator (xorshift64*), for the pauses between flips.
@@ -316,7 +329,7 @@ struct Flip {
 
 impl Flip {
     fn round_trip_us(&self) -> u64 {
-        (self.done - self.sent).as_micros() as u64
+        micros(self.done - self.sent)
     }
 }
 
@@ -358,7 +371,7 @@ impl Flipper {
     fn flips(&mut self, n: usize) -> Result<Vec<Flip>> {
         let mut out = Vec::with_capacity(n);
         for _ in 0..n {
-            let gap_us = self.gap.as_micros() as u64;
+            let gap_us = micros(self.gap);
             if gap_us > 0 {
                 thread::sleep(Duration::from_micros(self.rng.below(2 * gap_us)));
             }
@@ -379,7 +392,7 @@ struct ApplyRun {
 
 impl ApplyRun {
     fn round_trip_us(&self) -> u64 {
-        (self.done - self.sent).as_micros() as u64
+        micros(self.done - self.sent)
     }
 }
 
@@ -475,6 +488,10 @@ impl DiskLoad {
         let handle = thread::spawn(move || -> Result<DiskStats> {
             // Its CPU time is not the point; it must not take the CPU from the agent.
             let _ = host::renice(0, 10);
+            #[expect(
+                clippy::cast_possible_truncation,
+                reason = "a filler pattern: the low byte of i · 7 + 13"
+            )]
             let block: Vec<u8> = (0..DISK_BLOCK).map(|i| (i * 7 + 13) as u8).collect();
             let mut stats = DiskStats {
                 burst,
@@ -490,7 +507,7 @@ impl DiskLoad {
                     if stats.blocks.is_multiple_of(burst) {
                         let t = Instant::now();
                         file.sync_all()?;
-                        stats.fsync_us.push(t.elapsed().as_micros() as u64);
+                        stats.fsync_us.push(micros(t.elapsed()));
                     }
                 }
                 Ok(())
@@ -597,6 +614,11 @@ fn signed_ms(a: Instant, b: Instant) -> f64 {
 }
 
 /// Nearest-rank percentile `p` (0..=1) of `sorted`.
+#[expect(
+    clippy::cast_possible_truncation,
+    clippy::cast_sign_loss,
+    reason = "a rank into the sorted samples: ⌈p · len⌉ for p in 0..=1, clamped to 1..=len"
+)]
 fn rank(sorted: &[u64], p: f64) -> u64 {
     if sorted.is_empty() {
         return 0;
@@ -809,6 +831,10 @@ impl Bench {
     }
 
     /// Runs one phase: flips, with applies and the disk load if asked.
+    #[expect(
+        clippy::similar_names,
+        reason = "the applying thread (`applier`) and what it did (`applied`)"
+    )]
     fn phase(&mut self, name: &'static str, applying: bool, disk: bool) -> Result<Phase> {
         let load = if disk {
             let path = self.agent.state_dir().with_extension("load");
@@ -829,7 +855,7 @@ impl Bench {
                 self.apply_gap,
             );
             // Applies under way before the first flip.
-            let deadline = Instant::now() + Duration::from_secs(60);
+            let deadline = Instant::now() + Duration::from_mins(1);
             while counters(&mut self.probe)?.versions < before.versions + WARMUP_APPLIES {
                 ensure!(Instant::now() < deadline, "no apply recorded within 60 s");
                 thread::sleep(Duration::from_millis(5));
@@ -899,13 +925,13 @@ impl Bench {
             .as_u64()
             .context("GET /versions: no running version")?;
         let count = list["versions"].as_array().map_or(0, Vec::len);
-        let last: serde_json::Value = serde_json::from_str(&self.probe.ok(
+        let version: serde_json::Value = serde_json::from_str(&self.probe.ok(
             "GET",
             &format!("/versions/{running}"),
             None,
         )?)?;
-        let ledger = last["ledger"].as_str().map_or(0, str::len);
-        let texts: usize = last["texts"].as_array().map_or(0, |t| {
+        let ledger = version["ledger"].as_str().map_or(0, str::len);
+        let texts: usize = version["texts"].as_array().map_or(0, |t| {
             t.iter().filter_map(|f| f[1].as_str()).map(str::len).sum()
         });
         let path = self.agent.state_dir().join(switchyard::history::FILE_NAME);
@@ -913,7 +939,7 @@ impl Bench {
         println!(
             "history: {count} versions, {:.1} MiB ({}); a version's record: ledger {} KiB, \
              fragments {} KiB (one new text per apply)",
-            size as f64 / (1 << 20) as f64,
+            size as f64 / f64::from(1 << 20),
             path.display(),
             ledger / 1024,
             texts / 1024
@@ -924,7 +950,8 @@ impl Bench {
             .filter(|l| l.contains(" WARN ") || l.contains(" ERROR "))
             .collect();
         // By the module that logged them (`[time LEVEL module] message`), with the first one.
-        let mut by: std::collections::BTreeMap<&str, (usize, &str)> = Default::default();
+        let mut by: std::collections::BTreeMap<&str, (usize, &str)> =
+            std::collections::BTreeMap::new();
         for l in &notable {
             let module = l
                 .split(']')
@@ -946,7 +973,7 @@ impl Bench {
         for _ in 0..UNCHANGED_APPLIES {
             let sent = Instant::now();
             let body = self.probe.ok("POST", "/apply", None)?;
-            out.push(sent.elapsed().as_micros() as u64);
+            out.push(micros(sent.elapsed()));
             let o: Outcome = serde_json::from_str(&body)?;
             ensure!(
                 !o.changed,
@@ -977,7 +1004,7 @@ impl Bench {
         let mine = &records[records.len() - flips.len()..];
         let mut latencies = Vec::with_capacity(flips.len());
         let mut outside = 0;
-        let slack = CLOCK_SLACK.as_micros() as u64;
+        let slack = micros(CLOCK_SLACK);
         for (i, (f, r)) in flips.iter().zip(mine).enumerate() {
             let pool = large_config::pool_name(if f.value { POOL_ON } else { POOL_OFF });
             ensure!(
@@ -990,7 +1017,7 @@ impl Bench {
                 .latency_us
                 .with_context(|| format!("flip {i}: no latency_us in {r:?}"))?;
             latencies.push(latency);
-            let at = r.at.as_micros() as u64;
+            let at = micros(r.at);
             if at + slack < f.sent_wall || at > f.done_wall + slack {
                 outside += 1;
             }
@@ -999,6 +1026,21 @@ impl Bench {
     }
 }
 
+/// The pause `--NAME MS` gives (`default_ms` without it), in whole microseconds.
+#[expect(
+    clippy::cast_possible_truncation,
+    clippy::cast_sign_loss,
+    reason = "milliseconds from the command line to whole µs, saturating (a negative pause is \
+              none)"
+)]
+fn pause_arg(name: &str, default_ms: f64) -> Duration {
+    Duration::from_micros((bench::arg::<f64>(name).unwrap_or(default_ms) * 1e3) as u64)
+}
+
+#[expect(
+    clippy::too_many_lines,
+    reason = "the run in order: options, the configuration, the agent, the phases, the report"
+)]
 fn main() -> Result<()> {
     if !bench::invoked_by_cargo_bench() {
         println!(
@@ -1012,9 +1054,8 @@ fn main() -> Result<()> {
     }
     router_tests::agent::binary()?;
     let flips: usize = bench::arg("flips").unwrap_or(500).max(1);
-    let gap = Duration::from_micros((bench::arg::<f64>("gap-ms").unwrap_or(10.0) * 1e3) as u64);
-    let apply_gap =
-        Duration::from_micros((bench::arg::<f64>("apply-gap-ms").unwrap_or(0.0) * 1e3) as u64);
+    let gap = pause_arg("gap-ms", 10.0);
+    let apply_gap = pause_arg("apply-gap-ms", 0.0);
     let pools: usize = bench::arg("pools").unwrap_or(8).clamp(2, 155);
     let disk_load = std::env::args().any(|a| a == "--disk-load");
     let disk_burst: u64 = bench::arg("disk-burst-mib").unwrap_or(64).clamp(1, 256);

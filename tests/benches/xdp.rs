@@ -92,7 +92,7 @@ fn config() -> Result<Config> {
         ],
         state: vec![],
         decisions: vec![],
-        rules: Default::default(),
+        rules: std::sync::Arc::default(),
     })
 }
 

@@ -1,7 +1,7 @@
 //! The standard topology's names and addresses, shared by the demo and the namespace tests.
 //!
-//! Everything lives in the benchmarking range 198.18.0.0/15 (RFC 2544) and the documentation
-//! prefix 2001:db8::/32 (RFC 3849), so nothing here can collide with a real network.
+//! Everything lives in the benchmarking range `198.18.0.0/15` (RFC 2544) and the documentation
+//! prefix `2001:db8::/32` (RFC 3849), so nothing here can collide with a real network.
 //!
 //! ```text
 //!  ┌─ client ns: the client, and the site's router for the backends' replies ──────┐
@@ -77,7 +77,7 @@
 //! - **A routed backend** `R` (at most one, numbered after the directly attached ones) sits
 //!   behind a router namespace `rt`: the lb reaches `198.18.(10+R).0/24` via the router at
 //!   `198.18.2.1` / `2001:db8:2::1`, so the lb's next hop for it is the router, not the
-//!   backend. The router forwards (it is a router) and runs XDP_PASS on its veth facing the
+//!   backend. The router forwards (it is a router) and runs `XDP_PASS` on its veth facing the
 //!   lb, which receives frames the lb's program sends. The routed backend has no return link:
 //!   its default routes go via the router, whose default routes go via the lb, so it serves
 //!   `nat` (a `dsr-l2` frame to it would be routed by the router on its destination, the VIP).
@@ -182,12 +182,15 @@ const fn link_mac(kind: u8, segment: u8, host: u8) -> [u8; 6] {
 ///
 /// # Panics
 /// If `i` is 0 or above [`MAX_BACKENDS`].
+#[expect(
+    clippy::cast_possible_truncation,
+    reason = "in range by the assertion: 1 ≤ i ≤ MAX_BACKENDS = 32"
+)]
 fn segment(i: usize) -> u8 {
     assert!(
         (1..=MAX_BACKENDS).contains(&i),
         "backend index {i} outside 1..={MAX_BACKENDS}"
     );
-    // In range by the assertion: 1 ≤ i ≤ 32.
     i as u8
 }
 
@@ -198,93 +201,114 @@ fn v6_group(i: usize) -> u16 {
 }
 
 /// Backend `i`'s own IPv4 address, `198.18.(10+i).11` (1-based).
+#[must_use]
 pub fn backend_v4(i: usize) -> Ipv4Addr {
     Ipv4Addr::new(198, 18, 10 + segment(i), 11)
 }
 
 /// Backend `i`'s own IPv6 address, `2001:db8:(10+i)::11` (1-based).
+#[must_use]
 pub fn backend_v6(i: usize) -> Ipv6Addr {
     Ipv6Addr::new(0x2001, 0xdb8, v6_group(i), 0, 0, 0, 0, 0x11)
 }
 
 /// The gateway's IPv4 address on backend `i`'s link, `198.18.(10+i).254`: the lb's, or for a
 /// routed backend the router's.
+#[must_use]
 pub fn lb_backend_side_v4(i: usize) -> Ipv4Addr {
     Ipv4Addr::new(198, 18, 10 + segment(i), 254)
 }
 
 /// The gateway's IPv6 address on backend `i`'s link, `2001:db8:(10+i)::fe`: the lb's, or for a
 /// routed backend the router's.
+#[must_use]
 pub fn lb_backend_side_v6(i: usize) -> Ipv6Addr {
     Ipv6Addr::new(0x2001, 0xdb8, v6_group(i), 0, 0, 0, 0, 0xfe)
 }
 
 /// The veth towards backend `i`, `to-bI`: in the lb namespace for a directly attached backend,
 /// in the router namespace for a routed one, and (the return link) in the client namespace.
+#[must_use]
 pub fn lb_backend_if(i: usize) -> String {
     format!("to-b{}", segment(i))
 }
 
 /// Backend `i`'s MAC address (on its [`BACKEND_IF`]).
+#[must_use]
 pub fn backend_mac(i: usize) -> [u8; 6] {
     mac(segment(i), 0x01)
 }
 
 /// The gateway's MAC address on backend `i`'s link (on [`lb_backend_if`]`(i)` of the lb, or of
 /// the router for a routed backend).
+#[must_use]
 pub fn lb_backend_side_mac(i: usize) -> [u8; 6] {
     mac(segment(i), 0xfe)
 }
 
 /// Backend `i`'s IPv4 address on its return link, `198.19.(10+i).11`.
+#[must_use]
 pub fn backend_return_v4(i: usize) -> Ipv4Addr {
     Ipv4Addr::new(198, 19, 10 + segment(i), 11)
 }
 
 /// Backend `i`'s IPv6 address on its return link, `2001:db8:19:(10+i)::11`.
+#[must_use]
 pub fn backend_return_v6(i: usize) -> Ipv6Addr {
     Ipv6Addr::new(0x2001, 0xdb8, 0x19, v6_group(i), 0, 0, 0, 0x11)
 }
 
 /// The client's (the site router's) IPv4 address on backend `i`'s return link,
 /// `198.19.(10+i).254`: that backend's default gateway.
+#[must_use]
 pub fn client_return_side_v4(i: usize) -> Ipv4Addr {
     Ipv4Addr::new(198, 19, 10 + segment(i), 254)
 }
 
 /// The client's IPv6 address on backend `i`'s return link, `2001:db8:19:(10+i)::fe`.
+#[must_use]
 pub fn client_return_side_v6(i: usize) -> Ipv6Addr {
     Ipv6Addr::new(0x2001, 0xdb8, 0x19, v6_group(i), 0, 0, 0, 0xfe)
 }
 
 /// Backend `i`'s MAC address on its return link (on [`BACKEND_RETURN_IF`]).
+#[must_use]
 pub fn backend_return_mac(i: usize) -> [u8; 6] {
     link_mac(1, segment(i), 0x01)
 }
 
 /// The client's MAC address on backend `i`'s return link (on [`lb_backend_if`]`(i)` in the
 /// client namespace).
+#[must_use]
 pub fn client_return_side_mac(i: usize) -> [u8; 6] {
     link_mac(1, segment(i), 0xfe)
 }
 
 /// Backend `i`'s name as its servers announce it: `b1`, `b2`, …
+#[must_use]
 pub fn backend_name(i: usize) -> String {
     format!("b{}", segment(i))
 }
 
 /// Formats a MAC address as `ip` and `ethtool` expect it.
+#[must_use]
+#[expect(
+    clippy::many_single_char_names,
+    reason = "the six octets of the address, in order"
+)]
 pub fn mac_string(mac: [u8; 6]) -> String {
     let [a, b, c, d, e, f] = mac;
     format!("{a:02x}:{b:02x}:{c:02x}:{d:02x}:{e:02x}:{f:02x}")
 }
 
 /// The IPv4 VIP with `port`.
+#[must_use]
 pub fn vip_v4(port: u16) -> SocketAddr {
     SocketAddr::new(IpAddr::V4(VIP_V4), port)
 }
 
 /// The IPv6 VIP with `port`.
+#[must_use]
 pub fn vip_v6(port: u16) -> SocketAddr {
     SocketAddr::new(IpAddr::V6(VIP_V6), port)
 }

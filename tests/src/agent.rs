@@ -8,6 +8,7 @@
 //! `/sys`.
 
 use std::{
+    fmt::Write as _,
     fs,
     io::{Read as _, Write as _},
     net::TcpStream,
@@ -18,7 +19,7 @@ use std::{
 };
 
 use anyhow::{Context as _, Result, bail};
-use switchyard::api::status::Status;
+use switchyard::api::status::{NextHopStatus, Status};
 
 use crate::netns::{Netns, Topology};
 
@@ -28,6 +29,11 @@ pub const API: &str = "127.0.0.1:9900";
 /// The `switchyard` binary next to the running test (or xtask) executable:
 /// `target/<profile>/switchyard`. `cargo test --workspace` builds it with router-userspace's
 /// own integration tests; otherwise run `cargo build -p router-userspace` first.
+///
+/// # Errors
+///
+/// When the running executable's path cannot be read, or the binary is not there (the message
+/// says how to build it).
 pub fn binary() -> Result<PathBuf> {
     let exe = std::env::current_exe()?;
     let mut dir = exe.parent().context("no parent")?.to_path_buf();
@@ -84,6 +90,10 @@ pub const TEST_PIN_PREFIX: &str = "/sys/fs/bpf/switchyard-test-";
 static COUNTER: AtomicU32 = AtomicU32::new(0);
 
 /// A fresh, unique folder under the system temporary directory.
+///
+/// # Errors
+///
+/// When the folder cannot be created.
 pub fn temp_dir(role: &str) -> Result<PathBuf> {
     let n = COUNTER.fetch_add(1, Ordering::Relaxed);
     let dir = std::env::temp_dir().join(format!("switchyard-{role}-{}-{n}", std::process::id()));
@@ -120,6 +130,11 @@ impl Agent {
     /// in the lb namespace on every lb interface ([`Topology::lb_interfaces`]: client side,
     /// each backend side, the router side) and waits until its API answers (up to 20 s; the
     /// program load dominates).
+    ///
+    /// # Errors
+    ///
+    /// When the config directory cannot be written, the binary is missing or cannot be
+    /// started, or the agent exits or does not answer in time (the error carries its log).
     pub fn start(topo: &Topology, files: &[(&str, String)]) -> Result<Self> {
         let interfaces = topo.lb_interfaces();
         let mut agent = Self::spawn(topo, files, &interfaces)?;
@@ -129,6 +144,10 @@ impl Agent {
 
     /// Like [`Agent::start`], on `interfaces` (in this order) of the lb namespace instead of
     /// the client side and every backend side: for a test that adds interfaces of its own.
+    ///
+    /// # Errors
+    ///
+    /// As [`Agent::start`].
     pub fn start_on(
         topo: &Topology,
         files: &[(&str, String)],
@@ -144,6 +163,11 @@ impl Agent {
     /// `files`, for a start that must fail: waits up to `limit` for it to exit and returns its
     /// exit status, output and leftover pins. Fails if it is still running then. Either way
     /// the agent is then cleaned up like a dropped [`Agent`].
+    ///
+    /// # Errors
+    ///
+    /// When the config directory cannot be written, the binary is missing or cannot be
+    /// started, or it still runs after `limit` (the error carries its log).
     pub fn attach_expecting_exit(
         topo: &Topology,
         files: &[(&str, String)],
@@ -159,6 +183,11 @@ impl Agent {
     /// [`Agent::stop`] or [`Agent::kill`], for a start that must fail (the program of the first
     /// run stays attached meanwhile): waits up to `limit` for it to exit and returns how. Fails
     /// if it is still running then (it is stopped when the agent is dropped).
+    ///
+    /// # Errors
+    ///
+    /// When an agent is still running, `switchyard attach` cannot be started, or it still
+    /// runs after `limit`.
     pub fn relaunch_expecting_exit(&mut self, limit: Duration) -> Result<Exited> {
         if self.child.is_some() {
             bail!("the agent is still running");
@@ -245,6 +274,11 @@ impl Agent {
     /// Stops the agent (SIGTERM: the program stays attached with its pinned maps) and starts
     /// it again on the same config directory, which it may have changed in between; the new
     /// agent adopts the pinned maps and links. Waits until it answers.
+    ///
+    /// # Errors
+    ///
+    /// When the running agent cannot be signalled or reaped, the new one cannot be started,
+    /// or it exits or does not answer within 20 s (the error carries its log).
     pub fn restart(&mut self) -> Result<()> {
         self.stop()?;
         self.launch()?;
@@ -281,12 +315,18 @@ impl Agent {
     }
 
     /// The agent's log so far.
+    #[must_use]
     pub fn log_text(&self) -> String {
         fs::read_to_string(&self.log).unwrap_or_default()
     }
 
     /// Runs the `switchyard` CLI in the lb namespace with `args` and returns its stdout;
     /// fails with its stderr unless it exits 0.
+    ///
+    /// # Errors
+    ///
+    /// When `nsenter` cannot be run, or the CLI exits non-zero (the error carries its
+    /// stderr).
     pub fn cli(&self, args: &[&str]) -> Result<String> {
         let out = Command::new("nsenter")
             .arg(format!("--net={}", self.lb.path().display()))
@@ -304,6 +344,10 @@ impl Agent {
     }
 
     /// `switchyard status --json`, parsed.
+    ///
+    /// # Errors
+    ///
+    /// As [`Agent::cli`], or when its output does not parse as a [`Status`].
     pub fn status(&self) -> Result<Status> {
         let dir = self.config_dir.display().to_string();
         let text = self.cli(&["status", "--json", "--config-dir", &dir])?;
@@ -311,6 +355,11 @@ impl Agent {
     }
 
     /// Polls `status` until `pred` holds (every 20 ms, up to `limit`); returns the time taken.
+    ///
+    /// # Errors
+    ///
+    /// When `pred` has not held within `limit` (the error carries the agent's log); a
+    /// `status` that fails meanwhile is polled again.
     pub fn wait_for(&self, limit: Duration, pred: impl Fn(&Status) -> bool) -> Result<Duration> {
         let start = Instant::now();
         loop {
@@ -332,6 +381,11 @@ impl Agent {
     /// `GET path` on the agent's local API (`agent.api`, default [`API`]) from inside the lb
     /// namespace, whose loopback it listens on; returns the body. Fails unless the answer is
     /// 200. Plain HTTP/1.0 over a std socket, so the body is never chunked.
+    ///
+    /// # Errors
+    ///
+    /// When the lb namespace cannot be entered, the API cannot be reached or read within 3 s,
+    /// its answer is malformed, or its status is not 200.
     pub fn api_get(&self, path: &str) -> Result<String> {
         let addr = switchyard::cli::agent_settings(&self.config_dir).api;
         let path = path.to_owned();
@@ -356,11 +410,16 @@ impl Agent {
 
     /// Polls `status` (up to 5 s) until no backend's next hop is still resolving; for a test
     /// that adds backends and sends to them at once.
+    ///
+    /// # Errors
+    ///
+    /// When a backend's next hop is still resolving after 5 s.
     pub fn wait_next_hops(&self) -> Result<Duration> {
         self.wait_for(Duration::from_secs(5), no_backend_resolving)
     }
 
     /// Whether `address` in `pool` is healthy according to the agent.
+    #[must_use]
     pub fn healthy(status: &Status, pool: &str, address: &str) -> Option<bool> {
         let p = status.pools.iter().find(|p| p.name == pool)?;
         p.backends
@@ -370,6 +429,10 @@ impl Agent {
     }
 
     /// Sends SIGHUP (reload the config directory).
+    ///
+    /// # Errors
+    ///
+    /// When the agent is not running or cannot be signalled.
     pub fn reload(&self) -> Result<()> {
         self.signal(libc::SIGHUP)
     }
@@ -380,7 +443,8 @@ impl Agent {
         };
         // nsenter execs the binary, so the child's pid is the agent's.
         // SAFETY: plain kill(2) on our own child.
-        if unsafe { libc::kill(child.id() as i32, sig) } != 0 {
+        let pid = libc::pid_t::try_from(child.id())?;
+        if unsafe { libc::kill(pid, sig) } != 0 {
             bail!("kill: {}", std::io::Error::last_os_error());
         }
         Ok(())
@@ -388,6 +452,10 @@ impl Agent {
 
     /// Stops the agent (SIGTERM) without detaching; the program stays attached. Returns how it
     /// exited (`None` if it was not running); one that ignores SIGTERM for 5 s is killed.
+    ///
+    /// # Errors
+    ///
+    /// When the agent cannot be signalled or waited for.
     pub fn stop(&mut self) -> Result<Option<ExitStatus>> {
         if self.child.is_some() {
             self.signal(libc::SIGTERM)?;
@@ -409,12 +477,17 @@ impl Agent {
 
     /// Writes (or replaces) the fragment `name` in the config directory; [`Agent::reload`]
     /// applies it.
+    ///
+    /// # Errors
+    ///
+    /// When the file cannot be written.
     pub fn write_file(&self, name: &str, text: &str) -> Result<()> {
         let text = with_state_dir(text, &self.state_dir());
         Ok(fs::write(self.config_dir.join(name), text)?)
     }
 
     /// The versioned directory the agent pins its maps and links in (`PIN_PATH/vN`).
+    #[must_use]
     pub fn pin_dir(&self) -> PathBuf {
         switchyard::dataplane::load::pin_dir(&self.pin_path)
     }
@@ -427,11 +500,13 @@ impl Agent {
     }
 
     /// The config directory's path.
+    #[must_use]
     pub fn dir(&self) -> &Path {
         &self.config_dir
     }
 
     /// The agent's `state_dir` (history store, audit log), beside the config directory.
+    #[must_use]
     pub fn state_dir(&self) -> PathBuf {
         self.config_dir.with_extension("state")
     }
@@ -463,6 +538,7 @@ impl Drop for Agent {
 /// `text` with `agent.state_dir: STATE` added after its `pin_path` line, unless it sets a
 /// state directory itself: every test agent keeps its history and audit log in its own
 /// temporary directory, never in `/var/lib/switchyard`.
+#[must_use]
 pub fn with_state_dir(text: &str, state: &Path) -> String {
     if text.contains("state_dir:") {
         return text.to_owned();
@@ -474,7 +550,7 @@ pub fn with_state_dir(text: &str, state: &Path) -> String {
         if let Some(rest) = line.strip_suffix(line.trim_start())
             && line.trim_start().starts_with("pin_path:")
         {
-            out.push_str(&format!("{rest}state_dir: {}\n", state.display()));
+            let _ = writeln!(out, "{rest}state_dir: {}", state.display());
         }
     }
     out
@@ -485,6 +561,10 @@ impl Agent {
     /// Kills the agent with SIGKILL — no cleanup of any kind runs — and reaps it. The program
     /// stays attached through its pinned links. Returns how it ended (`None` if it was not
     /// running).
+    ///
+    /// # Errors
+    ///
+    /// When the agent cannot be signalled or reaped.
     pub fn kill(&mut self) -> Result<Option<ExitStatus>> {
         if self.child.is_some() {
             self.signal(libc::SIGKILL)?;
@@ -498,6 +578,11 @@ impl Agent {
     /// Starts `switchyard attach` again on the same interfaces and config directory (which may
     /// have changed meanwhile) after [`Agent::stop`] or [`Agent::kill`], and waits up to 20 s
     /// until it answers. Fails if one is still running.
+    ///
+    /// # Errors
+    ///
+    /// When an agent is still running, `switchyard attach` cannot be started, or it exits or
+    /// does not answer within 20 s (the error carries its log).
     pub fn relaunch(&mut self) -> Result<()> {
         if self.child.is_some() {
             bail!("the agent is still running");
@@ -509,10 +594,11 @@ impl Agent {
 
 /// Whether every backend in `status` has a next-hop verdict (resolved, or unresolved for a
 /// reason other than still resolving).
+#[must_use]
 pub fn no_backend_resolving(status: &Status) -> bool {
     status
         .pools
         .iter()
         .flat_map(|p| p.backends.iter())
-        .all(|b| b.next_hop.as_ref().is_none_or(|h| h.decided()))
+        .all(|b| b.next_hop.as_ref().is_none_or(NextHopStatus::decided))
 }

@@ -29,11 +29,20 @@ pub struct TcpSession {
 
 impl TcpSession {
     /// Connects to `addr` (in the calling thread's namespace) and reads the backend's name.
+    ///
+    /// # Errors
+    ///
+    /// As [`TcpSession::connect_with_timeout`], with the timeout [`TIMEOUT`].
     pub fn connect(addr: SocketAddr) -> Result<Self> {
         Self::connect_with_timeout(addr, TIMEOUT)
     }
 
     /// Like [`TcpSession::connect`] with a connect timeout of `timeout`.
+    ///
+    /// # Errors
+    ///
+    /// When the connection is not accepted within `timeout`, or the server sends no name line
+    /// (at most 64 bytes, UTF-8) within [`TIMEOUT`].
     pub fn connect_with_timeout(addr: SocketAddr, timeout: Duration) -> Result<Self> {
         let mut stream = TcpStream::connect_timeout(&addr, timeout)
             .with_context(|| format!("connect to {addr}"))?;
@@ -58,16 +67,25 @@ impl TcpSession {
     }
 
     /// The backend that accepted this connection.
+    #[must_use]
     pub fn backend(&self) -> &str {
         &self.backend
     }
 
     /// The connection's local address (the client's port identifies the flow).
+    ///
+    /// # Errors
+    ///
+    /// When the socket cannot report it.
     pub fn local_addr(&self) -> Result<SocketAddr> {
         Ok(self.stream.local_addr()?)
     }
 
     /// Sends `data` and checks that exactly `data` comes back.
+    ///
+    /// # Errors
+    ///
+    /// When sending or reading fails (or times out), or different bytes come back.
     pub fn echo(&mut self, data: &[u8]) -> Result<()> {
         self.stream.write_all(data).context("send")?;
         let mut back = vec![0u8; data.len()];
@@ -77,6 +95,10 @@ impl TcpSession {
     }
 
     /// Half-closes, then checks the server closes too without sending anything more.
+    ///
+    /// # Errors
+    ///
+    /// When the half-close or the read fails (or times out), or the server sends more bytes.
     pub fn finish(mut self) -> Result<()> {
         self.stream.shutdown(Shutdown::Write)?;
         let mut rest = Vec::new();
@@ -92,6 +114,11 @@ impl TcpSession {
 }
 
 /// A payload of `len` bytes that differs per `seed`, so echoes cannot be confused.
+#[must_use]
+#[expect(
+    clippy::cast_possible_truncation,
+    reason = "each byte is taken modulo 251"
+)]
 pub fn payload(seed: usize, len: usize) -> Vec<u8> {
     (0..len)
         .map(|k| (k.wrapping_mul(31).wrapping_add(seed) % 251) as u8)
@@ -99,6 +126,10 @@ pub fn payload(seed: usize, len: usize) -> Vec<u8> {
 }
 
 /// Opens `n` connections to `addr` from inside `ns` and keeps them open.
+///
+/// # Errors
+///
+/// When `ns` cannot be entered, or a connection fails as in [`TcpSession::connect`].
 pub fn tcp_sessions(ns: &Netns, addr: SocketAddr, n: usize) -> Result<Vec<TcpSession>> {
     ns.run(|| {
         (0..n)
@@ -109,6 +140,11 @@ pub fn tcp_sessions(ns: &Netns, addr: SocketAddr, n: usize) -> Result<Vec<TcpSes
 
 /// Opens `n` connections, one after another, from inside `ns` to `addr`; on each reads the
 /// backend's name, echoes a 1 KiB payload and closes. Counts connections per backend.
+///
+/// # Errors
+///
+/// When `ns` cannot be entered, or a connection fails to connect, echo or finish (the error
+/// names the connection).
 pub fn tcp_tally(ns: &Netns, addr: SocketAddr, n: usize) -> Result<Tally> {
     ns.run(|| -> Result<Tally> {
         let mut tally = Tally::new();
@@ -125,12 +161,21 @@ pub fn tcp_tally(ns: &Netns, addr: SocketAddr, n: usize) -> Result<Tally> {
 
 /// Sends one datagram to `addr` from a fresh socket (a new source port, so a new flow) in the
 /// calling thread's namespace and returns the backend name that answers. Retries twice.
+///
+/// # Errors
+///
+/// When the socket cannot be opened or used, no answer comes in three tries (a second each),
+/// or the answer is not UTF-8.
 pub fn udp_query(addr: SocketAddr) -> Result<String> {
     udp_ask(&udp_socket(addr)?, addr)
 }
 
 /// Sends `n` datagrams to `addr`, one after another, all from one socket (one flow), in the
 /// calling thread's namespace; returns the answering backend of each, in order.
+///
+/// # Errors
+///
+/// As [`udp_query`], for the first datagram that fails (the error names it).
 pub fn udp_flow(addr: SocketAddr, n: usize) -> Result<Vec<String>> {
     let sock = udp_socket(addr)?;
     (0..n)
@@ -176,6 +221,10 @@ fn udp_ask(sock: &UdpSocket, addr: SocketAddr) -> Result<String> {
 
 /// Sends `n` single-datagram queries from inside `ns` to `addr`, each from a new socket, and
 /// counts answers per backend.
+///
+/// # Errors
+///
+/// When `ns` cannot be entered, or a query fails as in [`udp_query`] (the error names it).
 pub fn udp_tally(ns: &Netns, addr: SocketAddr, n: usize) -> Result<Tally> {
     ns.run(|| -> Result<Tally> {
         let mut tally = Tally::new();
@@ -188,6 +237,10 @@ pub fn udp_tally(ns: &Netns, addr: SocketAddr, n: usize) -> Result<Tally> {
 }
 
 /// Sends `GET path` to `addr` (calling thread's namespace) and returns the status code.
+///
+/// # Errors
+///
+/// When the connection or the exchange fails or times out, or the answer has no status code.
 pub fn http_status(addr: SocketAddr, path: &str) -> Result<u16> {
     let mut stream =
         TcpStream::connect_timeout(&addr, TIMEOUT).with_context(|| format!("connect to {addr}"))?;
@@ -207,6 +260,7 @@ pub fn http_status(addr: SocketAddr, path: &str) -> Result<u16> {
 }
 
 /// Sums the counts of a tally.
+#[must_use]
 pub fn total(tally: &Tally) -> usize {
     tally.values().sum()
 }

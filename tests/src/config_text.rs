@@ -40,6 +40,7 @@ pub mod fast_check {
 const _: () = assert!(HEALTH_PORT == 8080, "FAST_HTTP_CHECK names the port");
 
 /// Backends `1..=weights.len()` by their IPv4 addresses, with `weights`.
+#[must_use]
 pub fn backends_v4(weights: &[u32]) -> Vec<(IpAddr, u32)> {
     (1..=weights.len())
         .map(|i| (backend_v4(i).into(), weights[i - 1]))
@@ -47,11 +48,13 @@ pub fn backends_v4(weights: &[u32]) -> Vec<(IpAddr, u32)> {
 }
 
 /// Backends `1..=n` by their IPv6 addresses, weight 100 each.
+#[must_use]
 pub fn backends_v6(n: usize) -> Vec<(IpAddr, u32)> {
     (1..=n).map(|i| (backend_v6(i).into(), 100)).collect()
 }
 
 /// TCP on the IPv4 VIP over backends `1..=n`, equal weights, all new flows to pool `web`.
+#[must_use]
 pub fn web_pool(n: usize) -> ConfigText {
     ConfigText::new()
         .service("web", VIP_V4.into(), "tcp", "dsr-l2", "web")
@@ -84,6 +87,7 @@ pub struct Group {
 
 impl Group {
     /// A group `name` without rules.
+    #[must_use]
     pub fn new(name: &str) -> Self {
         Self {
             name: name.to_owned(),
@@ -95,6 +99,7 @@ impl Group {
 
     /// Adds rule `id`: while the expression `when` holds, new flows go to `pool` (the highest
     /// `priority` that holds wins).
+    #[must_use]
     pub fn rule(mut self, id: &str, priority: u32, when: &str, pool: &str) -> Self {
         self.rules.push(format!(
             "      - {{ id: {id}, priority: {priority}, when: \"{when}\", then: {{ pool: {pool} }} }}"
@@ -103,6 +108,7 @@ impl Group {
     }
 
     /// New flows go to `pool` while no rule holds.
+    #[must_use]
     pub fn default_pool(mut self, pool: &str) -> Self {
         self.default = Some(pool.to_owned());
         self
@@ -110,6 +116,7 @@ impl Group {
 
     /// The group's `switch` policy, a flow mapping such as
     /// `{ stable_for: 1s, cooldown: 0s, failback_after: 0s }`.
+    #[must_use]
     pub fn switch(mut self, policy: &str) -> Self {
         self.switch = Some(policy.to_owned());
         self
@@ -139,12 +146,14 @@ impl Default for ConfigText {
 
 impl ConfigText {
     /// An empty fragment with a fresh [`unique_pin_path`].
+    #[must_use]
     pub fn new() -> Self {
         Self::at_pin_path(&unique_pin_path())
     }
 
     /// An empty fragment with `pin` as its pin path: a new version of a fragment an agent runs,
     /// whose pin path must stay (it changes only on restart).
+    #[must_use]
     pub fn at_pin_path(pin: &str) -> Self {
         Self {
             pin_path: pin.to_owned(),
@@ -159,6 +168,7 @@ impl ConfigText {
 
     /// An empty fragment without an `agent` section: another fragment beside one that has it
     /// (only one fragment of a directory may set `agent`).
+    #[must_use]
     pub fn without_agent() -> Self {
         Self {
             agent: false,
@@ -168,6 +178,7 @@ impl ConfigText {
 
     /// Sets `agent.state_dir` (otherwise the harness gives every agent its own,
     /// [`crate::agent::with_state_dir`]).
+    #[must_use]
     pub fn state_dir(mut self, dir: &Path) -> Self {
         self.state_dir = Some(dir.display().to_string());
         self
@@ -176,6 +187,7 @@ impl ConfigText {
     /// Adds service `name` on `vip` at the port the backends' servers listen on
     /// ([`TCP_ECHO_PORT`] or [`UDP_NAME_PORT`]): `protocol` is `tcp` or `udp`, `forward` is
     /// `dsr-l2` or `nat`, every new flow goes to `pool`.
+    #[must_use]
     pub fn service(
         self,
         name: &str,
@@ -193,6 +205,7 @@ impl ConfigText {
     }
 
     /// Like [`ConfigText::service`], on `port` instead of the servers' port.
+    #[must_use]
     pub fn service_on(
         self,
         name: &str,
@@ -214,6 +227,7 @@ impl ConfigText {
 
     /// Like [`ConfigText::service`], with every new flow going where decision group `group`
     /// decides.
+    #[must_use]
     pub fn deciding_service(
         self,
         name: &str,
@@ -250,6 +264,7 @@ impl ConfigText {
 
     /// Adds pool `name` of `backends` (address, weight), with `health_check` (a flow mapping
     /// such as [`FAST_HTTP_CHECK`]) if given.
+    #[must_use]
     pub fn pool(
         mut self,
         name: &str,
@@ -272,23 +287,27 @@ impl ConfigText {
 
     /// Adds state variable `name` with `source`, a flow mapping such as
     /// `{ push: { default: false } }`.
+    #[must_use]
     pub fn state(mut self, name: &str, source: &str) -> Self {
         self.state.push(format!("  {name}: {source}\n"));
         self
     }
 
     /// Adds decision group `group`.
-    pub fn decision(mut self, group: Group) -> Self {
+    #[must_use]
+    pub fn decision(mut self, group: &Group) -> Self {
         self.decisions.push(group.text());
         self
     }
 
     /// The pin path in the `agent` section.
+    #[must_use]
     pub fn pin_path(&self) -> &str {
         &self.pin_path
     }
 
     /// The YAML text.
+    #[must_use]
     pub fn text(&self) -> String {
         let mut out = String::new();
         if self.agent {

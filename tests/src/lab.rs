@@ -51,6 +51,11 @@ pub struct Lab {
 
 impl Lab {
     /// Builds a topology with `backends` backends, loads the program and applies `cfg`.
+    ///
+    /// # Errors
+    ///
+    /// When the topology cannot be built, the program cannot be loaded, or its maps cannot be
+    /// written (an interface, the next hops, `cfg`).
     pub fn new(tag: &str, backends: usize, cfg: &Config) -> Result<Self> {
         let _ = tag;
         let topo = Topology::builder().backends(backends).build()?;
@@ -87,6 +92,15 @@ impl Lab {
     }
 
     /// Runs the program on `frame` as if it arrived on the lb's interface `iface`.
+    ///
+    /// # Errors
+    ///
+    /// When `iface` is not one of the lb's, the lb namespace cannot be entered, or
+    /// `BPF_PROG_TEST_RUN` fails.
+    #[expect(
+        clippy::cast_possible_truncation,
+        reason = "a frame's length, at most a page, as the u32 `data_end`"
+    )]
     pub fn run_on(&self, iface: &str, frame: &[u8]) -> Result<Run> {
         let ingress = *self.ifindex.get(iface).context("unknown interface")?;
         let prog = load::program(&self.ebpf)?;
@@ -115,11 +129,19 @@ impl Lab {
 
     /// The loaded program, for callers that run it themselves inside the lb namespace (the
     /// benchmarks time it with `BPF_PROG_TEST_RUN`'s `repeat`).
+    ///
+    /// # Errors
+    ///
+    /// Never once [`Lab::new`] succeeded: the loaded object has the program.
     pub fn program(&self) -> Result<&Xdp> {
         Ok(load::program(&self.ebpf)?)
     }
 
     /// The ifindex of the lb's interface `iface` (in the lb namespace).
+    ///
+    /// # Errors
+    ///
+    /// When `iface` is not one of the lb's.
     pub fn ifindex(&self, iface: &str) -> Result<u32> {
         self.ifindex
             .get(iface)
@@ -128,17 +150,26 @@ impl Lab {
     }
 
     /// Runs the program on `frame` arriving from the client.
+    ///
+    /// # Errors
+    ///
+    /// As [`Lab::run_on`].
     pub fn run(&self, frame: &[u8]) -> Result<Run> {
         self.run_on(LB_CLIENT_IF, frame)
     }
 
     /// Packets counted for `reason` so far.
+    #[must_use]
     pub fn reason(&self, reason: Reason) -> u64 {
         counters::sum(&self.maps.reason_stats, reason as u32).packets
     }
 
     /// Runs `frame` and returns its verdict and the reasons it was counted under (for test
     /// failure messages).
+    ///
+    /// # Errors
+    ///
+    /// As [`Lab::run`].
     pub fn explain(&self, frame: &[u8]) -> Result<(u32, Vec<Reason>)> {
         let before: Vec<u64> = Reason::ALL.iter().map(|r| self.reason(*r)).collect();
         let run = self.run(frame)?;
@@ -152,6 +183,7 @@ impl Lab {
     }
 
     /// Packets and bytes counted for backend slot `slot`.
+    #[must_use]
     pub fn backend_traffic(&self, slot: u32) -> Traffic {
         counters::sum(&self.maps.backend_stats, slot)
     }
@@ -165,12 +197,21 @@ impl Lab {
     }
 
     /// Reports next hops through the publisher, as the agent's resolver does.
+    ///
+    /// # Errors
+    ///
+    /// When the publisher cannot write the maps.
     pub fn set_next_hops(&mut self, hops: &[(std::net::IpAddr, Option<NextHop>)]) -> Result<()> {
         self.publisher.set_next_hops(&mut self.maps, hops)?;
         Ok(())
     }
 
     /// Records a health verdict through the publisher.
+    ///
+    /// # Errors
+    ///
+    /// When `address` is not an IP address, or the publisher cannot write the maps (an
+    /// unknown pool or address is ignored, as the agent ignores it).
     pub fn set_health(&mut self, pool: &str, address: &str, healthy: bool) -> Result<()> {
         self.publisher
             .set_health(&mut self.maps, pool, address.parse()?, healthy)?;
@@ -180,6 +221,7 @@ impl Lab {
 
 /// Backend `i`'s resolved next hop: out of `ifindex` (the lb's veth towards it), to its MAC,
 /// from the lb side's.
+#[must_use]
 pub fn next_hop(ifindex: u32, i: usize) -> NextHop {
     let mut macs = [0u8; 12];
     macs[..6].copy_from_slice(&backend_mac(i));
@@ -192,6 +234,7 @@ pub fn next_hop(ifindex: u32, i: usize) -> NextHop {
 }
 
 /// A pool of `addrs`, weight 100 each, no health check: the fixtures' pools.
+#[must_use]
 pub fn pool(name: &str, addrs: Vec<std::net::IpAddr>, when_all_down: WhenAllDown) -> Pool {
     Pool {
         name: name.into(),

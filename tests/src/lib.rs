@@ -7,7 +7,7 @@
 //! - [`addrs`] — the standard topology's names, addresses and ports (with its diagram)
 //! - [`netns`] — named namespaces, running commands and closures inside them, and the
 //!   [`netns::Topology`] guard that builds the standard topology and tears it down on drop
-//! - [`xdp_pass`] — the XDP_PASS program the topology attaches to receiving veth ends
+//! - [`xdp_pass`] — the `XDP_PASS` program the topology attaches to receiving veth ends
 //! - [`servers`] — TCP echo, UDP name and HTTP health servers for backend namespaces
 //! - [`client`] — connect from the client namespace and count answers per backend
 //! - [`nft`] — the nftables DNAT baseline load balancer

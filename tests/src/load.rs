@@ -183,6 +183,7 @@ pub struct LoadReport {
 
 impl LoadReport {
     /// The sum over all phases.
+    #[must_use]
     pub fn total(&self) -> PhaseCounts {
         self.phases
             .iter()
@@ -204,9 +205,14 @@ impl Load {
     /// Starts the load from `ns` and returns once every persistent connection has been opened
     /// (or `limit` has passed: then it fails, after stopping what it started). The short
     /// connection loop starts then too. Starts in phase 0.
+    ///
+    /// # Errors
+    ///
+    /// When a thread cannot be started in `ns`, or not every persistent connection is open
+    /// within `limit` (the error gives the first failure).
     pub fn start(ns: &Netns, spec: LoadSpec, limit: Duration) -> Result<Self> {
         let shared = Arc::new(Shared {
-            spec: spec.clone(),
+            spec,
             stop: AtomicBool::new(false),
             phase: AtomicUsize::new(0),
             phases: Default::default(),
@@ -215,6 +221,7 @@ impl Load {
             short_backends: Mutex::new(Tally::new()),
             persistent_backends: Mutex::new(Tally::new()),
         });
+        let spec = &shared.spec;
         let mut load = Self {
             shared: shared.clone(),
             threads: Vec::new(),
@@ -223,6 +230,10 @@ impl Load {
         for k in 0..spec.persistent {
             let s = shared.clone();
             // Spread the connections' exchanges evenly over the period.
+            #[expect(
+                clippy::cast_precision_loss,
+                reason = "connection counts, far below 2^52"
+            )]
             let offset = spec
                 .period
                 .mul_f64(k as f64 / spec.persistent.max(1) as f64);
@@ -265,16 +276,19 @@ impl Load {
     }
 
     /// Persistent connections open right now.
+    #[must_use]
     pub fn open(&self) -> usize {
         self.shared.open.load(Ordering::SeqCst)
     }
 
     /// Failures so far.
+    #[must_use]
     pub fn failures(&self) -> usize {
         lock(&self.shared.failures).len()
     }
 
     /// Counts of `phase` so far.
+    #[must_use]
     pub fn counts(&self, phase: usize) -> PhaseCounts {
         read(&self.shared.phases[phase.min(MAX_PHASES - 1)])
     }

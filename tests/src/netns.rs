@@ -29,7 +29,7 @@
 //! - A frame that the lb's XDP program sends into a veth with `XDP_TX` or `XDP_REDIRECT` is
 //!   dropped unless the receiving end has an XDP program (only then does it run NAPI). The
 //!   client's veth to the lb, every backend's veth to its gateway and the router's veth to
-//!   the lb get a native-mode XDP_PASS program ([`crate::xdp_pass`]), attached through
+//!   the lb get a native-mode `XDP_PASS` program ([`crate::xdp_pass`]), attached through
 //!   rtnetlink; the lb's own veths are left free for Switchyard.
 //! - A veth leaves TCP/UDP checksums to "hardware" (`CHECKSUM_PARTIAL`); a frame forwarded by
 //!   native XDP loses that skb state and arrives with a bad checksum. The client's and the
@@ -71,22 +71,33 @@ impl Netns {
     }
 
     /// The namespace's name, as `ip netns list` shows it.
+    #[must_use]
     pub fn name(&self) -> &str {
         &self.name
     }
 
     /// The namespace's handle file, `/var/run/netns/NAME`.
+    #[must_use]
     pub fn path(&self) -> PathBuf {
         PathBuf::from(NETNS_DIR).join(&self.name)
     }
 
     /// Runs `ip netns exec NAME argv…` and returns its stdout; fails, with its stderr, unless
     /// it exits 0.
+    ///
+    /// # Errors
+    ///
+    /// As [`Netns::exec_with_stdin`].
     pub fn exec(&self, argv: &[&str]) -> Result<String> {
         self.exec_with_stdin(argv, None)
     }
 
     /// Like [`Netns::exec`], feeding `stdin` to the command.
+    ///
+    /// # Errors
+    ///
+    /// When `ip` cannot be started or fed, or the command exits non-zero (the error carries
+    /// its stderr and the input).
     pub fn exec_with_stdin(&self, argv: &[&str], stdin: Option<&str>) -> Result<String> {
         let mut cmd = Command::new("ip");
         cmd.args(["netns", "exec", &self.name]).args(argv);
@@ -94,6 +105,10 @@ impl Netns {
     }
 
     /// Runs `ip netns exec NAME argv…` and returns its output whatever its exit status.
+    ///
+    /// # Errors
+    ///
+    /// When `ip` cannot be started.
     pub fn exec_output(&self, argv: &[&str]) -> Result<Output> {
         Command::new("ip")
             .args(["netns", "exec", &self.name])
@@ -104,6 +119,10 @@ impl Netns {
     }
 
     /// Runs `ip -n NAME args…` and returns its stdout.
+    ///
+    /// # Errors
+    ///
+    /// When `ip` cannot be started, or exits non-zero (the error carries its stderr).
     pub fn ip(&self, args: &[&str]) -> Result<String> {
         let mut cmd = Command::new("ip");
         cmd.args(["-n", &self.name]).args(args);
@@ -112,6 +131,11 @@ impl Netns {
 
     /// Runs `ip -n NAME -batch -` over `lines` (one `ip` command each, without the `ip`); stops
     /// at the first failing line.
+    ///
+    /// # Errors
+    ///
+    /// When `ip` cannot be started or fed, or a line fails (the error carries its stderr and
+    /// the input).
     pub fn ip_batch(&self, lines: &[String]) -> Result<()> {
         let mut cmd = Command::new("ip");
         cmd.args(["-n", &self.name, "-batch", "-"]);
@@ -119,6 +143,10 @@ impl Netns {
     }
 
     /// Sets sysctls inside the namespace (`sysctl -qw key=value …`).
+    ///
+    /// # Errors
+    ///
+    /// As [`Netns::exec`]: `sysctl` fails for an unknown key or a value it refuses.
     pub fn sysctl(&self, settings: &[(&str, &str)]) -> Result<()> {
         let pairs: Vec<String> = settings.iter().map(|(k, v)| format!("{k}={v}")).collect();
         let mut argv = vec!["sysctl", "-qw"];
@@ -130,6 +158,10 @@ impl Netns {
     ///
     /// Sockets opened in `f` belong to this namespace for their whole life, wherever they are
     /// used afterwards, so `f` may return them. A panic in `f` is resumed on the caller.
+    ///
+    /// # Errors
+    ///
+    /// When the thread cannot be spawned or cannot enter the namespace; `f` then does not run.
     pub fn run<T: Send, F: FnOnce() -> T + Send>(&self, f: F) -> Result<T> {
         let path = self.path();
         thread::scope(|s| {
@@ -148,6 +180,10 @@ impl Netns {
 
     /// Spawns a long-running thread inside this namespace; returns once it has entered it.
     /// Threads that `f` spawns stay in the namespace too.
+    ///
+    /// # Errors
+    ///
+    /// When the thread cannot be spawned or cannot enter the namespace; `f` then does not run.
     pub fn spawn<T, F>(&self, f: F) -> Result<JoinHandle<T>>
     where
         T: Send + 'static,
@@ -182,6 +218,10 @@ impl Netns {
 
     /// The XDP program attached to `iface` in this namespace, as `ip -d link` names it
     /// (`id 42 name switchyard`), or `None` when the interface has none.
+    ///
+    /// # Errors
+    ///
+    /// As [`Netns::ip`] (no such interface).
     pub fn xdp_program(&self, iface: &str) -> Result<Option<String>> {
         let text = self.ip(&["-d", "link", "show", "dev", iface])?;
         Ok(text.lines().find_map(|l| {
@@ -192,6 +232,7 @@ impl Netns {
     }
 
     /// Whether `/var/run/netns/NAME` exists.
+    #[must_use]
     pub fn exists(&self) -> bool {
         self.path().exists()
     }
@@ -199,6 +240,10 @@ impl Netns {
 
 /// Moves the *calling thread* into the namespace `name` (setns(2) on `/var/run/netns/NAME`).
 /// Prefer [`Netns::run`], which does this on a thread of its own.
+///
+/// # Errors
+///
+/// When the namespace's handle file cannot be opened, or `setns` refuses.
 pub fn enter_netns(name: &str) -> Result<()> {
     enter_netns_path(&Netns::new(name).path())
 }
@@ -242,6 +287,10 @@ fn run_checked(mut cmd: Command, stdin: Option<&str>) -> Result<String> {
 }
 
 /// The names `ip netns list` shows.
+///
+/// # Errors
+///
+/// When `ip netns list` cannot be run or fails.
 pub fn list_namespaces() -> Result<Vec<String>> {
     let out = run_checked(
         {
@@ -277,6 +326,11 @@ fn harness_pid(name: &str) -> Option<u32> {
 /// Deletes namespaces that a harness process left behind when it was killed before its
 /// guards ran (names in the harness format whose pid no longer exists). Returns their names.
 /// Assumes every harness process on the machine shares this PID namespace (no containers).
+///
+/// # Errors
+///
+/// When the namespaces cannot be listed; one that cannot be deleted is left, and not
+/// reported.
 pub fn sweep_stale() -> Result<Vec<String>> {
     let mut swept = Vec::new();
     for name in list_namespaces()? {
@@ -311,6 +365,7 @@ pub struct TopologyBuilder {
 impl TopologyBuilder {
     /// Number of backend namespaces `b1..bN` attached directly to the lb (default 2; with a
     /// [`TopologyBuilder::routed_backend`], at most [`MAX_BACKENDS`] in all).
+    #[must_use]
     pub fn backends(mut self, n: usize) -> Self {
         self.backends = n;
         self
@@ -320,6 +375,7 @@ impl TopologyBuilder {
     /// next hop for it is the router. It is numbered after the directly attached backends
     /// (with `.backends(2)` it is `b3`) and has the same addresses and servers as any backend
     /// `I`; see [`crate::addrs`].
+    #[must_use]
     pub fn routed_backend(mut self) -> Self {
         self.routed = true;
         self
@@ -327,14 +383,21 @@ impl TopologyBuilder {
 
     /// Uses `tag` instead of the generated `sy<pid>-<n>` as the name prefix (e.g. a fixed one
     /// for the demo). It must start with `sy` and leave room for `-b<N>` within 15 characters.
+    #[must_use]
     pub fn tag(mut self, tag: impl Into<String>) -> Self {
         self.tag = Some(tag.into());
         self
     }
 
-    /// Creates the namespaces, veths, addresses, routes, policy rules, sysctls and XDP_PASS
+    /// Creates the namespaces, veths, addresses, routes, policy rules, sysctls and `XDP_PASS`
     /// programs, and waits until every IPv6 link-local address is usable (duplicate address
     /// detection done, up to about 2 s). On error, whatever was created is deleted again.
+    ///
+    /// # Errors
+    ///
+    /// When the backend count is out of range or the tag gives invalid names, or a step fails
+    /// (an `ip` or `sysctl` command, an `XDP_PASS` attachment, addresses that do not become
+    /// usable).
     pub fn build(self) -> Result<Topology> {
         let total = self.backends + usize::from(self.routed);
         if self.backends == 0 || total > MAX_BACKENDS {
@@ -345,15 +408,12 @@ impl TopologyBuilder {
                 usize::from(self.routed)
             );
         }
-        let tag = match self.tag {
-            Some(tag) => tag,
-            None => {
-                // Best effort: a sweep failure must not stop this test.
-                let _ = sweep_stale();
-                let n = COUNTER.fetch_add(1, Ordering::Relaxed) % 0x100;
-                format!("{NAME_PREFIX}{:x}-{n:x}", std::process::id())
-            }
-        };
+        let tag = self.tag.unwrap_or_else(|| {
+            // Best effort: a sweep failure must not stop this test.
+            let _ = sweep_stale();
+            let n = COUNTER.fetch_add(1, Ordering::Relaxed) % 0x100;
+            format!("{NAME_PREFIX}{:x}-{n:x}", std::process::id())
+        });
         let ns = |role: &str| Netns::new(format!("{tag}-{role}"));
         let mut topo = Topology {
             client: ns("c"),
@@ -404,6 +464,7 @@ pub struct Topology {
 impl Topology {
     /// A builder for a topology with 2 directly attached backends, no routed backend and a
     /// generated, unique tag.
+    #[must_use]
     pub fn builder() -> TopologyBuilder {
         TopologyBuilder {
             backends: 2,
@@ -413,16 +474,19 @@ impl Topology {
     }
 
     /// The prefix shared by this topology's namespace names.
+    #[must_use]
     pub fn tag(&self) -> &str {
         &self.tag
     }
 
     /// The client namespace.
+    #[must_use]
     pub fn client(&self) -> &Netns {
         &self.client
     }
 
     /// The load-balancer namespace (where Switchyard or the nftables baseline runs).
+    #[must_use]
     pub fn lb(&self) -> &Netns {
         &self.lb
     }
@@ -431,6 +495,7 @@ impl Topology {
     ///
     /// # Panics
     /// If there is no backend `i`.
+    #[must_use]
     pub fn backend(&self, i: usize) -> &Netns {
         assert!(
             (1..=self.backends.len()).contains(&i),
@@ -441,21 +506,25 @@ impl Topology {
     }
 
     /// Number of backends, the routed one included.
+    #[must_use]
     pub fn backend_count(&self) -> usize {
         self.backends.len()
     }
 
     /// Number of backends attached directly to the lb (`b1..bN`, the first ones).
+    #[must_use]
     pub fn direct_backend_count(&self) -> usize {
         self.direct
     }
 
     /// The router namespace in front of the routed backend, if the topology has one.
+    #[must_use]
     pub fn router(&self) -> Option<&Netns> {
         self.router.as_ref()
     }
 
     /// The index of the routed backend (the last one), if the topology has one.
+    #[must_use]
     pub fn routed_backend(&self) -> Option<usize> {
         self.router.as_ref().map(|_| self.backends.len())
     }
@@ -472,11 +541,13 @@ impl Topology {
     }
 
     /// The backend namespaces, b1 first.
+    #[must_use]
     pub fn backends(&self) -> &[Netns] {
         &self.backends
     }
 
     /// Every namespace of the topology: client, lb, the router if any, then the backends.
+    #[must_use]
     pub fn namespaces(&self) -> Vec<&Netns> {
         [&self.client, &self.lb]
             .into_iter()
@@ -487,6 +558,10 @@ impl Topology {
 
     /// Deletes the namespaces now and reports the first failure (dropping does the same and
     /// only logs failures).
+    ///
+    /// # Errors
+    ///
+    /// The first namespace that could not be deleted (the others are deleted all the same).
     pub fn teardown(mut self) -> Result<()> {
         self.delete_all()
     }
@@ -566,7 +641,7 @@ mod tests {
     #[test]
     fn harness_names_are_recognized_for_sweeping() {
         assert_eq!(harness_pid("sy1f2e-0-lb"), Some(0x1f2e));
-        assert_eq!(harness_pid("sy3fffff-ff-b32"), Some(0x3fffff));
+        assert_eq!(harness_pid("sy3fffff-ff-b32"), Some(0x003f_ffff));
         assert_eq!(harness_pid("sy1f2e-0-c"), Some(0x1f2e));
         assert_eq!(harness_pid("sy1f2e-0-rt"), Some(0x1f2e));
         assert_eq!(harness_pid("sydemo-lb"), None);

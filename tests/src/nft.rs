@@ -38,6 +38,10 @@ pub struct NftDnat {
 
 impl NftDnat {
     /// Installs DNAT for TCP and UDP `port` on both VIPs over every backend of `topo`.
+    ///
+    /// # Errors
+    ///
+    /// When forwarding cannot be turned on in the lb namespace, or `nft` refuses the ruleset.
     pub fn install(topo: &Topology, port: u16, selector: Selector) -> Result<Self> {
         let v4: Vec<String> = (1..=topo.backend_count())
             .map(|i| backend_v4(i).to_string())
@@ -58,12 +62,17 @@ impl NftDnat {
     }
 
     /// The ruleset that was installed (`nft -f` syntax).
+    #[must_use]
     pub fn ruleset(&self) -> &str {
         &self.ruleset
     }
 
-    /// Deletes the table. Flows already NATed keep their conntrack entries until they expire.
-    /// Also turns IP forwarding off again.
+    /// Deletes the table. Flows already translated keep their conntrack entries until they
+    /// expire. Also turns IP forwarding off again.
+    ///
+    /// # Errors
+    ///
+    /// When `nft` cannot delete the table, or forwarding cannot be turned off.
     pub fn remove(mut self) -> Result<()> {
         self.removed = true;
         self.lb
@@ -86,6 +95,10 @@ impl Drop for NftDnat {
 /// DNAT balancer and the benchmarks' plain routing), which forward packets as a router does;
 /// the standard topology leaves the lb with forwarding off (the kernel's default), and
 /// Switchyard needs nothing else.
+///
+/// # Errors
+///
+/// When the sysctls cannot be set in `ns`.
 pub fn set_forwarding(ns: &Netns, on: bool) -> Result<()> {
     let value = if on { "1" } else { "0" };
     ns.sysctl(&[
@@ -111,6 +124,7 @@ fn selector_expr(selector: Selector, family: &str, proto: &str, n: usize) -> Str
 }
 
 /// Builds the ruleset for `port` over the given backend addresses.
+#[must_use]
 pub fn ruleset(port: u16, selector: Selector, v4: &[String], v6: &[String]) -> String {
     let mut r = format!(
         "table inet {TABLE} {{\n\tchain prerouting {{\n\t\ttype nat hook prerouting priority dstnat; policy accept;\n"

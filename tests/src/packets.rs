@@ -1,6 +1,7 @@
 //! Crafted packets for the program fixtures, built with etherparse, and independent checks of
 //! what the program wrote (addresses, MACs, checksums recomputed from scratch).
 
+use std::fmt::Write as _;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use anyhow::{Context as _, Result, bail};
@@ -17,6 +18,7 @@ pub const FROM_CLIENT: [u8; 6] = crate::addrs::CLIENT_MAC;
 pub const PAYLOAD: &[u8] = b"switchyard fixture payload, 48 bytes long......";
 
 /// Ethernet + IP + TCP (SYN) from `src:sport` to `dst:dport`.
+#[must_use]
 pub fn tcp(src: IpAddr, sport: u16, dst: IpAddr, dport: u16) -> Vec<u8> {
     let eth = PacketBuilder::ethernet2(FROM_CLIENT, TO_LB);
     let mut out = Vec::new();
@@ -33,15 +35,17 @@ pub fn tcp(src: IpAddr, sport: u16, dst: IpAddr, dport: u16) -> Vec<u8> {
             .write(&mut out, PAYLOAD),
         _ => return Vec::new(),
     };
-    r.map(|_| out).unwrap_or_default()
+    r.map(|()| out).unwrap_or_default()
 }
 
 /// Ethernet + IP + UDP from `src:sport` to `dst:dport`.
+#[must_use]
 pub fn udp(src: IpAddr, sport: u16, dst: IpAddr, dport: u16) -> Vec<u8> {
     udp_with(src, sport, dst, dport, PAYLOAD)
 }
 
 /// Like [`udp`] with a chosen payload.
+#[must_use]
 pub fn udp_with(src: IpAddr, sport: u16, dst: IpAddr, dport: u16, payload: &[u8]) -> Vec<u8> {
     let eth = PacketBuilder::ethernet2(FROM_CLIENT, TO_LB);
     let mut out = Vec::new();
@@ -56,10 +60,11 @@ pub fn udp_with(src: IpAddr, sport: u16, dst: IpAddr, dport: u16, payload: &[u8]
             .write(&mut out, payload),
         _ => return Vec::new(),
     };
-    r.map(|_| out).unwrap_or_default()
+    r.map(|()| out).unwrap_or_default()
 }
 
 /// A TCP SYN over IPv4 inside one (802.1Q) or two (802.1ad + 802.1Q) VLAN tags.
+#[must_use]
 pub fn tcp_vlan(src: Ipv4Addr, sport: u16, dst: Ipv4Addr, dport: u16, tags: usize) -> Vec<u8> {
     let eth = PacketBuilder::ethernet2(FROM_CLIENT, TO_LB);
     let (Ok(outer), Ok(inner)) = (VlanId::try_new(100), VlanId::try_new(200)) else {
@@ -94,6 +99,10 @@ fn edit_ipv4(frame: &[u8], edit: impl FnOnce(&mut Ipv4Header) -> Result<()>) -> 
 }
 
 /// A TCP SYN over IPv4 with 4 bytes of options (NOP, NOP, NOP, EOL) in the IP header.
+///
+/// # Errors
+///
+/// When etherparse refuses the options or cannot rewrite the header.
 pub fn tcp_v4_with_options(
     src: Ipv4Addr,
     sport: u16,
@@ -112,6 +121,11 @@ pub fn tcp_v4_with_options(
 
 /// Splits a UDP-over-IPv4 frame into two fragments at 8-byte boundary `at` of the IP payload
 /// (so the first carries the UDP header): `(first, later)`.
+///
+/// # Errors
+///
+/// When `frame` has no IPv4 header after Ethernet, `at` is beyond its payload, or a fragment
+/// is longer than IPv4 allows.
 pub fn fragment_v4(frame: &[u8], at: usize, id: u16) -> Result<(Vec<u8>, Vec<u8>)> {
     let (ip, payload) = Ipv4Header::from_slice(frame.get(14..).context("short frame")?)?;
     let (a, b) = (
@@ -122,10 +136,10 @@ pub fn fragment_v4(frame: &[u8], at: usize, id: u16) -> Result<(Vec<u8>, Vec<u8>
         let mut h = ip.clone();
         h.identification = id;
         h.more_fragments = more;
-        h.fragment_offset = ((offset / 8) as u16)
+        h.fragment_offset = u16::try_from(offset / 8)?
             .try_into()
             .map_err(|e| anyhow::anyhow!("{e:?}"))?;
-        h.total_len = (h.header_len() + part.len()) as u16;
+        h.total_len = u16::try_from(h.header_len() + part.len())?;
         h.header_checksum = h.calc_header_checksum();
         let mut out = frame.get(..14).context("short")?.to_vec();
         h.write(&mut out)?;
@@ -153,7 +167,7 @@ fn insert_v6_ext(frame: &[u8], exts: &[Vec<u8>]) -> Result<Vec<u8>> {
     out[V6_NEXT] = next;
     let added: usize = chain.iter().map(Vec::len).sum();
     let len = u16::from_be_bytes([out[V6_PAYLOAD_LEN], out[V6_PAYLOAD_LEN + 1]]) as usize + added;
-    out[V6_PAYLOAD_LEN..V6_PAYLOAD_LEN + 2].copy_from_slice(&(len as u16).to_be_bytes());
+    out[V6_PAYLOAD_LEN..V6_PAYLOAD_LEN + 2].copy_from_slice(&u16::try_from(len)?.to_be_bytes());
     for e in chain {
         out.extend_from_slice(&e);
     }
@@ -161,13 +175,18 @@ fn insert_v6_ext(frame: &[u8], exts: &[Vec<u8>]) -> Result<Vec<u8>> {
     Ok(out)
 }
 
-/// An 8-byte hop-by-hop (0) or destination-options (60) header with PadN padding; the first
+/// An 8-byte hop-by-hop (0) or destination-options (60) header with `PadN` padding; the first
 /// byte names its own type until [`insert_v6_ext`] links it.
+#[must_use]
 pub fn v6_opts(kind: u8) -> Vec<u8> {
     vec![kind, 0, 1, 4, 0, 0, 0, 0]
 }
 
 /// A TCP SYN over IPv6 with hop-by-hop and destination-options extension headers.
+///
+/// # Errors
+///
+/// When [`tcp`] could not build the segment (it then returns an empty frame).
 pub fn tcp_v6_with_ext(src: Ipv6Addr, sport: u16, dst: Ipv6Addr, dport: u16) -> Result<Vec<u8>> {
     insert_v6_ext(
         &tcp(src.into(), sport, dst.into(), dport),
@@ -176,6 +195,11 @@ pub fn tcp_v6_with_ext(src: Ipv6Addr, sport: u16, dst: Ipv6Addr, dport: u16) -> 
 }
 
 /// Splits a UDP-over-IPv6 frame into two fragments (RFC 8200 §4.5) at 8-byte boundary `at`.
+///
+/// # Errors
+///
+/// When `frame` is shorter than Ethernet and the IPv6 header, `at` is beyond its payload, or a
+/// fragment is longer than IPv6 allows.
 pub fn fragment_v6(frame: &[u8], at: usize, id: u32) -> Result<(Vec<u8>, Vec<u8>)> {
     let head = frame.get(..V6_END).context("short")?;
     let payload = frame.get(V6_END..).context("short")?;
@@ -185,10 +209,10 @@ pub fn fragment_v6(frame: &[u8], at: usize, id: u32) -> Result<(Vec<u8>, Vec<u8>
     );
     let make = |part: &[u8], offset: usize, more: bool| -> Result<Vec<u8>> {
         let mut only_head = head.to_vec();
-        let len = (part.len()) as u16;
+        let len = u16::try_from(part.len())?;
         only_head[V6_PAYLOAD_LEN..V6_PAYLOAD_LEN + 2].copy_from_slice(&len.to_be_bytes());
         only_head.extend_from_slice(part);
-        let off = ((offset / 8) as u16) << 3 | u16::from(more);
+        let off = u16::try_from(offset / 8)? << 3 | u16::from(more);
         let mut frag = vec![44, 0];
         frag.extend_from_slice(&off.to_be_bytes());
         frag.extend_from_slice(&id.to_be_bytes());
@@ -199,6 +223,10 @@ pub fn fragment_v6(frame: &[u8], at: usize, id: u32) -> Result<(Vec<u8>, Vec<u8>
 
 /// An ICMP "fragmentation needed" (RFC 1191) from `router` to the virtual IP, quoting the
 /// IPv4 header and first 8 bytes of a TCP segment `vip:vport → client:cport`.
+///
+/// # Errors
+///
+/// When the quoted segment could not be built, or etherparse cannot write the frame.
 pub fn icmp_frag_needed(
     router: Ipv4Addr,
     vip: Ipv4Addr,
@@ -218,8 +246,12 @@ pub fn icmp_frag_needed(
     Ok(out)
 }
 
-/// An ICMPv6 "packet too big" (RFC 8201) from `router` to the virtual IP, quoting a TCP segment
-/// `vip:vport → client:cport`.
+/// An `ICMPv6` "packet too big" (RFC 8201) from `router` to the virtual IP, quoting a TCP
+/// segment `vip:vport → client:cport`.
+///
+/// # Errors
+///
+/// When the quoted segment could not be built, or etherparse cannot write the frame.
 pub fn icmpv6_too_big(
     router: Ipv6Addr,
     vip: Ipv6Addr,
@@ -238,6 +270,10 @@ pub fn icmpv6_too_big(
 }
 
 /// An ICMP echo request to `dst` (not a service flow).
+///
+/// # Errors
+///
+/// When etherparse cannot write the frame.
 pub fn ping(src: Ipv4Addr, dst: Ipv4Addr) -> Result<Vec<u8>> {
     let mut out = Vec::new();
     PacketBuilder::ethernet2(FROM_CLIENT, TO_LB)
@@ -248,6 +284,7 @@ pub fn ping(src: Ipv4Addr, dst: Ipv4Addr) -> Result<Vec<u8>> {
 }
 
 /// An ARP request (who-has 198.18.0.254).
+#[must_use]
 pub fn arp() -> Vec<u8> {
     let mut f = vec![0xff; 6];
     f.extend_from_slice(&FROM_CLIENT);
@@ -273,6 +310,10 @@ pub struct Seen {
 }
 
 /// Parses a frame and verifies its checksums from scratch.
+///
+/// # Errors
+///
+/// When `frame` does not parse, or is not Ethernet II carrying IPv4 or IPv6.
 pub fn inspect(frame: &[u8]) -> Result<Seen> {
     let p = SlicedPacket::from_ethernet(frame)?;
     let Some(etherparse::LinkSlice::Ethernet2(eth)) = &p.link else {
@@ -342,6 +383,7 @@ pub fn inspect(frame: &[u8]) -> Result<Seen> {
 }
 
 /// `frame` with the byte at `at` set to `value` (unchanged if it is shorter).
+#[must_use]
 pub fn set_byte(mut frame: Vec<u8>, at: usize, value: u8) -> Vec<u8> {
     if let Some(b) = frame.get_mut(at) {
         *b = value;
@@ -351,12 +393,14 @@ pub fn set_byte(mut frame: Vec<u8>, at: usize, value: u8) -> Vec<u8> {
 
 /// A UDP-over-IPv4 frame (IPv4 header without options) with its UDP checksum zeroed ("no
 /// checksum", RFC 768).
+#[must_use]
 pub fn zero_udp_checksum(frame: Vec<u8>) -> Vec<u8> {
     set_byte(set_byte(frame, 14 + 20 + 6, 0), 14 + 20 + 7, 0)
 }
 
 /// `frame` with the big-endian 16-bit field at `at` set to `value` and, for IPv4, its header
 /// checksum recomputed ([`fix_v4_checksum`]).
+#[must_use]
 pub fn set_u16(mut frame: Vec<u8>, at: usize, value: u16) -> Vec<u8> {
     frame[at..at + 2].copy_from_slice(&value.to_be_bytes());
     fix_v4_checksum(&mut frame);
@@ -394,19 +438,29 @@ pub fn fix_v4_checksum(f: &mut [u8]) {
     while acc > 0xffff {
         acc = (acc & 0xffff) + (acc >> 16);
     }
+    #[expect(
+        clippy::cast_possible_truncation,
+        reason = "the sum is folded into 16 bits first"
+    )]
     let c = !(acc as u16);
     f[l3 + 10..l3 + 12].copy_from_slice(&c.to_be_bytes());
 }
 
 /// `f` as lowercase hex, two digits a byte.
+#[must_use]
 pub fn hex(f: &[u8]) -> String {
-    f.iter().map(|b| format!("{b:02x}")).collect()
+    f.iter()
+        .fold(String::with_capacity(2 * f.len()), |mut s, b| {
+            let _ = write!(s, "{b:02x}");
+            s
+        })
 }
 
 /// The bytes of the hex string `s` (two digits a byte), as [`hex`] writes them.
 ///
 /// # Panics
 /// On a character that is not a hex digit.
+#[must_use]
 pub fn unhex(s: &str) -> Vec<u8> {
     (0..s.len() / 2)
         .map(|i| u8::from_str_radix(&s[2 * i..2 * i + 2], 16).expect("a hex digit"))

@@ -43,6 +43,7 @@ impl fmt::Display for Skipped {
 impl std::error::Error for Skipped {}
 
 /// Whether this is a CI run (`CI=true`, as CI systems and `.ci/run` set it; `1` also counts).
+#[must_use]
 pub fn in_ci() -> bool {
     std::env::var("CI").is_ok_and(|v| v.eq_ignore_ascii_case("true") || v == "1")
 }
@@ -51,6 +52,10 @@ pub fn in_ci() -> bool {
 /// [`REQUIRED_TOOLS`]. Otherwise prints a `SKIPPED (needs root+BPF): …` line straight to
 /// stderr (past the test harness's capture) and returns `Err` so the test can return early.
 ///
+/// # Errors
+///
+/// [`Skipped`], naming the test and what is missing, when a requirement is not met.
+///
 /// # Panics
 /// Instead of returning `Err` when [`in_ci`]: under CI a skip is a failure.
 pub fn require_root_and_bpf(test_name: &str) -> Result<(), Skipped> {
@@ -58,6 +63,10 @@ pub fn require_root_and_bpf(test_name: &str) -> Result<(), Skipped> {
 }
 
 /// Like [`require_root_and_bpf`], also requiring the commands in `extra_tools` (e.g. `nft`).
+///
+/// # Errors
+///
+/// As [`require_root_and_bpf`], for a missing tool too.
 ///
 /// # Panics
 /// Instead of returning `Err` when [`in_ci`].
@@ -72,9 +81,7 @@ pub fn require(test_name: &str, extra_tools: &[&str]) -> Result<(), Skipped> {
     // Written to the process's stderr, not through eprintln!, so `cargo test` shows it even
     // for a passing test.
     let _ = writeln!(std::io::stderr(), "\n*** {skipped} ***");
-    if in_ci() {
-        panic!("{skipped} — CI=true, so a skip is a failure");
-    }
+    assert!(!in_ci(), "{skipped} — CI=true, so a skip is a failure");
     Err(skipped)
 }
 
@@ -97,8 +104,7 @@ fn probe(extra_tools: &[&str]) -> Result<(), String> {
 
 fn tool_runs(tool: &str) -> bool {
     let arg = match tool {
-        "ip" => "-V",
-        "sysctl" => "-V",
+        "ip" | "sysctl" => "-V",
         _ => "--version",
     };
     Command::new(tool)

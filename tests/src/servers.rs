@@ -101,6 +101,11 @@ pub struct BackendServers {
 impl BackendServers {
     /// Starts the servers in `ns`, announcing `name`; the UDP server binds each of
     /// `udp_addrs`. Returns once every socket is bound, so clients may connect at once.
+    ///
+    /// # Errors
+    ///
+    /// When `ns` cannot be entered, a socket cannot be bound (the error names it), or a server
+    /// thread cannot be started.
     pub fn start(ns: &Netns, name: &str, udp_addrs: &[IpAddr]) -> Result<Self> {
         let any = IpAddr::V6(Ipv6Addr::UNSPECIFIED);
         let (tcp, health, udp) = ns.run(|| -> Result<_> {
@@ -127,7 +132,7 @@ impl BackendServers {
         };
         let s = shared.clone();
         servers.tcp = Some(Acceptor::spawn(tcp, format!("{name}-tcp"), move |c| {
-            serve_echo(&s, c)
+            serve_echo(&s, c);
         })?);
         let s = shared.clone();
         servers.health = Some(Acceptor::spawn(health, format!("{name}-http"), move |c| {
@@ -152,6 +157,10 @@ impl BackendServers {
 
     /// Starts backend `i`'s servers in the standard topology: name `bI`, UDP on both VIPs, the
     /// backend's own addresses and, for a directly attached backend, its return-link addresses.
+    ///
+    /// # Errors
+    ///
+    /// As [`BackendServers::start`].
     pub fn start_standard(topo: &Topology, i: usize) -> Result<Self> {
         let mut addrs: Vec<IpAddr> = vec![
             VIP_V4.into(),
@@ -169,6 +178,7 @@ impl BackendServers {
     }
 
     /// The name the servers announce.
+    #[must_use]
     pub fn name(&self) -> &str {
         &self.shared.name
     }
@@ -179,6 +189,7 @@ impl BackendServers {
     }
 
     /// What `GET /health` answers now (`true` for 200).
+    #[must_use]
     pub fn is_healthy(&self) -> bool {
         self.shared.healthy.load(Ordering::SeqCst)
     }
@@ -191,16 +202,19 @@ impl BackendServers {
     }
 
     /// TCP echo connections accepted so far.
+    #[must_use]
     pub fn tcp_connections(&self) -> u64 {
         self.shared.tcp_connections.load(Ordering::SeqCst)
     }
 
     /// UDP datagrams answered so far.
+    #[must_use]
     pub fn udp_datagrams(&self) -> u64 {
         self.shared.udp_datagrams.load(Ordering::SeqCst)
     }
 
     /// Health requests answered so far.
+    #[must_use]
     pub fn health_requests(&self) -> u64 {
         self.shared.health_requests.load(Ordering::SeqCst)
     }
@@ -232,6 +246,10 @@ impl Drop for BackendServers {
 }
 
 /// Starts the servers of every backend of `topo` ([`BackendServers::start_standard`]).
+///
+/// # Errors
+///
+/// As [`BackendServers::start`], for the first backend whose servers do not start.
 pub fn start_all(topo: &Topology) -> Result<Vec<BackendServers>> {
     (1..=topo.backend_count())
         .map(|i| BackendServers::start_standard(topo, i))

@@ -1,6 +1,6 @@
 //! The standard topology's configuration steps, applied by [`crate::netns::Topology`] once
 //! its namespaces exist: sysctls on the hosts and the router, veths, addresses, routes,
-//! policy rules, offloads and the XDP_PASS programs. Addresses and names come from
+//! policy rules, offloads and the `XDP_PASS` programs. Addresses and names come from
 //! [`crate::addrs`].
 //!
 //! The lb namespace gets interfaces, addresses and (for a routed backend) a route, and
@@ -239,10 +239,10 @@ impl Plan<'_> {
         Ok(())
     }
 
-    /// A frame that the lb sends into a veth with XDP_TX or XDP_REDIRECT is dropped unless the
-    /// receiving end runs NAPI, which on a veth means it has an XDP program (or GRO on); so the
-    /// client's veth to the lb, the router's and each backend's veth towards its gateway get a
-    /// native-mode XDP_PASS program.
+    /// A frame that the lb sends into a veth with `XDP_TX` or `XDP_REDIRECT` is dropped unless
+    /// the receiving end runs NAPI, which on a veth means it has an XDP program (or GRO on); so
+    /// the client's veth to the lb, the router's and each backend's veth towards its gateway
+    /// get a native-mode `XDP_PASS` program.
     fn attach_xdp_pass(&self) -> Result<()> {
         let prog = xdp_pass::load().context("cannot load the XDP_PASS program")?;
         xdp_pass::attach(self.client, CLIENT_IF, &prog)?;
@@ -273,12 +273,12 @@ fn veth(dev: &str, mac: [u8; 6], peer: &str, peer_mac: [u8; 6], peer_ns: &Netns)
 /// Backend `i`'s link prefixes, `198.18.(10+i).0/24` and `2001:db8:(10+i)::/64`.
 fn backend_prefixes(i: usize) -> (String, String) {
     let [a, b, c, _] = backend_v4(i).octets();
-    let s = backend_v6(i).segments();
+    let seg = backend_v6(i).segments();
     (
         format!("{a}.{b}.{c}.0/{BACKEND_PREFIX_V4}"),
         format!(
             "{}/{BACKEND_PREFIX_V6}",
-            std::net::Ipv6Addr::new(s[0], s[1], s[2], s[3], 0, 0, 0, 0)
+            std::net::Ipv6Addr::new(seg[0], seg[1], seg[2], seg[3], 0, 0, 0, 0)
         ),
     )
 }

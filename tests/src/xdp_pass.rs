@@ -35,6 +35,7 @@ const NLMSGERR_ATTR_MSG: u16 = 1;
 
 /// One eBPF instruction as `struct bpf_insn` lays it out; `dst_src` is the register byte
 /// (destination in the low nibble on little-endian hosts).
+#[must_use]
 pub fn insn(code: u8, dst_src: u8, off: i16, imm: i32) -> u64 {
     let mut b = [0u8; 8];
     b[0] = code;
@@ -70,14 +71,27 @@ struct ProgLoadAttr {
     expected_attach_type: u32,
 }
 
-/// Loads the XDP_PASS program (named `sy_xdp_pass`) and returns its file descriptor.
+/// Loads the `XDP_PASS` program (named `sy_xdp_pass`) and returns its file descriptor.
 /// Works in any namespace; also serves as the "BPF works here" probe.
+///
+/// # Errors
+///
+/// As [`load_raw`]: without root or BPF, bpf(2) refuses.
 pub fn load() -> io::Result<OwnedFd> {
     load_raw("sy_xdp_pass", &program())
 }
 
 /// Loads an XDP program given as raw instructions (see [`insn`]), GPL-licensed so it may call
 /// any helper. For tiny test fixtures; `name` is truncated to 15 bytes.
+///
+/// # Errors
+///
+/// When bpf(2) refuses: no privilege, no BPF, or the verifier rejects the program.
+#[expect(
+    clippy::cast_possible_truncation,
+    reason = "a fixture's few instructions as the u32 count, and the descriptor bpf(2) \
+              returned, an int, through its long result"
+)]
 pub fn load_raw(name: &str, insns: &[u64]) -> io::Result<OwnedFd> {
     let license = c"GPL";
     let mut prog_name = [0u8; 16];
@@ -103,7 +117,7 @@ pub fn load_raw(name: &str, insns: &[u64]) -> io::Result<OwnedFd> {
         libc::syscall(
             libc::SYS_bpf,
             BPF_PROG_LOAD,
-            &attr as *const ProgLoadAttr,
+            &raw const attr,
             size_of::<ProgLoadAttr>(),
         )
     };
@@ -115,12 +129,21 @@ pub fn load_raw(name: &str, insns: &[u64]) -> io::Result<OwnedFd> {
 }
 
 /// Attaches `prog` in native mode to interface `ifname` inside namespace `ns`.
+///
+/// # Errors
+///
+/// When `ns` cannot be entered, it has no such interface, or the kernel refuses the
+/// attachment (the error carries its message, e.g. a peer MTU too large for XDP).
 pub fn attach(ns: &Netns, ifname: &str, prog: &OwnedFd) -> Result<()> {
     set_xdp(ns, ifname, prog.as_raw_fd())
         .with_context(|| format!("cannot attach XDP_PASS to {ifname} in {}", ns.name()))
 }
 
 /// Detaches whatever XDP program interface `ifname` inside `ns` has.
+///
+/// # Errors
+///
+/// When `ns` cannot be entered, it has no such interface, or the kernel refuses.
 pub fn detach(ns: &Netns, ifname: &str) -> Result<()> {
     set_xdp(ns, ifname, -1)
         .with_context(|| format!("cannot detach XDP from {ifname} in {}", ns.name()))
@@ -134,10 +157,14 @@ fn set_xdp(ns: &Netns, ifname: &str, fd: RawFd) -> Result<()> {
         if ifindex == 0 {
             bail!("no interface {ifname:?}: {}", io::Error::last_os_error());
         }
-        netlink_set_xdp(ifindex as i32, fd, XDP_FLAGS_DRV_MODE)
+        netlink_set_xdp(i32::try_from(ifindex)?, fd, XDP_FLAGS_DRV_MODE)
     })?
 }
 
+#[expect(
+    clippy::cast_possible_truncation,
+    reason = "an attribute of a few bytes, as netlink's u16 length"
+)]
 fn push_attr(msg: &mut Vec<u8>, kind: u16, payload: &[u8]) {
     msg.extend_from_slice(&(4 + payload.len() as u16).to_ne_bytes());
     msg.extend_from_slice(&kind.to_ne_bytes());
@@ -146,6 +173,15 @@ fn push_attr(msg: &mut Vec<u8>, kind: u16, payload: &[u8]) {
 
 /// Sends `RTM_SETLINK { ifindex, IFLA_XDP { FD, FLAGS } }` on a route socket of the calling
 /// thread's namespace and waits for the acknowledgement.
+#[expect(
+    clippy::cast_possible_truncation,
+    reason = "netlink's constants (flags, address families), struct sizes and a message of \
+              some 50 bytes, in the narrower fields of its messages"
+)]
+#[expect(
+    clippy::cast_sign_loss,
+    reason = "the length recv returned, checked non-negative first"
+)]
 fn netlink_set_xdp(ifindex: i32, prog_fd: RawFd, flags: u32) -> Result<()> {
     // SAFETY: plain socket(2) call; the result is checked and owned right away.
     let raw = unsafe {
@@ -169,7 +205,7 @@ fn netlink_set_xdp(ifindex: i32, prog_fd: RawFd, flags: u32) -> Result<()> {
                 sock.as_raw_fd(),
                 libc::SOL_NETLINK,
                 opt,
-                (&one as *const libc::c_int).cast(),
+                (&raw const one).cast(),
                 size_of::<libc::c_int>() as libc::socklen_t,
             );
         }
@@ -202,7 +238,7 @@ fn netlink_set_xdp(ifindex: i32, prog_fd: RawFd, flags: u32) -> Result<()> {
             msg.as_ptr().cast(),
             msg.len(),
             0,
-            (&kernel as *const libc::sockaddr_nl).cast(),
+            (&raw const kernel).cast(),
             size_of::<libc::sockaddr_nl>() as libc::socklen_t,
         )
     };
@@ -236,7 +272,9 @@ fn parse_ack(b: &[u8]) -> Result<()> {
     if i32::from(kind) != libc::NLMSG_ERROR {
         bail!("unexpected netlink reply type {kind}");
     }
-    let errno = ne_u32(b, 16).context("truncated netlink error")? as i32;
+    let errno = ne_u32(b, 16)
+        .context("truncated netlink error")?
+        .cast_signed();
     if errno == 0 {
         return Ok(());
     }
@@ -273,6 +311,10 @@ mod tests {
     }
 
     #[test]
+    #[expect(
+        clippy::cast_possible_truncation,
+        reason = "`NLMSG_ERROR` (2) as the u16 message type"
+    )]
     fn a_zero_error_ack_is_success() {
         let mut ack = vec![0u8; 36];
         ack[..4].copy_from_slice(&36u32.to_ne_bytes());

@@ -47,7 +47,7 @@ fn minimal_config_loads_with_every_default_applied() {
             }],
             state: vec![],
             decisions: vec![],
-            rules: Default::default(),
+            rules: std::sync::Arc::default(),
         }
     );
 }
@@ -164,7 +164,7 @@ pools:
             healthy_threshold: 1,
             backoff: Backoff {
                 factor: 2.0,
-                max: Duration::from_secs(600),
+                max: Duration::from_mins(10),
             },
         }
     );

@@ -63,6 +63,10 @@ fn random_edits_never_panic() {
         "-1", "1s", "::", ",", "\t", "é", "65536", "?", "|", ">",
     ];
     let mut state: u64 = 0x9E37_79B9_7F4A_7C15;
+    #[expect(
+        clippy::cast_possible_truncation,
+        reason = "a remainder below n, which is a usize"
+    )]
     let mut next = |n: usize| {
         state ^= state << 13;
         state ^= state >> 7;

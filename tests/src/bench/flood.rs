@@ -9,7 +9,7 @@
 //!
 //! The program (raw instructions, loaded with [`xdp_pass::load_raw`]) writes the whole
 //! Ethernet + IPv4 + UDP header from a template into every frame — pages come back from the
-//! receivers with their rewrites (MACs, a NATed address, a lower TTL) and are reused without
+//! receivers with their rewrites (MACs, a translated address, a lower TTL) and are reused without
 //! being re-initialised — then sets a random UDP source port in 1024..=17407 (16,384 flows)
 //! with `bpf_get_prandom_u32` and returns `XDP_TX`. The UDP checksum is 0 ("none", allowed
 //! over IPv4), so the port needs no checksum update.
@@ -33,7 +33,7 @@ pub const FRAME_LEN: usize = 60;
 const HEADERS: usize = 14 + 20 + 8;
 /// Offset of the UDP source port.
 const SPORT: i16 = 14 + 20;
-/// Source ports are 1024 + (random & PORT_MASK).
+/// Source ports are 1024 + (random & `PORT_MASK`).
 const PORT_MASK: i32 = 0x3fff;
 const FIRST_PORT: i32 = 1024;
 
@@ -48,6 +48,11 @@ const XDP_TX: i32 = 3;
 /// A UDP-over-IPv4 frame from `src` (MAC `src_mac`) to `dst:dport` via the next hop
 /// `dst_mac`, with an 18-byte zero payload, TTL 64 and no UDP checksum. The source port is a
 /// placeholder: the generator sets it per frame.
+#[must_use]
+#[expect(
+    clippy::cast_possible_truncation,
+    reason = "the IPv4 length of a 60-byte frame and the first source port, 1024, as u16 fields"
+)]
 pub fn udp_v4_frame(
     src_mac: [u8; 6],
     dst_mac: [u8; 6],
@@ -77,6 +82,10 @@ pub fn udp_v4_frame(
 }
 
 /// The Internet checksum of an IPv4 header whose checksum field is zero.
+#[expect(
+    clippy::cast_possible_truncation,
+    reason = "the sum is folded into 16 bits first"
+)]
 fn ipv4_checksum(header: &[u8]) -> u16 {
     let mut sum: u32 = header
         .chunks(2)
@@ -89,6 +98,12 @@ fn ipv4_checksum(header: &[u8]) -> u16 {
 }
 
 /// The generator program for a frame whose first [`HEADERS`] bytes are `headers`.
+#[expect(
+    clippy::cast_possible_truncation,
+    clippy::cast_possible_wrap,
+    reason = "offsets into a 42-byte header and a 25-instruction program, as the instructions' \
+              i16 offset and i32 immediate"
+)]
 fn program(headers: &[u8]) -> Vec<u64> {
     // Registers: r1 ctx, r6 data, r7 data_end (r6-r9 survive helper calls).
     let mut p = vec![
@@ -158,6 +173,10 @@ pub struct Flood {
 
 impl Flood {
     /// Loads the generator program for `frame` (see [`udp_v4_frame`]).
+    ///
+    /// # Errors
+    ///
+    /// When the kernel refuses the program.
     pub fn new(frame: [u8; FRAME_LEN]) -> Result<Self> {
         let prog = xdp_pass::load_raw("sy_bench_flood", &program(&frame[..HEADERS]))
             .context("loading the flood generator")?;
@@ -166,6 +185,16 @@ impl Flood {
 
     /// Transmits `count` frames out of interface `ifindex` of the calling thread's namespace
     /// (fewer arrive if the receiver's ring overflows). Blocks until they are sent.
+    ///
+    /// # Errors
+    ///
+    /// When `BPF_PROG_TEST_RUN` fails (a kernel without live-frames mode, no such interface).
+    #[expect(
+        clippy::cast_sign_loss,
+        clippy::cast_possible_truncation,
+        reason = "`union bpf_attr`'s u32 fields: an open descriptor (non-negative), a 60-byte \
+                  frame and its 24-byte `xdp_md`"
+    )]
     pub fn send(&self, ifindex: u32, count: u32) -> io::Result<()> {
         let md: Vec<u8> = super::testrun::xdp_md(ifindex, FRAME_LEN);
         let attr = TestRunAttr {
@@ -193,7 +222,7 @@ impl Flood {
             libc::syscall(
                 libc::SYS_bpf,
                 BPF_PROG_TEST_RUN,
-                &attr as *const TestRunAttr,
+                &raw const attr,
                 size_of::<TestRunAttr>(),
             )
         };
@@ -231,7 +260,7 @@ mod tests {
         assert_eq!(p.len(), 5 + 10 + 1 + 7 + 2);
         let jump = p[4].to_ne_bytes();
         assert_eq!(jump[0], 0x2d);
-        let off = i16::from_ne_bytes([jump[2], jump[3]]) as usize;
+        let off = usize::try_from(i16::from_ne_bytes([jump[2], jump[3]])).expect("a forward jump");
         assert_eq!(4 + 1 + off, p.len() - 2);
     }
 }

@@ -12,6 +12,7 @@ use anyhow::{Context as _, Result, bail};
 use crate::netns::Netns;
 
 /// Number of online CPUs (of the machine, whatever this thread's affinity).
+#[must_use]
 pub fn cpu_count() -> usize {
     // SAFETY: sysconf has no preconditions.
     let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
@@ -20,12 +21,16 @@ pub fn cpu_count() -> usize {
 
 /// Restricts task `tid` (a thread id; 0 is the calling thread) to CPU `cpu`. New threads and
 /// child processes inherit the restriction.
+///
+/// # Errors
+///
+/// When `sched_setaffinity` refuses (no such task, or a CPU it may not use).
 pub fn pin(tid: i32, cpu: usize) -> Result<()> {
     // SAFETY: an all-zero cpu_set_t is the empty set; CPU_SET writes inside it.
     let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
     unsafe { libc::CPU_SET(cpu, &mut set) };
     // SAFETY: `set` is a valid cpu_set_t of the size passed.
-    let rc = unsafe { libc::sched_setaffinity(tid, size_of::<libc::cpu_set_t>(), &set) };
+    let rc = unsafe { libc::sched_setaffinity(tid, size_of::<libc::cpu_set_t>(), &raw const set) };
     if rc != 0 {
         return Err(std::io::Error::last_os_error())
             .with_context(|| format!("sched_setaffinity({tid}, CPU {cpu})"));
@@ -35,6 +40,10 @@ pub fn pin(tid: i32, cpu: usize) -> Result<()> {
 
 /// Sets the nice value of task `tid` (a thread id; 0 is the calling thread): -20 lets a
 /// benchmark thread keep its CPU against ordinary (nice 0) processes of a shared machine.
+///
+/// # Errors
+///
+/// When `tid` is negative, or `setpriority` refuses (no such task, or no privilege).
 pub fn renice(tid: i32, nice: i32) -> Result<()> {
     let who = if tid == 0 {
         // SAFETY: gettid has no preconditions.
@@ -43,7 +52,8 @@ pub fn renice(tid: i32, nice: i32) -> Result<()> {
         tid
     };
     // SAFETY: plain setpriority(2); on Linux PRIO_PROCESS with a thread id affects that thread.
-    let rc = unsafe { libc::setpriority(libc::PRIO_PROCESS, who as libc::id_t, nice) };
+    let id = libc::id_t::try_from(who).with_context(|| format!("thread id {who}"))?;
+    let rc = unsafe { libc::setpriority(libc::PRIO_PROCESS, id, nice) };
     if rc != 0 {
         return Err(std::io::Error::last_os_error())
             .with_context(|| format!("setpriority({who}, {nice})"));
@@ -61,6 +71,11 @@ pub fn renice(tid: i32, nice: i32) -> Result<()> {
 /// with the process. The process no longer receives the terminal's Ctrl-C: when an
 /// interrupted cargo exits, the process's next line of output fails (closed pipe), it panics
 /// and its guards clean up.
+///
+/// # Errors
+///
+/// When `setsid` fails (the process leads its process group), or `/proc/self/autogroup`
+/// exists but cannot be written.
 pub fn own_session(nice: i32) -> Result<()> {
     // SAFETY: setsid has no preconditions; it fails only for a process-group leader.
     if unsafe { libc::setsid() } < 0 {
@@ -88,6 +103,7 @@ pub struct CpuTimes {
 
 impl CpuTimes {
     /// The difference `self - earlier`.
+    #[must_use]
     pub fn since(&self, earlier: &Self) -> Self {
         Self {
             busy: self.busy.saturating_sub(earlier.busy),
@@ -98,6 +114,11 @@ impl CpuTimes {
     }
 
     /// `part` as a percentage of the total.
+    #[must_use]
+    #[expect(
+        clippy::cast_precision_loss,
+        reason = "clock ticks, far below 2^52, as a percentage"
+    )]
     pub fn percent(&self, part: u64) -> f64 {
         if self.total == 0 {
             0.0
@@ -108,6 +129,10 @@ impl CpuTimes {
 }
 
 /// CPU `cpu`'s times.
+///
+/// # Errors
+///
+/// When `/proc/stat` cannot be read or has no line for `cpu`.
 pub fn cpu_times(cpu: usize) -> Result<CpuTimes> {
     let stat = fs::read_to_string("/proc/stat")?;
     let name = format!("cpu{cpu}");
@@ -135,6 +160,10 @@ pub fn cpu_times(cpu: usize) -> Result<CpuTimes> {
 /// Time task `tid` has spent on a CPU, in nanoseconds (`/proc/TID/schedstat`, the
 /// scheduler's own clock, not sampled by ticks). Without `CONFIG_IRQ_TIME_ACCOUNTING`, as
 /// here, it includes the softirqs that ran inside the task (at `local_bh_enable`).
+///
+/// # Errors
+///
+/// When the task's `schedstat` cannot be read (no such task) or does not start with a number.
 pub fn task_runtime_ns(tid: i32) -> Result<u64> {
     let stat = fs::read_to_string(format!("/proc/{tid}/schedstat"))?;
     Ok(stat
@@ -145,6 +174,7 @@ pub fn task_runtime_ns(tid: i32) -> Result<u64> {
 }
 
 /// The command name of task `tid`.
+#[must_use]
 pub fn comm(tid: i32) -> Option<String> {
     fs::read_to_string(format!("/proc/{tid}/comm"))
         .ok()
@@ -152,6 +182,10 @@ pub fn comm(tid: i32) -> Option<String> {
 }
 
 /// Threads whose command name starts with `prefix` (kernel threads included).
+///
+/// # Errors
+///
+/// When `/proc` cannot be listed.
 pub fn tasks_named(prefix: &str) -> Result<BTreeSet<i32>> {
     let mut out = BTreeSet::new();
     for entry in fs::read_dir("/proc")? {
@@ -171,6 +205,11 @@ pub fn tasks_named(prefix: &str) -> Result<BTreeSet<i32>> {
 /// The thread is found as the one that appears when threaded mode is switched on: its name is
 /// cut to 15 characters, too short to tell the same interface name in two namespaces apart.
 /// The interface must already run NAPI (for a veth: XDP attached or GRO on) with one queue.
+///
+/// # Errors
+///
+/// When `/proc` cannot be listed, threaded mode cannot be switched on, or not exactly one
+/// new NAPI thread appears.
 pub fn threaded_napi(ns: &Netns, ifname: &str) -> Result<i32> {
     let before = tasks_named("napi/")?;
     ns.exec(&[
@@ -218,6 +257,11 @@ const IFLA_STATS64: u16 = 23;
 
 impl LinkCounters {
     /// A reader for interface `ifname` of `ns` (the socket belongs to that namespace).
+    ///
+    /// # Errors
+    ///
+    /// When `ifname` holds a NUL, `ns` cannot be entered, it has no such interface, or the
+    /// netlink socket cannot be opened.
     pub fn open(ns: &Netns, ifname: &str) -> Result<Self> {
         let name = std::ffi::CString::new(ifname)?;
         ns.run(move || -> Result<Self> {
@@ -244,12 +288,26 @@ impl LinkCounters {
             let sock = unsafe { OwnedFd::from_raw_fd(raw) };
             Ok(Self {
                 sock,
-                ifindex: ifindex as i32,
+                ifindex: i32::try_from(ifindex)?,
             })
         })?
     }
 
     /// The counters now.
+    ///
+    /// # Errors
+    ///
+    /// When the request cannot be sent, no reply arrives, or the reply holds no
+    /// `IFLA_STATS64`.
+    #[expect(
+        clippy::cast_possible_truncation,
+        reason = "netlink's constants (a flag, address families) and a struct size, in the \
+                  narrower fields of its messages"
+    )]
+    #[expect(
+        clippy::cast_sign_loss,
+        reason = "the length recv returned, checked non-negative first"
+    )]
     pub fn read(&self) -> Result<LinkStats> {
         // struct nlmsghdr + struct ifinfomsg { family, pad, type, index, flags, change }
         let mut msg = Vec::with_capacity(32);
@@ -271,7 +329,7 @@ impl LinkCounters {
                 msg.as_ptr().cast(),
                 msg.len(),
                 0,
-                (&kernel as *const libc::sockaddr_nl).cast(),
+                (&raw const kernel).cast(),
                 size_of::<libc::sockaddr_nl>() as libc::socklen_t,
             )
         };
@@ -326,6 +384,7 @@ fn parse_stats64(b: &[u8]) -> Result<LinkStats> {
 }
 
 /// The machine: CPU count and model, kernel, time (UTC).
+#[must_use]
 pub fn machine() -> String {
     let model = fs::read_to_string("/proc/cpuinfo")
         .ok()
@@ -348,6 +407,7 @@ pub fn machine() -> String {
 }
 
 /// `/proc/loadavg`'s 1-, 5- and 15-minute load averages: how busy the (shared) machine was.
+#[must_use]
 pub fn load_average() -> String {
     fs::read_to_string("/proc/loadavg")
         .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))

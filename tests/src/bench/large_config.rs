@@ -74,16 +74,19 @@ impl Shape {
     pub const MAX_BACKENDS_PER_POOL: usize = 120;
 
     /// Backends in all pools.
+    #[must_use]
     pub fn backends(&self) -> usize {
         self.pools * self.backends_per_pool
     }
 
     /// Rules in all groups.
+    #[must_use]
     pub fn rules(&self) -> usize {
         self.groups * self.rules_per_group
     }
 
     /// State variables: three global ones and two per group.
+    #[must_use]
     pub fn state_variables(&self) -> usize {
         3 + 2 * self.groups
     }
@@ -122,6 +125,7 @@ fn reweighted(shape: &Shape, global: usize) -> bool {
 }
 
 /// The number of backends [`Version::Changed`] replaces and reweights: `(replaced, reweighted)`.
+#[must_use]
 pub fn changes(shape: &Shape) -> (usize, usize) {
     let all = 0..shape.backends();
     (
@@ -131,6 +135,7 @@ pub fn changes(shape: &Shape) -> (usize, usize) {
 }
 
 /// Name of pool `p`.
+#[must_use]
 pub fn pool_name(p: usize) -> String {
     format!("p{p:02}")
 }
@@ -140,6 +145,11 @@ pub fn pool_name(p: usize) -> String {
 /// # Panics
 /// If `p` is 156 or more or `i` is [`Shape::MAX_BACKENDS_PER_POOL`] or more (no such address in
 /// the pool's /24).
+#[must_use]
+#[expect(
+    clippy::cast_possible_truncation,
+    reason = "in range by the assertion: 100 + p ≤ 255, host ≤ 241"
+)]
 pub fn backend_address(shape: &Shape, p: usize, i: usize, version: Version) -> Ipv4Addr {
     assert!(
         p < 156 && i < Shape::MAX_BACKENDS_PER_POOL,
@@ -152,11 +162,14 @@ pub fn backend_address(shape: &Shape, p: usize, i: usize, version: Version) -> I
     } else {
         1 + i
     };
-    // In range by the assertion: 100 + p ≤ 255, host ≤ 241.
     Ipv4Addr::new(198, 18, (100 + p) as u8, host as u8)
 }
 
 /// Virtual IP of service `s`: four services per address, from `198.19.0.1`.
+#[expect(
+    clippy::cast_possible_truncation,
+    reason = "1 + v % 250 ≤ 250, and v / 250 fits an octet below 256,000 services"
+)]
 fn vip(s: usize) -> Ipv4Addr {
     let v = s / 4;
     Ipv4Addr::new(198, 19, (v / 250) as u8, (1 + v % 250) as u8)
@@ -170,6 +183,7 @@ fn vip(s: usize) -> Ipv4Addr {
 /// addresses allow (155) or more than [`Shape::MAX_BACKENDS_PER_POOL`] backends per pool. (Data
 /// plane limits are the configuration's to check: a shape beyond them gives a configuration
 /// that is rejected.)
+#[must_use]
 pub fn fragments(shape: &Shape, version: Version) -> Vec<(String, String)> {
     assert!(shape.fragments >= 1, "at least one fragment");
     assert!(shape.pools >= 1, "at least one pool");
@@ -297,6 +311,14 @@ fn group_pool(shape: &Shape, g: usize, k: usize) -> usize {
     (g * 3 + k) % shape.pools
 }
 
+#[expect(
+    clippy::many_single_char_names,
+    reason = "the group's three pools by position (a, b, c) and the two a rule picks (x, y)"
+)]
+#[expect(
+    clippy::cast_possible_wrap,
+    reason = "a rule's index in its group, far below i64::MAX"
+)]
 fn group(shape: &Shape, g: usize) -> String {
     let [a, b, c] = [0, 1, 2].map(|k| pool_name(group_pool(shape, g, k)));
     let mut out = format!("  - name: g{g}\n    rules:\n");

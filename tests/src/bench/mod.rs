@@ -15,11 +15,13 @@ pub mod testrun;
 /// Whether `cargo bench` started this binary: it passes `--bench` to `harness = false`
 /// targets, `cargo test --benches` does not. The benchmarks do nothing without it, so a test
 /// run over all targets stays fast.
+#[must_use]
 pub fn invoked_by_cargo_bench() -> bool {
     std::env::args().any(|a| a == "--bench")
 }
 
 /// The value after `--name` on the command line (`cargo bench … -- --name VALUE`), parsed.
+#[must_use]
 pub fn arg<T: std::str::FromStr>(name: &str) -> Option<T> {
     let flag = format!("--{name}");
     let args: Vec<String> = std::env::args().collect();
@@ -56,7 +58,7 @@ impl Summary {
         let median = if n % 2 == 1 {
             v[n / 2]
         } else {
-            (v[n / 2 - 1] + v[n / 2]) / 2.0
+            f64::midpoint(v[n / 2 - 1], v[n / 2])
         };
         Self {
             median,
@@ -67,6 +69,11 @@ impl Summary {
 }
 
 /// The arithmetic mean; 0 for an empty set.
+#[must_use]
+#[expect(
+    clippy::cast_precision_loss,
+    reason = "a count of measurements, far below 2^52"
+)]
 pub fn mean(values: &[f64]) -> f64 {
     if values.is_empty() {
         0.0
@@ -80,6 +87,10 @@ mod tests {
     use super::*;
 
     #[test]
+    #[expect(
+        clippy::float_cmp,
+        reason = "medians and means of small whole numbers, exact in f64"
+    )]
     fn summary_takes_the_middle_value() {
         let s = Summary::of(&[5.0, 1.0, 3.0]);
         assert_eq!((s.median, s.min, s.max), (3.0, 1.0, 5.0));

@@ -24,8 +24,13 @@ pub struct Timed {
     pub ns: f64,
 }
 
-/// `struct xdp_md` for a frame of `len` bytes arriving on `ingress`: data, data_end,
-/// data_meta, ingress_ifindex, rx_queue_index, egress_ifindex.
+/// `struct xdp_md` for a frame of `len` bytes arriving on `ingress`: `data`, `data_end`,
+/// `data_meta`, `ingress_ifindex`, `rx_queue_index`, `egress_ifindex`.
+#[must_use]
+#[expect(
+    clippy::cast_possible_truncation,
+    reason = "a frame's length, at most a page, as the u32 `data_end`"
+)]
 pub fn xdp_md(ingress: u32, len: usize) -> Vec<u8> {
     [0u32, len as u32, 0, ingress, 0, 0]
         .iter()
@@ -35,6 +40,14 @@ pub fn xdp_md(ingress: u32, len: usize) -> Vec<u8> {
 
 /// Runs `prog` `repeat` times on `frame` as if it arrived on `ingress` (an ifindex of the
 /// calling thread's namespace) and returns the kernel's timing.
+///
+/// # Errors
+///
+/// When `BPF_PROG_TEST_RUN` fails (a frame the kernel refuses, an unknown `ingress`).
+#[expect(
+    clippy::cast_precision_loss,
+    reason = "a mean duration in nanoseconds, far below 2^52"
+)]
 pub fn time(prog: &Xdp, frame: &[u8], ingress: u32, repeat: u32) -> Result<Timed> {
     let md = xdp_md(ingress, frame.len());
     let opts = TestRunOptions {
@@ -58,6 +71,11 @@ pub struct Baseline {
 
 impl Baseline {
     /// Loads the embedded baseline object ([`object::baseline`]).
+    ///
+    /// # Errors
+    ///
+    /// When the build embedded a stub object, the object cannot be parsed, or the verifier
+    /// refuses the program.
     pub fn load() -> Result<Self> {
         let mut ebpf = Ebpf::load(object::baseline()?).context("loading the baseline object")?;
         let prog: &mut Xdp = ebpf
@@ -69,6 +87,10 @@ impl Baseline {
     }
 
     /// The loaded program.
+    ///
+    /// # Errors
+    ///
+    /// Never once [`Baseline::load`] succeeded: the program is there and is an XDP program.
     pub fn program(&self) -> Result<&Xdp> {
         Ok(self
             .ebpf

@@ -158,7 +158,7 @@ fn a_history_store_overwritten_while_running_is_counted_not_fatal() -> Result<()
         agent,
     } = lb;
     let store = agent.state_dir().join("history.sqlite");
-    let len = fs::metadata(&store)?.len() as usize;
+    let len = usize::try_from(fs::metadata(&store)?.len())?;
     fs::write(&store, vec![0xa5u8; len.max(8192)])?;
     let g = agent.status()?.generation;
     agent.write_file("10-web.yaml", &web(&pin, "web", &[100, 30]))?;
@@ -284,6 +284,10 @@ fn a_restart_after_an_unrecorded_apply_keeps_established_connections() -> Result
 /// the history's own thread, never in the way of a decision — and the record must then
 /// finish (recorded or counted as failed) without losing the apply.
 #[test]
+#[expect(
+    clippy::float_cmp,
+    reason = "a counter's value: a whole number, exact in f64"
+)]
 fn a_decision_is_written_while_a_version_record_waits_for_the_store() -> Result<()> {
     use router_tests::config_text::{ConfigText, Group};
     use std::sync::atomic::{AtomicBool, Ordering};
@@ -301,7 +305,7 @@ fn a_decision_is_written_while_a_version_record_waits_for_the_store() -> Result<
             .pool("p2", &[(backend_v4(2).into(), 100)], None)
             .state("maint", "{ push: { default: false } }")
             .decision(
-                Group::new("g")
+                &Group::new("g")
                     .rule("normal", 100, "NOT maint", "p1")
                     .rule("maintenance", 90, "maint", "p2")
                     .default_pool("p1"),

@@ -42,6 +42,7 @@ fn link_of(status: &switchyard::api::status::Status, iface: &str) -> Option<Stri
 }
 
 #[test]
+#[expect(clippy::too_many_lines, reason = "one scenario, step by step")]
 fn a_link_whose_interface_was_created_again_is_replaced_and_status_tells_live_from_defunct()
 -> Result<()> {
     if privileged::require_root_and_bpf("a_link_whose_interface_was_created_again").is_err() {

@@ -127,8 +127,8 @@ impl Running {
                     self.state.insert(event.address, event.resolution.clone());
                     seen.push((at, event));
                 }
-                Err(_) => panic!(
-                    "{what}: not within {deadline:?}; state {:#?}; events {seen:#?}",
+                Err(e) => panic!(
+                    "{what}: not within {deadline:?} ({e}); state {:#?}; events {seen:#?}",
                     self.state
                 ),
             }
@@ -379,7 +379,7 @@ fn a_backend_mac_change_is_followed() {
         &mac_string(new_mac),
     ])
     .unwrap();
-    let seen = running.wait_until("the new MAC is reported", Duration::from_secs(60), |s| {
+    let seen = running.wait_until("the new MAC is reported", Duration::from_mins(1), |s| {
         targets.iter().all(|a| resolved_to(s, *a, &after))
     });
     for addr in targets {
@@ -400,6 +400,10 @@ fn a_backend_mac_change_is_followed() {
 }
 
 #[test]
+#[expect(
+    clippy::too_many_lines,
+    reason = "one scenario per kind of target, step by step"
+)]
 fn unroutable_routed_and_downed_targets() {
     if require_root_and_bpf("unroutable_routed_and_downed_targets").is_err() {
         return;

@@ -17,7 +17,7 @@ use crate::common::{LIVE_LIMIT, Lb, consistent, ctl};
 /// One fragment: the TCP service `web` on the IPv4 VIP, decided by group `g` (see [`group`]),
 /// over pool `p1` (b1, weight `extra_weight`) and pool `p2` (b2), with the push variable
 /// `maint`.
-fn decided_by(pin: &str, p1: &str, p2: &str, extra_weight: u32, group: Group) -> String {
+fn decided_by(pin: &str, p1: &str, p2: &str, extra_weight: u32, group: &Group) -> String {
     ConfigText::at_pin_path(pin)
         .deciding_service("web", VIP_V4.into(), "tcp", "dsr-l2", "g")
         .pool(p1, &[(backend_v4(1).into(), extra_weight)], None)
@@ -38,7 +38,7 @@ fn group(p1: &str, p2: &str) -> Group {
 
 /// [`decided_by`] with [`group`].
 fn decided(pin: &str, p1: &str, p2: &str, extra_weight: u32) -> String {
-    decided_by(pin, p1, p2, extra_weight, group(p1, p2))
+    decided_by(pin, p1, p2, extra_weight, &group(p1, p2))
 }
 
 /// Every switch in the audit trail of group `g`: (from, to, cause).
@@ -172,7 +172,7 @@ fn absurd_durations_do_not_kill_the_agent() -> Result<()> {
     let Some(lb) = Lb::start("absurd_durations", 2, |pin| {
         let slow = group("dc1", "dc2")
             .switch("{ stable_for: 300000000000y, cooldown: 0s, failback_after: 0s }");
-        decided_by(pin, "dc1", "dc2", 100, slow)
+        decided_by(pin, "dc1", "dc2", 100, &slow)
     })?
     else {
         return Ok(());

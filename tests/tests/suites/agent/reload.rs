@@ -187,8 +187,8 @@ fn rapid_churn_with_concurrent_ctl_apply_and_sighup_ends_on_the_last_write() -> 
     ensure!(weights == last, "{weights:?} != {last:?}");
     let versions: serde_json::Value =
         serde_json::from_str(&agent.api_get("/versions")?).context("/versions")?;
-    let list = versions["versions"].as_array().context("versions")?;
-    let generations: Vec<u64> = list
+    let recorded = versions["versions"].as_array().context("versions")?;
+    let generations: Vec<u64> = recorded
         .iter()
         .map(|v| v["generation"].as_u64().unwrap_or(0))
         .collect();
@@ -198,9 +198,9 @@ fn rapid_churn_with_concurrent_ctl_apply_and_sighup_ends_on_the_last_write() -> 
     );
     ensure!(
         generations.last() == Some(&status.generation)
-            && versions["running"].as_u64() == list.last().and_then(|v| v["number"].as_u64()),
+            && versions["running"].as_u64() == recorded.last().and_then(|v| v["number"].as_u64()),
         "last version {:?} / running {} at generation {}",
-        list.last(),
+        recorded.last(),
         versions["running"],
         status.generation
     );

@@ -4,6 +4,7 @@
 //! never replaces a missing map pin under the running program with a fresh map.
 
 use std::{
+    fmt::Write as _,
     fs,
     time::{Duration, Instant},
 };
@@ -15,7 +16,8 @@ use router_tests::{
     client::{self},
     config_text::{ConfigText, web_pool},
     netns::Topology,
-    privileged, servers,
+    privileged,
+    servers::{self, BackendServers},
 };
 
 use crate::common::{
@@ -58,7 +60,10 @@ fn on_sigterm_the_agent_exits_and_the_program_keeps_balancing_until_detach() -> 
             .contains("interfaces with a pinned program: to-b1, to-b2, to-b3, to-client")
     );
 
-    let before: Vec<u64> = servers.iter().map(|s| s.tcp_connections()).collect();
+    let before: Vec<u64> = servers
+        .iter()
+        .map(BackendServers::tcp_connections)
+        .collect();
     let tally = client::tcp_tally(topo.client(), vip_v4(80), 300)?;
     check_spread("after the agent exited (last maps)", &tally, 3)?;
     for (s, b) in servers.iter().zip(before) {
@@ -80,10 +85,13 @@ fn on_sigterm_the_agent_exits_and_the_program_keeps_balancing_until_detach() -> 
 
 /// `text` without the lines that mention `needle`.
 fn without(text: &str, needle: &str) -> String {
-    text.lines()
-        .filter(|l| !l.contains(needle))
-        .map(|l| format!("{l}\n"))
-        .collect()
+    text.lines().filter(|l| !l.contains(needle)).fold(
+        String::with_capacity(text.len()),
+        |mut out, l| {
+            let _ = writeln!(out, "{l}");
+            out
+        },
+    )
 }
 
 #[test]
@@ -185,7 +193,7 @@ fn sigkill_around_applies_then_restart_is_consistent() -> Result<()> {
         mut agent,
     } = lb;
     for (k, delay) in [150u64, 230, 300].into_iter().enumerate() {
-        let weights = [100, 40 + 20 * k as u32, 100];
+        let weights = [100, 40 + 20 * u32::try_from(k)?, 100];
         agent.write_file("10-web.yaml", &web(&pin, "web", &weights))?;
         agent.write_file(
             "20-dns.yaml",
@@ -227,24 +235,21 @@ fn a_missing_map_pin_under_an_attached_program_is_not_replaced_by_a_fresh_map() 
     agent.stop()?;
     fs::remove_file(agent.pin_dir().join(router_common::maps::SERVICES))?;
     agent.write_file("20-dns.yaml", &dns())?;
-    match agent.relaunch_expecting_exit(Duration::from_secs(10)) {
+    if let Ok(exited) = agent.relaunch_expecting_exit(Duration::from_secs(10)) {
         // Refused: with a clear error, and the old program still forwards.
-        Ok(exited) => {
-            ensure!(!exited.status.success(), "{}", exited.output);
-            ensure!(
-                exited.output.contains(router_common::maps::SERVICES),
-                "the refusal does not name the map:\n{}",
-                exited.output
-            );
-            serves(&topo, 5)
-        }
+        ensure!(!exited.status.success(), "{}", exited.output);
+        ensure!(
+            exited.output.contains(router_common::maps::SERVICES),
+            "the refusal does not name the map:\n{}",
+            exited.output
+        );
+        serves(&topo, 5)
+    } else {
         // Running: then the change must reach the program.
-        Err(_) => {
-            agent.wait_for(LIVE_LIMIT, |s| s.services.len() == 2)?;
-            let udp = client::udp_tally(topo.client(), vip_v4(80), 5)
-                .context("the new service does not reach the running program")?;
-            ensure!(client::total(&udp) == 5, "{udp:?}");
-            Ok(())
-        }
+        agent.wait_for(LIVE_LIMIT, |s| s.services.len() == 2)?;
+        let udp = client::udp_tally(topo.client(), vip_v4(80), 5)
+            .context("the new service does not reach the running program")?;
+        ensure!(client::total(&udp) == 5, "{udp:?}");
+        Ok(())
     }
 }

@@ -194,7 +194,7 @@ fn a_second_agent_on_the_same_pin_path_refuses_to_start_and_leaves_the_first_alo
         }
         if start.elapsed() > EXIT_LIMIT {
             // SAFETY: kill(2) on our own child (SIGTERM: the program stays attached).
-            unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+            unsafe { libc::kill(libc::pid_t::try_from(child.id())?, libc::SIGTERM) };
             let _ = child.wait();
             break None;
         }
@@ -263,11 +263,11 @@ fn a_sighup_during_start_does_not_kill_the_agent() -> Result<()> {
     }
     std::thread::sleep(Duration::from_millis(50));
     // SAFETY: kill(2) on our own child (nsenter execs the agent: same pid).
-    unsafe { libc::kill(child.id() as i32, libc::SIGHUP) };
+    unsafe { libc::kill(libc::pid_t::try_from(child.id())?, libc::SIGHUP) };
     let ready = agent.wait_for(LIVE_LIMIT, |s| s.generation >= 1);
     let exited = child.try_wait()?;
     // SAFETY: as above.
-    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    unsafe { libc::kill(libc::pid_t::try_from(child.id())?, libc::SIGTERM) };
     let _ = child.wait();
     ensure!(exited.is_none(), "the agent died of the SIGHUP: {exited:?}");
     ready.context("the agent did not come up")?;

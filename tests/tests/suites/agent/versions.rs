@@ -136,6 +136,11 @@ fn a_rollback_is_not_undone_by_events_that_change_no_fragment() -> Result<()> {
 fn with_big_pool(pin: &str, net: u8, n: usize) -> String {
     let big: Vec<(IpAddr, u32)> = (0..n)
         .map(|i| {
+            #[expect(
+                clippy::cast_possible_truncation,
+                reason = "1 + i % 250 ≤ 250, and i / 250 fits an octet for the pools here (a few \
+                          thousand backends)"
+            )]
             let address = std::net::Ipv4Addr::new(10, net, (i / 250) as u8, 1 + (i % 250) as u8);
             (address.into(), 1)
         })

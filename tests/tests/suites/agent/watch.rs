@@ -250,6 +250,10 @@ fn a_config_directory_swapped_by_renames_is_watched_at_its_path() -> Result<()> 
 /// Fragments that are not plain text files: a symlink (followed), a dangling symlink, a
 /// directory, a FIFO (must not hang the agent), a non-UTF-8 file and one over the size limit.
 /// Each bad one is a rejected change with its name; none changes the maps or stops the agent.
+/// Makes an odd file at a fragment's path (the first argument); the second is a regular file
+/// outside the config directory.
+type Make = fn(&Path, &Path) -> Result<()>;
+
 #[test]
 fn odd_fragment_files_are_rejected_by_name_and_never_hang_the_agent() -> Result<()> {
     let Some(lb) = Lb::start("odd_fragment_files", 2, |pin| web(pin, "web", &[100, 100]))? else {
@@ -275,7 +279,6 @@ fn odd_fragment_files_are_rejected_by_name_and_never_hang_the_agent() -> Result<
         .context("a symlinked fragment")?;
     let good = agent.status()?.generation;
 
-    type Make = fn(&Path, &Path) -> Result<()>;
     let cases: Vec<(&str, Make, &str)> = vec![
         (
             "dangling symlink",
@@ -399,6 +402,10 @@ fn a_fragment_still_being_written_is_not_applied_half_written() -> Result<()> {
 /// audit log are written where the watch looks. Each write wakes the watch; none may turn into
 /// an apply, let alone a loop of them.
 #[test]
+#[expect(
+    clippy::float_cmp,
+    reason = "a counter's value: a whole number, exact in f64"
+)]
 fn a_config_directory_that_is_also_the_state_directory_does_not_loop() -> Result<()> {
     let Some(lb) = Lb::start("config_dir_is_state_dir", 2, |pin| {
         web(pin, "web", &[100, 100])

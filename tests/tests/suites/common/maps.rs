@@ -1,6 +1,6 @@
 //! The maps as the program reads them, for comparing what two configs balance.
 
-use std::{collections::BTreeMap, net::IpAddr};
+use std::{collections::BTreeMap, fmt::Write as _, net::IpAddr};
 
 use anyhow::{Context as _, Result};
 use router_common::{Decision, MAGLEV_SIZE, NO_POOL};
@@ -41,9 +41,13 @@ pub fn view(agent: &Agent) -> Result<View> {
                 }
                 *owners.entry(name).or_default() += 1;
             }
-            text += &format!(" | pool {role}: flags {:#x} {owners:?} {sequence}", p.flags);
+            let _ = write!(
+                text,
+                " | pool {role}: flags {:#x} {owners:?} {sequence}",
+                p.flags
+            );
         }
-        out.insert(format!("{:?}", key), text);
+        out.insert(format!("{key:?}"), text);
     }
     Ok(out)
 }

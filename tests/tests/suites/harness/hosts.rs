@@ -1,4 +1,4 @@
-//! How the hosts are configured: receiving veths run XDP_PASS and have TX checksum offload off;
+//! How the hosts are configured: receiving veths run `XDP_PASS` and have TX checksum offload off;
 //! the lb keeps the kernel's defaults and the backends have what the README says.
 
 use router_tests::addrs::{BACKEND_IF, CLIENT_IF, LB_CLIENT_IF, VIP_V4, VIP_V6};
@@ -58,6 +58,17 @@ fn namespace_sysctls(ns: &Netns) -> Vec<String> {
         .collect()
 }
 
+/// A namespace nobody configured, deleted on drop: the reference for the lb's sysctls.
+struct Fresh(Netns);
+
+impl Drop for Fresh {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("ip")
+            .args(["netns", "del", self.0.name()])
+            .status();
+    }
+}
+
 #[test]
 fn lb_keeps_the_kernel_defaults_and_backends_are_configured_as_the_readme_says() {
     if require_root_and_bpf(
@@ -70,14 +81,6 @@ fn lb_keeps_the_kernel_defaults_and_backends_are_configured_as_the_readme_says()
     let topo = topology(2);
     // The lb: every namespace-wide sysctl as in a namespace nobody configured, and no
     // neighbour entry anyone wrote.
-    struct Fresh(Netns);
-    impl Drop for Fresh {
-        fn drop(&mut self) {
-            let _ = std::process::Command::new("ip")
-                .args(["netns", "del", self.0.name()])
-                .status();
-        }
-    }
     let fresh = Fresh(Netns::new(format!("{}-fresh", topo.tag())));
     let status = std::process::Command::new("ip")
         .args(["netns", "add", fresh.0.name()])

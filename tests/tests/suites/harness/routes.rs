@@ -21,9 +21,9 @@ use super::{addr, sysctl, topology};
 
 /// `ip route get` in `ns`, reduced to its first line.
 fn route_get(ns: &Netns, args: &[&str]) -> String {
-    let mut argv = vec!["route", "get"];
-    argv.extend(args);
-    let out = ns.ip(&argv).unwrap();
+    let mut command = vec!["route", "get"];
+    command.extend(args);
+    let out = ns.ip(&command).unwrap();
     out.lines().next().unwrap_or_default().to_owned()
 }
 
@@ -111,17 +111,17 @@ fn backends_reply_from_the_vip_over_the_return_link_and_from_their_address_via_t
         text.trim().parse().unwrap()
     };
     let before = received(topo.lb(), &lb_backend_if(1));
-    const N: u64 = 20;
+    let datagrams: u64 = 20;
     topo.backend(1)
         .run(|| {
             let sock = std::net::UdpSocket::bind((backend_v4(1), 0)).unwrap();
-            for _ in 0..N {
+            for _ in 0..datagrams {
                 sock.send_to(b"nat", (CLIENT_V4, 9)).unwrap();
             }
         })
         .unwrap();
     let deadline = std::time::Instant::now() + Duration::from_secs(3);
-    while received(topo.lb(), &lb_backend_if(1)) < before + N {
+    while received(topo.lb(), &lb_backend_if(1)) < before + datagrams {
         assert!(
             std::time::Instant::now() < deadline,
             "the lb did not receive the backend's NAT-source datagrams"

@@ -17,6 +17,10 @@ use super::topology;
 /// does): frames to the IPv4 VIP get backend `i`'s MACs and are redirected into its veth;
 /// everything else passes.
 #[cfg(target_endian = "little")]
+#[expect(
+    clippy::cast_possible_wrap,
+    reason = "an ifindex, small and positive, as the instruction's i32 immediate"
+)]
 fn dsr_redirector(lb_ifindex_to_backend: u32, i: usize) -> Vec<u64> {
     use router_tests::addrs::{backend_mac, lb_backend_side_mac};
     use router_tests::xdp_pass::insn;

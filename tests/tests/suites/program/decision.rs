@@ -58,7 +58,7 @@ fn config() -> Config {
             require: None,
             automatic: None,
         }],
-        rules: Default::default(),
+        rules: std::sync::Arc::default(),
     }
 }
 

@@ -299,7 +299,7 @@ pub fn health(pool: &'static str, address: IpAddr, healthy: bool) -> Step {
 /// Remembers the packets counted for `reason` so far under `name`.
 pub fn count(name: &'static str, reason: Reason) -> Step {
     step(&format!("count {reason:?} as {name}"), move |lab, memo| {
-        memo.set(name, lab.reason(reason) as usize);
+        memo.set(name, usize::try_from(lab.reason(reason))?);
         Ok(())
     })
 }
@@ -353,6 +353,10 @@ fn send(lab: &Lab, memo: &mut Memo, row: &Row) -> Result<()> {
     };
     let before: Vec<u64> = Reason::ALL.iter().map(|r| lab.reason(*r)).collect();
     let run = lab.run_on(&iface, &frame)?;
+    #[expect(
+        clippy::cast_possible_truncation,
+        reason = "a counter's growth over one run: 0, or 1 for the reason counted"
+    )]
     let moved: Vec<Reason> = Reason::ALL
         .iter()
         .zip(&before)

@@ -37,7 +37,7 @@ fn all_fragments_of_a_datagram_reach_one_backend() -> Result<()> {
         );
     }
     for id in 1..=4u32 {
-        let full = packets::udp_with(c6(), 7000 + id as u16, v6(), 53, &payload);
+        let full = packets::udp_with(c6(), 7000 + u16::try_from(id)?, v6(), 53, &payload);
         let (first, later) = packets::fragment_v6(&full, 64, id)?;
         let name = format!("v6 datagram {id}");
         // Read the MAC directly: etherparse 0.16 misparses a later IPv6 fragment as UDP.
@@ -86,7 +86,7 @@ fn a_fragmented_datagram_reaches_the_backend_of_its_flow() -> Result<()> {
             let full = packets::udp_with(client, sport, vip, 53, &big);
             let id = u32::from(port) + 100;
             let (first, later) = if family == "v4" {
-                packets::fragment_v4(&full, 64, id as u16)?
+                packets::fragment_v4(&full, 64, u16::try_from(id)?)?
             } else {
                 packets::fragment_v6(&full, 64, id)?
             };
@@ -176,18 +176,18 @@ fn v6_fragments_with_dstopts(sport: u16, id: u32) -> Result<(Vec<u8>, Vec<u8>)> 
     let mut fragmentable = vec![UDP, 0, 1, 4, 0, 0, 0, 0];
     fragmentable.extend_from_slice(l4);
     let (a, b) = fragmentable.split_at(64);
-    let make = |part: &[u8], offset: usize, more: bool| {
+    let make = |part: &[u8], offset: usize, more: bool| -> Result<Vec<u8>> {
         let mut f = head.to_vec();
         f[14 + 6] = 44;
-        f[14 + 4..14 + 6].copy_from_slice(&((8 + part.len()) as u16).to_be_bytes());
-        let field = ((offset / 8) as u16) << 3 | u16::from(more);
+        f[14 + 4..14 + 6].copy_from_slice(&u16::try_from(8 + part.len())?.to_be_bytes());
+        let field = u16::try_from(offset / 8)? << 3 | u16::from(more);
         f.extend_from_slice(&[60, 0]);
         f.extend_from_slice(&field.to_be_bytes());
         f.extend_from_slice(&id.to_be_bytes());
         f.extend_from_slice(part);
-        f
+        Ok(f)
     };
-    Ok((make(a, 0, true), make(b, 64, false)))
+    Ok((make(a, 0, true)?, make(b, 64, false)?))
 }
 
 #[test]

@@ -105,7 +105,7 @@ fn fixture_config() -> Config {
         ],
         state: vec![],
         decisions: vec![],
-        rules: Default::default(),
+        rules: std::sync::Arc::default(),
     }
 }
 

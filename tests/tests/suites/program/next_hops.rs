@@ -21,6 +21,7 @@ use super::{c4, lab, v4};
 const NEW_MAC: [u8; 6] = [0x02, 0x5e, 0x00, 0x00, 0x00, 0x42];
 
 #[test]
+#[expect(clippy::too_many_lines, reason = "one fixture table, step by step")]
 fn next_hops_come_from_the_map_the_agent_writes() -> Result<()> {
     let Some(mut lab) = lab("fx-nexthop") else {
         return Ok(());

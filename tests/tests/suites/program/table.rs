@@ -14,6 +14,10 @@ use super::fixture::{Step, dropped, dsr, nat, pass, run};
 use super::{OTHER_V4, c4, c6, lab, v4, v6};
 
 #[test]
+#[expect(
+    clippy::too_many_lines,
+    reason = "the fixture table: one row per packet and its verdict"
+)]
 fn fixture_table_gives_each_packet_its_documented_verdict() -> Result<()> {
     let Some(mut lab) = lab("fx-table") else {
         return Ok(());

@@ -6,6 +6,7 @@
 //! agent's lifecycle in the `agent` suites. Every test prints what it measured (read it
 //! with `--nocapture`).
 
+use std::fmt::Write as _;
 use std::net::SocketAddr;
 
 use anyhow::{Context as _, Result, ensure};
@@ -32,17 +33,22 @@ fn three_backends() -> Result<(Topology, Vec<BackendServers>)> {
 
 /// Prints each backend's share of `tally` next to its expected share, then checks every
 /// backend is within [`SHARE_TOLERANCE_PP`] of it. `weights[i]` is backend `i + 1`'s weight.
+#[expect(
+    clippy::cast_precision_loss,
+    reason = "flow counts, far below 2^52, as percentages"
+)]
 fn check_shares(what: &str, tally: &Tally, weights: &[u32]) -> Result<()> {
-    let n = client::total(tally) as f64;
+    let total = client::total(tally);
+    let n = total as f64;
     let sum: u32 = weights.iter().sum();
     let mut worst: f64 = 0.0;
-    let mut line = format!("{what}: {} flows:", n as usize);
+    let mut line = format!("{what}: {total} flows:");
     for (i, &w) in weights.iter().enumerate() {
         let name = backend_name(i + 1);
         let got = tally.get(&name).copied().unwrap_or(0) as f64 * 100.0 / n;
         let want = f64::from(w) * 100.0 / f64::from(sum);
         worst = worst.max((got - want).abs());
-        line += &format!(" {name} {got:.1} % (weight share {want:.1} %)");
+        let _ = write!(line, " {name} {got:.1} % (weight share {want:.1} %)");
     }
     println!("{line}; largest deviation {worst:.1} pp (bound {SHARE_TOLERANCE_PP} pp)");
     ensure!(
@@ -131,9 +137,14 @@ fn udp_flows(topo: &Topology, addr: SocketAddr, flows: usize, datagrams: usize) 
 
 /// Checks that new UDP flows (one datagram from a fresh source port each) reach every backend,
 /// each at least `min_pct` % of them: a spread, not a weight-share measurement.
+#[expect(
+    clippy::cast_precision_loss,
+    reason = "flow counts, far below 2^52, as percentages"
+)]
 fn check_spread(what: &str, tally: &Tally, backends: usize, min_pct: f64) -> Result<()> {
-    let n = client::total(tally) as f64;
-    println!("{what}: {} new flows: {tally:?}", n as usize);
+    let total = client::total(tally);
+    let n = total as f64;
+    println!("{what}: {total} new flows: {tally:?}");
     for i in 1..=backends {
         let got = tally.get(&backend_name(i)).copied().unwrap_or(0) as f64 * 100.0 / n;
         ensure!(

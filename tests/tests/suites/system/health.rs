@@ -39,7 +39,7 @@ use crate::common::sampling::{Conn, Stream, ms};
 const SCHEDULING_MARGIN: Duration = Duration::from_millis(150);
 
 /// How long the client keeps connecting after each change, to show the new state holds.
-const OBSERVE: Duration = Duration::from_millis(1000);
+const OBSERVE: Duration = Duration::from_secs(1);
 
 /// The index (1-based) of the backend whose health check fails.
 const FAILING: usize = 2;
@@ -69,6 +69,7 @@ fn failing_is_healthy(s: &Status) -> Option<bool> {
 }
 
 #[test]
+#[expect(clippy::too_many_lines, reason = "one scenario, step by step")]
 fn failed_health_check_stops_new_connections_within_the_bound_and_recovery_restores_them()
 -> Result<()> {
     if privileged::require_root_and_bpf("failed_health_check_stops_new_connections").is_err() {

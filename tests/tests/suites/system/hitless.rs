@@ -25,6 +25,7 @@
 //! backend each connection reached, from the echo server's name line). Every failure is printed
 //! with the change it followed; one `HITLESS` line sums the run.
 
+use std::fmt::Write as _;
 use std::fs;
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -143,8 +144,9 @@ impl Version {
             self.pool, self.pool
         );
         for (i, w) in &self.backends {
-            out += &format!(
-                "      - {{ address: \"{}\", weight: {w} }}\n",
+            let _ = writeln!(
+                out,
+                "      - {{ address: \"{}\", weight: {w} }}",
                 backend_v4(*i)
             );
         }
@@ -187,6 +189,10 @@ enum Change {
 /// [`EXTRAS`], every fourth version), removes (only of backends added earlier in the run, every
 /// eighth), weight changes (drains to 0 included, never all of the always-present backends at
 /// once), renames at [`RENAMES`]; [`WHILE_DEAD`] adds a backend, or removes one when all are in.
+#[expect(
+    clippy::cast_possible_truncation,
+    reason = "a version's number, at most the run's 50, in a weight"
+)]
 fn versions(count: usize) -> Vec<(Version, Change)> {
     const WEIGHTS: [u32; 6] = [0, 40, 100, 160, 250, 70];
     let mut v = Version::first();
@@ -545,6 +551,10 @@ fn the_plan_changes_every_version_and_always_keeps_the_first_backends() {
 }
 
 #[test]
+#[expect(
+    clippy::too_many_lines,
+    reason = "one scenario under one load: the versions, the kill, the upgrade, then the checks"
+)]
 fn connections_survive_50_config_versions_an_agent_kill_and_a_program_upgrade_under_load()
 -> Result<()> {
     if privileged::require("connections_survive_50_config_versions", &["nft"]).is_err() {
@@ -669,12 +679,13 @@ fn connections_survive_50_config_versions_an_agent_kill_and_a_program_upgrade_un
     let load_time = started.elapsed();
 
     let vip_leaked = vip_passed(topo.lb())?.saturating_sub(vip_before);
-    let counters = Counters::read(&agent.pin_dir())
-        .map(|c| c.since(&counters_before))
-        .unwrap_or_else(|e| {
+    let counters = Counters::read(&agent.pin_dir()).map_or_else(
+        |e| {
             problems.push(format!("reading the program's counters: {e:#}"));
             Counters::default()
-        });
+        },
+        |c| c.since(&counters_before),
+    );
 
     // The slots the data plane can still forward to, against the running config.
     let status = agent.status()?;

@@ -51,6 +51,11 @@ struct Traffic {
 }
 
 impl Traffic {
+    #[expect(
+        clippy::similar_names,
+        reason = "`long` is the long-lived connections' thread, as the field it fills; `log` what \
+                  a thread saw, as `check_traffic` reads it"
+    )]
     fn start(client: &Netns, addr: SocketAddr) -> Result<Self> {
         let mut sessions = client::tcp_sessions(client, addr, LONG_LIVED)?;
         let stop = Arc::new(AtomicBool::new(false));
@@ -144,8 +149,8 @@ fn apply(agent: &Agent, text: &str) -> Result<()> {
 }
 
 /// An nftables counter of packets to the VIP that reach the lb's own network stack, which
-/// happens only when no program handled them (XDP_PASS, or no program at all): the program
-/// sends every packet of a VIP flow back out with XDP_TX or XDP_REDIRECT.
+/// happens only when no program handled them (`XDP_PASS`, or no program at all): the program
+/// sends every packet of a VIP flow back out with `XDP_TX` or `XDP_REDIRECT`.
 struct StackProbe {
     lb: Netns,
 }

@@ -40,7 +40,7 @@ fn check_load(what: &str, report: &LoadReport, phase: usize) -> Result<()> {
          {:.1} ms, {} failures; short connections per backend {:?}",
         p.exchanges,
         p.short_ok,
-        p.max_exchange_us as f64 / 1e3,
+        Duration::from_micros(p.max_exchange_us).as_secs_f64() * 1e3,
         report.failures.len(),
         report.short_backends
     );
@@ -157,7 +157,7 @@ fn a_backends_new_mac_address_is_followed() -> Result<()> {
     .into_iter()
     .enumerate()
     {
-        let new_mac = mac_string([0x02, 0x53, 0x59, 0x0f, 0x01, 0x10 + k as u8]);
+        let new_mac = mac_string([0x02, 0x53, 0x59, 0x0f, 0x01, 0x10 + u8::try_from(k)?]);
         let changed = Instant::now();
         b1.ip(&["link", "set", "dev", BACKEND_IF, "address", &new_mac])?;
         let backend = if k == 0 {
