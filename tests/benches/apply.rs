@@ -5,7 +5,7 @@
 //! cargo bench -p router-tests --bench apply [-- --runs 20]
 //! ```
 //!
-//! The configuration is [`Shape::ISSUE_4`] (`router_tests::bench::large_config`): 100 fragment
+//! The configuration is [`Shape::LARGE`] (`router_tests::bench::large_config`): 100 fragment
 //! files in a temporary directory, and a second directory with its [`Version::Changed`] (1 % of
 //! the backends replaced, 10 reweighted). One apply is the agent's apply path
 //! (`agent::apply::try_apply`, the one every entry point takes), timed in five stages:
@@ -206,7 +206,7 @@ impl Dirs {
         for version in [Version::Base, Version::Changed, Version::OneWeight] {
             let dir = dirs.of(version);
             std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-            for (name, text) in fragments(&Shape::ISSUE_4, version) {
+            for (name, text) in fragments(&Shape::LARGE, version) {
                 std::fs::write(dir.join(&name), text).with_context(|| format!("writing {name}"))?;
             }
         }
@@ -501,7 +501,7 @@ fn main() -> Result<()> {
     }
     host::pin(0, host::cpu_count() - 1)?;
 
-    let shape = Shape::ISSUE_4;
+    let shape = Shape::LARGE;
     let (replaced, reweighted) = changes(&shape);
     let dirs = Dirs::write()?;
     let bytes: usize = fragments(&shape, Version::Base)

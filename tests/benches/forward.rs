@@ -438,7 +438,7 @@ impl InProcess {
     /// Loads the program, publishes the base version and attaches to the lb's interfaces.
     fn attach(topo: &Topology) -> Result<Self> {
         let version = |v: Version| -> Result<Config> {
-            let mut files = fragments(&Shape::ISSUE_4, v);
+            let mut files = fragments(&Shape::LARGE, v);
             files.push(("zz-flood.yaml".into(), flood_fragment()));
             load_files(&files).map_err(|e| anyhow::anyhow!("the large config ({v:?}):\n{e}"))
         };

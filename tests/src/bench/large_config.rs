@@ -5,13 +5,13 @@
 //!
 //! ```
 //! use router_tests::bench::large_config::{Shape, Version, fragments};
-//! let files = fragments(&Shape::ISSUE_4, Version::Base);
+//! let files = fragments(&Shape::LARGE, Version::Base);
 //! assert_eq!(files.len(), 100);
 //! let cfg = switchyard::config::load_files(&files).unwrap();
 //! assert_eq!(cfg.services.len(), 1_000);
 //! ```
 //!
-//! What [`Shape::ISSUE_4`] generates (every number derives from the shape):
+//! What [`Shape::LARGE`] generates (every number derives from the shape):
 //!
 //! - **Services**: 1,000, ten per fragment over 100 fragments (`000-large.yaml` …). Four per
 //!   virtual IP (`198.19.0.1` … `198.19.0.250`): TCP 80, TCP 443, UDP 53, TCP 8080. One in five
@@ -28,7 +28,7 @@
 //!
 //! [`Version::OneWeight`] changes one backend's weight, the smallest change that reaches the
 //! maps. [`Version::Changed`] is the same configuration after a routine change: 1 % of the backends
-//! replaced by new addresses (for [`Shape::ISSUE_4`]: one in each pool, 50 in all) and 10 other
+//! replaced by new addresses (for [`Shape::LARGE`]: one in each pool, 50 in all) and 10 other
 //! backends reweighted (100 → 150), in 10 pools. Applying one version over the other exercises
 //! every step of a real change: new backend slots beside the old ones, every pool's Maglev table
 //! rebuilt and flipped, the replaced backends retired.
@@ -60,7 +60,7 @@ pub struct Shape {
 impl Shape {
     /// The configuration of the apply benchmark: 1,000 services, 50 pools of 100
     /// backends (5,000), 20 decision groups of 10 rules (200), over 100 fragments.
-    pub const ISSUE_4: Self = Self {
+    pub const LARGE: Self = Self {
         services: 1_000,
         pools: 50,
         backends_per_pool: 100,
@@ -375,7 +375,7 @@ mod tests {
     use super::*;
 
     fn load(version: Version) -> Config {
-        load_files(&fragments(&Shape::ISSUE_4, version))
+        load_files(&fragments(&Shape::LARGE, version))
             .unwrap_or_else(|e| panic!("the generated {version:?} config is rejected:\n{e}"))
     }
 
@@ -400,7 +400,7 @@ mod tests {
         assert_eq!(cfg.decisions.len(), 20);
         let rules: usize = cfg.decisions.iter().map(|g| g.rules.len()).sum();
         assert_eq!(rules, 200);
-        assert_eq!(cfg.state.len(), Shape::ISSUE_4.state_variables());
+        assert_eq!(cfg.state.len(), Shape::LARGE.state_variables());
         // Every form of target is present, and every group is followed by some service.
         let followed: BTreeSet<&str> = cfg
             .services
@@ -422,7 +422,7 @@ mod tests {
     #[test]
     fn the_changed_version_replaces_one_percent_and_reweights_ten() {
         let (base, changed) = (load(Version::Base), load(Version::Changed));
-        assert_eq!(changes(&Shape::ISSUE_4), (50, 10));
+        assert_eq!(changes(&Shape::LARGE), (50, 10));
         let (a, b) = (backends(&base), backends(&changed));
         let gone = a.keys().filter(|k| !b.contains_key(*k)).count();
         let new = b.keys().filter(|k| !a.contains_key(*k)).count();

@@ -21,7 +21,7 @@ use router_tests::{
 };
 
 /// Allowed distance between a backend's measured share of new flows and its weight share,
-/// in percentage points (the issue's acceptance bound).
+/// in percentage points: the bound the weighted Maglev tables are held to.
 const SHARE_TOLERANCE_PP: f64 = 5.0;
 
 /// A topology with three backends and their servers.
@@ -62,11 +62,11 @@ fn check_shares(what: &str, tally: &Tally, weights: &[u32]) -> Result<()> {
     Ok(())
 }
 
-/// Connections per distribution test. The issue asks for 1,000; the kernel's source-port choice
-/// (sequential with small random steps, per destination) makes the split of 1,000 vary about
-/// twice as much as independent flows would (seen: up to 6.6 pp against ±5), while the hash and
-/// the table are within 0.2 pp of their shares for independent flows. 3,000 keeps the ±5 pp
-/// bound meaningful without flaking.
+/// Connections per distribution test. With 1,000, the kernel's source-port choice (sequential
+/// with small random steps, per destination) makes the split vary about twice as much as
+/// independent flows would (seen: up to 6.6 pp against ±5), while the hash and the table are
+/// within 0.2 pp of their shares for independent flows. 3,000 keeps the ±5 pp bound meaningful
+/// without flaking.
 const CONNECTIONS: usize = 3_000;
 
 /// [`CONNECTIONS`] TCP connections to the IPv4 VIP, each echoing a 1 KiB payload (checked byte

@@ -29,7 +29,7 @@ use crate::common::sampling::{Conn, Stream, ms};
 /// the start of the next by `interval` ± 10 % jitter. In the worst case the health flag flips
 /// just after a successful probe read it; the first failing probe follows ≤ 1.1 × 200 ms later
 /// and the second (the threshold) another ≤ 1.1 × 200 ms later: 440 ms plus two probe
-/// durations (a 503 takes about a millisecond, never more than the 100 ms timeout). The issue's
+/// durations (a 503 takes about a millisecond, never more than the 100 ms timeout). The documented
 /// bound, 2 × 200 + 100 = 500 ms, covers that with 60 ms to spare. The margin covers what is
 /// not the product's timing: tokio's 1 ms timer granularity, the test health server's thread
 /// per request, the agent's event-loop hop and map write (microseconds), the sampling of the
