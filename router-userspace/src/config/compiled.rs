@@ -3,9 +3,10 @@
 //! slot (derived ones compiled and in dependency order), and each decision group's compiled
 //! `when`s, `require` and gate with the slots it reads.
 //!
-//! Validation has checked every expression with file, line and path before this runs, so a
-//! failure here is a problem of validation itself; it is reported like any other config
-//! problem, and nothing after validation has an error path for the rules.
+//! Validation compiles every expression once, to report its problems with file, line and path;
+//! the rules are assembled from what it compiled ([`from_checked`]). A failure there is a
+//! problem of validation itself, reported like any other config problem; nothing after
+//! validation has an error path for the rules.
 
 use std::collections::BTreeSet;
 
@@ -91,16 +92,50 @@ impl PartialEq for Rules {
     }
 }
 
-/// Compiles `cfg`'s expressions.
+/// Compiles `cfg`'s expressions, for a configuration built without validation (tests).
 ///
 /// # Errors
 ///
-/// A message naming the variable or decision group, for a problem validation should have
-/// refused already: a schema that cannot be built ([`schema::build`]), an expression that does
-/// not compile, a name missing from the schema, derived variables that depend on each other
-/// in a cycle, or a group the engine refuses.
+/// A message naming the variable or decision group: a schema that cannot be built
+/// ([`schema::build`]), an expression that does not compile, a name missing from the schema,
+/// derived variables that depend on each other in a cycle, or a group the engine refuses.
 pub fn compile(cfg: &Config) -> Result<Rules, String> {
     let schema = schema::build(cfg).map_err(|e| e.to_string())?;
+    let compile = |text: &str| rules::compile(text, &schema).map_err(|e| e.to_string());
+    let rules = assemble(cfg, &schema, compile)?;
+    Ok(Rules { schema, ..rules })
+}
+
+/// The rules of `cfg` from what validation compiled: every expression was compiled once, there,
+/// against the schema of the finished configuration.
+///
+/// # Errors
+///
+/// As [`compile`], and an expression validation did not compile: each is a problem of
+/// validation itself.
+pub(crate) fn from_checked(
+    cfg: &Config,
+    checked: super::validate::Checked,
+) -> Result<Rules, String> {
+    let super::validate::Checked { schema, exprs } = checked;
+    // One text may stand in several places (two rules with the same `when`): each gets a copy.
+    let compiled = |text: &str| {
+        exprs
+            .get(text)
+            .cloned()
+            .ok_or_else(|| format!("{text:?} was not compiled by validation"))
+    };
+    let rules = assemble(cfg, &schema, compiled)?;
+    Ok(Rules { schema, ..rules })
+}
+
+/// `cfg`'s rules over `schema`, each expression's compiled form from `expr` (the returned
+/// rules' schema is left empty: the caller moves its own in).
+fn assemble(
+    cfg: &Config,
+    schema: &Schema,
+    mut expr: impl FnMut(&str) -> Result<Compiled, String>,
+) -> Result<Rules, String> {
     let slot = |name: &str| {
         schema
             .get(name)
@@ -112,9 +147,9 @@ pub fn compile(cfg: &Config) -> Result<Rules, String> {
         let kind = match &v.source {
             StateSource::Probe(_) => VarKind::Probe,
             StateSource::Push(value) => VarKind::Push(push_value(value)),
-            StateSource::Expr(text) => VarKind::Expr(
-                rules::compile(text, &schema).map_err(|e| format!("state {}: {e}", v.name))?,
-            ),
+            StateSource::Expr(text) => {
+                VarKind::Expr(expr(text).map_err(|e| format!("state {}: {e}", v.name))?)
+            }
             StateSource::Metric(m) => VarKind::Metric {
                 of: m.of.clone(),
                 above: m.above,
@@ -131,15 +166,14 @@ pub fn compile(cfg: &Config) -> Result<Rules, String> {
     let derived_order = dependency_order(&vars)?;
     let mut groups = Vec::with_capacity(cfg.decisions.len());
     for g in &cfg.decisions {
-        let compile = |text: &str| {
-            rules::compile(text, &schema).map_err(|e| format!("decision group {}: {e}", g.name))
-        };
+        let mut compile =
+            |text: &str| expr(text).map_err(|e| format!("decision group {}: {e}", g.name));
         let whens = g
             .rules
             .iter()
             .map(|r| compile(&r.when))
             .collect::<Result<Vec<_>, _>>()?;
-        let require = g.require.as_deref().map(compile).transpose()?;
+        let require = g.require.as_deref().map(&mut compile).transpose()?;
         let automatic = g.automatic.as_deref().map(slot).transpose()?;
         let mut reads: BTreeSet<Slot> = whens
             .iter()
@@ -191,7 +225,7 @@ pub fn compile(cfg: &Config) -> Result<Rules, String> {
     Ok(Rules {
         target_count: schema.get(schema::TARGET_HEALTHY_COUNT).map(|(s, _)| s),
         target_ratio: schema.get(schema::TARGET_HEALTHY_RATIO).map(|(s, _)| s),
-        schema,
+        schema: Schema::default(),
         vars,
         derived_order,
         groups,
@@ -239,4 +273,46 @@ fn dependency_order(vars: &[Var]) -> Result<Vec<usize>, String> {
         }
     }
     Ok(done)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::load_files;
+
+    /// Two rules with the same `when`, a derived variable and `require`: the rules validation
+    /// assembled read what a fresh compile reads.
+    #[test]
+    fn validation_compiles_each_expression_once_and_the_rules_match_a_fresh_compile() {
+        let text = r#"services:
+  - { name: web, vip: "203.0.113.10", port: 80, protocol: tcp, forward: dsr-l2, to: { decide: g } }
+pools:
+  - { name: dc1, backends: [ { address: "198.18.1.11" } ] }
+  - { name: dc2, backends: [ { address: "198.18.2.11" } ] }
+state:
+  maint: { push: { default: false } }
+  ok: { expr: "NOT maint AND pool.dc1.healthy" }
+decisions:
+  - name: g
+    rules:
+      - { id: a, priority: 2, when: "ok", then: { pool: dc1 } }
+      - { id: b, priority: 1, when: "ok", then: { pool: dc2 } }
+    default: { pool: dc2 }
+    require: "target.healthy_count >= 1"
+"#;
+        let cfg = load_files(&[("g.yaml".into(), text.into())]).expect("config");
+        let fresh = compile(&cfg).expect("compile");
+        let reads = |r: &Rules| -> Vec<Vec<Slot>> {
+            r.groups[0]
+                .whens
+                .iter()
+                .chain(r.groups[0].require.iter())
+                .map(|c| c.reads().to_vec())
+                .collect()
+        };
+        assert_eq!(cfg.rules.groups[0].whens.len(), 2);
+        assert_eq!(reads(&cfg.rules), reads(&fresh));
+        assert_eq!(cfg.rules.groups[0].reads, fresh.groups[0].reads);
+        assert_eq!(cfg.rules.derived_order, fresh.derived_order);
+    }
 }

@@ -23,6 +23,7 @@ use super::{
 };
 
 mod decisions;
+pub(crate) use decisions::Checked;
 mod pool;
 mod state;
 
@@ -142,7 +143,7 @@ pub(crate) fn validate(parsed: &Parsed, report: &mut Report) -> Option<Config> {
         pools: &pools,
         services: &services,
     };
-    decisions::check(&whole, report);
+    let checked = decisions::check(&whole, report);
 
     if !report.is_empty() {
         return None;
@@ -158,8 +159,11 @@ pub(crate) fn validate(parsed: &Parsed, report: &mut Report) -> Option<Config> {
         decisions: groups.into_iter().map(|g| g.value).collect::<Option<_>>()?,
         rules: std::sync::Arc::default(),
     };
-    match config.compiled() {
-        Ok(config) => Some(config),
+    match super::compiled::from_checked(&config, checked) {
+        Ok(rules) => Some(Config {
+            rules: std::sync::Arc::new(rules),
+            ..config
+        }),
         Err(e) => {
             let message = format!("the rules do not compile: {e}");
             report.add(0, None, String::new(), message, None);

@@ -8,7 +8,7 @@ use std::{
     net::IpAddr,
 };
 
-use rules::{Schema, Type, engine::Action};
+use rules::{Compiled, Schema, Type, engine::Action};
 
 use super::{Field, ServiceDraft, leaf, missing, pool, required, state, unique_names};
 use crate::config::{
@@ -196,8 +196,18 @@ pub(super) struct Whole<'a> {
     pub services: &'a [ServiceDraft],
 }
 
-/// The checks that need the whole configuration.
-pub(super) fn check(w: &Whole<'_>, report: &mut Report) {
+/// Every expression of a configuration that validation compiled, by its source text, with the
+/// schema they were compiled against: what [`crate::config::compiled::from_checked`] assembles
+/// the configuration's rules from, so nothing is compiled twice.
+pub(crate) struct Checked {
+    /// The schema of the finished configuration.
+    pub schema: Schema,
+    /// Each expression's compiled form, by source text.
+    pub exprs: HashMap<String, Compiled>,
+}
+
+/// The checks that need the whole configuration. Returns what was compiled.
+pub(super) fn check(w: &Whole<'_>, report: &mut Report) -> Checked {
     unique_state_names(w, report);
     unique_names(
         "decision group",
@@ -206,11 +216,13 @@ pub(super) fn check(w: &Whole<'_>, report: &mut Report) {
         report,
     );
     let schema = schema_of(w);
-    let derived = expressions(w, &schema, report);
+    let mut exprs = HashMap::new();
+    let derived = expressions(w, &schema, report, &mut exprs);
     cycles(w, &derived, report);
     metrics(w, report);
     pool_refs(w, report);
     group_refs(w, report);
+    Checked { schema, exprs }
 }
 
 fn unique_state_names(w: &Whole<'_>, report: &mut Report) {
@@ -255,14 +267,14 @@ fn schema_of(w: &Whole<'_>) -> Schema {
     s
 }
 
-/// Compiles one expression at `rel` of `it`; returns the names it reads.
+/// Compiles one expression at `rel` of `it` into `exprs`; returns the names it reads.
 fn compile<S>(
     it: &Item<S>,
     report: &mut Report,
     rel: &str,
-    source: &str,
-    schema: &Schema,
+    (source, schema): (&str, &Schema),
     target_ok: bool,
+    exprs: &mut HashMap<String, Compiled>,
 ) -> Option<Vec<String>> {
     match rules::compile(source, schema) {
         Err(e) => {
@@ -281,21 +293,23 @@ fn compile<S>(
                 it.err(report, rel, message, hint);
                 return None;
             }
+            exprs.insert(source.to_owned(), c);
             Some(reads)
         }
     }
 }
 
-/// Compiles every expression; returns, per derived variable, the names it reads.
+/// Compiles every expression into `exprs`; returns, per derived variable, the names it reads.
 fn expressions(
     w: &Whole<'_>,
     schema: &Schema,
     report: &mut Report,
+    exprs: &mut HashMap<String, Compiled>,
 ) -> HashMap<String, Vec<String>> {
     let mut derived = HashMap::new();
     for ((name, it), draft) in w.parsed.state.iter().zip(w.state) {
         if let Some(e) = &draft.expr
-            && let Some(reads) = compile(it, report, "expr", e, schema, false)
+            && let Some(reads) = compile(it, report, "expr", (e, schema), false, exprs)
         {
             derived.entry(name.clone()).or_insert(reads);
         }
@@ -305,11 +319,11 @@ fn expressions(
         for (i, r) in g.rules.iter().flatten().enumerate() {
             if let Some(when) = &r.when {
                 let rel = key_path(&index_path("rules", i), "when");
-                compile(it, report, &rel, when, schema, false);
+                compile(it, report, &rel, (when, schema), false, exprs);
             }
         }
         if let Some(require) = &g.require {
-            compile(it, report, "require", require, schema, true);
+            compile(it, report, "require", (require, schema), true, exprs);
         }
         if let Some(gate) = &g.automatic {
             match schema.get(gate) {
