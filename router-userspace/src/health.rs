@@ -63,7 +63,7 @@ impl Health {
 
     /// Makes the table hold `cfg`'s pools. A backend that stays in its pool keeps its verdict
     /// while the pool has a health check; a new backend, and every backend of a pool without a
-    /// check, is healthy. `moved` gives the verdict of an address whose earlier pool is gone
+    /// check, is healthy. An address whose earlier pool is gone keeps the verdict it had there
     /// (a renamed pool keeps its backends' verdicts). Next-hop reports of addresses no pool
     /// has any more are forgotten: an address that comes back waits for a new report.
     pub fn configure(&mut self, cfg: &Config) {
@@ -137,8 +137,9 @@ impl Health {
     }
 
     /// A health check's verdict on `address` in `pool`. Returns whether the verdict changed.
-    /// Unknown pools or addresses (a probe that outlived a config change) are ignored; a
-    /// verdict on a pool without a check holds until the next [`configure`](Self::configure).
+    /// Unknown pools or addresses are ignored. A verdict on a pool without a check (the agent
+    /// takes none: its probes run only for checked pools) holds until the next
+    /// [`configure`](Self::configure).
     pub fn set_check(&mut self, pool: &str, address: IpAddr, healthy: bool) -> bool {
         let Some(b) = self
             .pools

@@ -7,8 +7,10 @@
 //!
 //! The configuration is [`Shape::LARGE`] (`router_tests::bench::large_config`): 100 fragment
 //! files in a temporary directory, and a second directory with its [`Version::Changed`] (1 % of
-//! the backends replaced, 10 reweighted). One apply is the agent's apply path
-//! (`agent::apply::try_apply`, the one every entry point takes), timed in five stages:
+//! the backends replaced, 10 reweighted). One apply is the work of the agent's apply
+//! path (`Runtime::apply` in `agent::apply`, the one every entry point takes), step by step
+//! with the same calls, timed in five stages (the record synchronously here; the agent hands it
+//! to its history thread):
 //!
 //! - **read**: `config::read_dir` and the fragments' content hash (equal to the running
 //!   version's: nothing else is done, the apply is a no-op);
@@ -96,7 +98,7 @@ impl Stages {
     }
 }
 
-/// What the agent keeps between applies (the parts of `agent::Shared` an apply reads and
+/// What the agent keeps between applies (the parts of its `Runtime` an apply reads and
 /// writes).
 struct Running {
     publisher: Publisher,

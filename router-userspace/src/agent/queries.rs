@@ -175,7 +175,6 @@ impl Runtime {
                 .collect(),
             backends,
             state,
-            audit: self.audit.log.iter().cloned().collect(),
             overrides: self.driver.active_overrides(),
         }
     }

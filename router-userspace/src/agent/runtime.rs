@@ -3,7 +3,9 @@
 //! The event loop owns the [`Runtime`] and is the only caller of [`Runtime::execute`]; the API
 //! sends [`Command`]s and reads [`Query`] answers. The pipeline of every command is the same:
 //! event → state (the health table, the state store) → decide (the pure driver) → publish (the
-//! publisher writes the maps) → what the operator sees (status, metrics, the audit trail).
+//! publisher writes the maps) → what the operator sees (status, metrics, the audit trail). A
+//! health or next-hop change is published as it enters the health table (its pool's table and
+//! entries, in their safe order), before the groups that read it decide.
 
 use std::{
     collections::{BTreeMap, HashMap},
@@ -212,9 +214,29 @@ impl Runtime {
                 Err(e) => error!("decision group {}: writing the switch failed: {e}", d.group),
             }
         }
+        let show = |a: &Option<rules::engine::Action>| {
+            a.as_ref().map_or("none".to_owned(), ToString::to_string)
+        };
         for mut record in d.records {
-            if record.kind == AuditKind::Switch {
-                record.latency_us = published.as_ref().map(|p| p.latency_us);
+            match record.kind {
+                AuditKind::Switch => {
+                    record.latency_us = published.as_ref().map(|p| p.latency_us);
+                    self.metrics
+                        .switches
+                        .get_or_create(&vec![
+                            ("group", record.group.clone()),
+                            ("from", show(&record.from)),
+                            ("to", show(&record.to)),
+                        ])
+                        .inc();
+                }
+                AuditKind::Veto => {
+                    self.metrics
+                        .vetoes
+                        .get_or_create(&vec![("group", record.group.clone())])
+                        .inc();
+                }
+                _ => {}
             }
             self.audit.push(record);
         }
@@ -261,6 +283,16 @@ impl Runtime {
             }
             Subject::Backend { pool, address } => (pool.clone(), *address),
         };
+        // A verdict queued by a probe of an earlier config, on a pool that has no health check
+        // now: nothing would ever probe the backend back up, so it is not taken.
+        if !self
+            .config
+            .pools
+            .iter()
+            .any(|p| p.name == pool && p.health_check.is_some())
+        {
+            return;
+        }
         let rtt = self.store.record_rtt(address, ev.outcome.latency);
         self.decide(&rtt, false, "rtt", event);
         self.metrics

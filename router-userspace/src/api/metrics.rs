@@ -15,6 +15,12 @@
 //! | `switchyard_config_rejected_total` | counter | |
 //! | `switchyard_config_applied_total` | counter | |
 //! | `switchyard_history_errors_total` | counter | |
+//! | `switchyard_decision_evaluation_seconds` | histogram | `group` |
+//! | `switchyard_decision_write_latency_seconds` | histogram | |
+//! | `switchyard_decision_switches_total` | counter | `group`, `from`, `to` |
+//! | `switchyard_decision_vetoes_total` | counter | `group` |
+//! | `switchyard_decision_overrides_active` | gauge | |
+//! | `switchyard_state_value` | gauge (bool as 0/1) | `name` |
 
 use std::net::IpAddr;
 
@@ -30,10 +36,6 @@ use prometheus_client::{
     },
     registry::Registry,
 };
-
-use std::collections::BTreeMap;
-
-use rules::engine::{Action, AuditKind, AuditRecord};
 
 use crate::dataplane::counters;
 
@@ -61,6 +63,10 @@ pub struct Metrics {
     pub decision_latency: Histogram,
     /// Times a backend address's next hop was found unresolved (it then takes no new flows).
     pub unresolved: Family<Labels, Counter>,
+    /// Switches of decision groups, by group, from and to (`none` for no action).
+    pub switches: Family<Labels, Counter>,
+    /// Candidates vetoed by `require`, by group (once per veto, when it starts).
+    pub vetoes: Family<Labels, Counter>,
 }
 
 impl Default for Metrics {
@@ -79,6 +85,8 @@ impl Default for Metrics {
             }),
             decision_latency: Histogram::new(exponential_buckets(0.000_001, 2.0, 24)),
             unresolved: Family::default(),
+            switches: Family::default(),
+            vetoes: Family::default(),
         }
     }
 }
@@ -108,8 +116,6 @@ pub struct Scrape {
     pub backends: Vec<BackendRow>,
     /// Every bool (0/1) and number variable and built-in.
     pub state: Vec<(String, f64)>,
-    /// The audit ring.
-    pub audit: Vec<AuditRecord>,
     /// Decision groups under an override.
     pub overrides: usize,
 }
@@ -168,6 +174,16 @@ pub fn registry(metrics: &Metrics, scrape: Scrape) -> Registry {
         "next_hop_unresolved",
         "Times a backend's next hop was found unresolved (no new flows until it resolves)",
         metrics.unresolved.clone(),
+    );
+    r.register(
+        "decision_switches",
+        "Switches of decision groups by group, from and to",
+        metrics.switches.clone(),
+    );
+    r.register(
+        "decision_vetoes",
+        "Candidates of decision groups vetoed by require",
+        metrics.vetoes.clone(),
     );
     r.register_collector(Box::new(ScrapeCollector(scrape)));
     r
@@ -298,9 +314,8 @@ fn dataplane(scrape: &Scrape, encoder: &mut DescriptorEncoder) -> Result<(), std
     )
 }
 
-/// State and decision metrics: `switchyard_state_value{name}` (bool as 0/1, strings and unset
-/// omitted), `switchyard_decision_switches_total{group,from,to}`,
-/// `switchyard_decision_vetoes_total{group}`, `switchyard_decision_overrides_active`.
+/// State and decision metrics read at scrape time: `switchyard_state_value{name}` (bool as 0/1,
+/// strings and unset omitted) and `switchyard_decision_overrides_active`.
 fn state(scrape: &Scrape, encoder: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
     let mut m = encoder.encode_descriptor(
         "state_value",
@@ -311,41 +326,6 @@ fn state(scrape: &Scrape, encoder: &mut DescriptorEncoder) -> Result<(), std::fm
     for (name, x) in &scrape.state {
         let labels: Labels = vec![("name", name.clone())];
         ConstGauge::new(*x).encode(m.encode_family(&labels)?)?;
-    }
-    let mut switches: BTreeMap<Labels, u64> = BTreeMap::new();
-    let mut vetoes: BTreeMap<Labels, u64> = BTreeMap::new();
-    let show = |a: &Option<Action>| a.as_ref().map_or("none".to_owned(), ToString::to_string);
-    for r in &scrape.audit {
-        match r.kind {
-            AuditKind::Switch | AuditKind::OverrideSet => {
-                *switches
-                    .entry(vec![
-                        ("group", r.group.clone()),
-                        ("from", show(&r.from)),
-                        ("to", show(&r.to)),
-                    ])
-                    .or_default() += 1;
-            }
-            AuditKind::Veto => *vetoes.entry(vec![("group", r.group.clone())]).or_default() += 1,
-            _ => {}
-        }
-    }
-    for (name, help, rows) in [
-        (
-            "decision_switches",
-            "Switches by group, from and to (in the audit ring)",
-            &switches,
-        ),
-        (
-            "decision_vetoes",
-            "Switches vetoed by require (in the audit ring)",
-            &vetoes,
-        ),
-    ] {
-        let mut m = encoder.encode_descriptor(name, help, None, MetricType::Counter)?;
-        for (labels, n) in rows {
-            ConstCounter::new(*n).encode(m.encode_family(labels)?)?;
-        }
     }
     let m = encoder.encode_descriptor(
         "decision_overrides_active",

@@ -55,6 +55,8 @@ pub struct Var {
 pub struct Group {
     /// The engine's view of the group: rules with their actions, default, switch policy.
     pub config: GroupConfig,
+    /// The engine's group, nothing active yet: what a decision driver starts from.
+    pub engine: rules::engine::Group,
     /// Each rule's `when`, in declaration order.
     pub whens: Vec<Compiled>,
     /// `require`.
@@ -212,10 +214,11 @@ fn assemble(
                 failback_after: g.switch.failback_after,
             },
         };
-        // The engine's own checks (a rule's action, the policy) run here once too.
-        rules::engine::Group::new(config.clone()).map_err(|e| e.to_string())?;
+        // The engine's own checks (a rule's action, the policy) run here, once.
+        let engine = rules::engine::Group::new(config.clone()).map_err(|e| e.to_string())?;
         groups.push(Group {
             config,
+            engine,
             whens,
             require,
             automatic,

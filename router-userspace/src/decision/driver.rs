@@ -138,32 +138,15 @@ impl Driver {
             .rules
             .groups
             .iter()
-            .filter_map(|g| {
-                // Checked when the rules were compiled.
-                Group::new(g.config.clone()).ok().map(|group| Running {
-                    group,
-                    deadline: None,
-                })
+            .map(|g| Running {
+                group: g.engine.clone(),
+                deadline: None,
             })
             .collect();
         Self {
             rules: cfg.rules.clone(),
             groups,
         }
-    }
-
-    /// Group names.
-    pub fn group_names(&self) -> impl Iterator<Item = &str> {
-        self.groups.iter().map(|g| g.group.name())
-    }
-
-    /// The engine state of `name`.
-    #[must_use]
-    pub fn group(&self, name: &str) -> Option<&Group> {
-        self.groups
-            .iter()
-            .find(|g| g.group.name() == name)
-            .map(|g| &g.group)
     }
 
     /// The earliest pending deadline of any group.

@@ -392,7 +392,7 @@ mod tests {
     }
 
     #[test]
-    fn the_issue_4_shape_is_valid_and_as_large_as_the_issue_asks() {
+    fn the_large_shape_is_valid_and_as_large_as_it_says() {
         let cfg = load(Version::Base);
         assert_eq!(cfg.services.len(), 1_000);
         assert_eq!(cfg.pools.len(), 50);
