@@ -355,6 +355,12 @@ pub async fn run(opts: Options) -> Result<(), AgentError> {
     drop(watch);
     rt.stop();
     api.abort();
+    // The versions this run applied are recorded before it exits (the history's busy timeout
+    // is 2 s; a record that still waits after 5 s is lost, as in a crash).
+    let recorder = rt.recorder.clone();
+    if !tokio::task::block_in_place(|| recorder.drain(std::time::Duration::from_secs(5))) {
+        warn!("exiting with a version still unrecorded: a restart resumes from the last one");
+    }
     // Keep `ebpf` alive until here: the maps and program stay pinned and attached after exit.
     drop(ebpf);
     info!("exiting; the program stays attached (`switchyard detach` removes it)");

@@ -20,6 +20,7 @@ enum Job {
     List(oneshot::Sender<Result<Vec<VersionInfo>, String>>),
     Get(u64, oneshot::Sender<Result<Option<Version>, String>>),
     Diff(u64, u64, oneshot::Sender<Result<Vec<String>, String>>),
+    Drain(mpsc::Sender<()>),
 }
 
 /// A handle on the history thread; cheap to clone. The thread ends when every handle is gone.
@@ -35,6 +36,7 @@ impl std::fmt::Debug for Job {
             Job::List(_) => "List",
             Job::Get(..) => "Get",
             Job::Diff(..) => "Diff",
+            Job::Drain(_) => "Drain",
         })
     }
 }
@@ -72,6 +74,9 @@ impl Recorder {
                         Job::Diff(a, b, done) => {
                             let _ = done.send(diff(&history, a, b));
                         }
+                        Job::Drain(done) => {
+                            let _ = done.send(());
+                        }
                     }
                 }
             })?;
@@ -93,6 +98,17 @@ impl Recorder {
             let _ = done.send(Err(GONE.into()));
         }
         rx
+    }
+
+    /// Waits, at most `limit`, until every job sent before has run: an orderly exit records the
+    /// versions it applied. Returns whether they all ran.
+    #[must_use]
+    pub fn drain(&self, limit: std::time::Duration) -> bool {
+        let (done, rx) = mpsc::channel();
+        if self.jobs.send(Job::Drain(done)).is_err() {
+            return true;
+        }
+        rx.recv_timeout(limit).is_ok()
     }
 
     async fn ask<T>(

@@ -368,3 +368,51 @@ fn a_decision_is_written_while_a_version_record_waits_for_the_store() -> Result<
     consistent(&agent)?;
     serves(&topo, 5)
 }
+
+/// SIGTERM while an apply's record waits for the store (another process holds its write lock
+/// for 0.8 s, under the store's busy timeout): the apply is live in the maps, and an orderly
+/// exit finishes the records it handed to the history thread, so the version is in the
+/// history after the agent exits.
+#[test]
+fn sigterm_while_a_version_is_recorded_keeps_the_version() -> Result<()> {
+    let Some(lb) = Lb::start("sigterm_while_a_version_is_recorded", 2, |pin| {
+        web(pin, "web", &[100, 100])
+    })?
+    else {
+        return Ok(());
+    };
+    let Lb {
+        pin,
+        mut agent,
+        servers: _servers,
+        ..
+    } = lb;
+    let g = agent.status()?.generation;
+    let store_path = agent.state_dir().join("history.sqlite");
+    let store = rusqlite::Connection::open(&store_path)?;
+    store.execute_batch("BEGIN EXCLUSIVE")?;
+    agent.write_file("10-web.yaml", &web(&pin, "web", &[100, 60]))?;
+    agent.reload()?;
+    agent.wait_for(LIVE_LIMIT, |s| s.generation > g)?;
+    let released = std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_millis(800));
+        store.execute_batch("ROLLBACK")
+    });
+    agent.stop()?;
+    released
+        .join()
+        .map_err(|_| anyhow::anyhow!("the lock's thread panicked"))??;
+    let store = rusqlite::Connection::open(&store_path)?;
+    let recorded: i64 = store.query_row(
+        "SELECT count(*) FROM versions WHERE generation = ?1",
+        [i64::try_from(g + 1)?],
+        |r| r.get(0),
+    )?;
+    ensure!(
+        recorded == 1,
+        "generation {} was live and the agent exited without recording it:\n{}",
+        g + 1,
+        agent.log_text()
+    );
+    Ok(())
+}
