@@ -130,6 +130,14 @@ pub struct ServiceSlot {
 /// parse and one array load, without a hash-map lookup. A set bit may be a false positive
 /// (one in about a hundred with 10,000 keys), which costs only the lookups that follow.
 pub const FILTER_WORDS: u32 = 1 << 14;
+/// Index of the flag word that follows the filter's bit words in `SERVICE_FILTER` (which has
+/// [`FILTER_ENTRIES`] entries).
+pub const FILTER_FLAGS: u32 = FILTER_WORDS;
+/// Entries of `SERVICE_FILTER`: the bit words, then the flag word.
+pub const FILTER_ENTRIES: u32 = FILTER_WORDS + 1;
+/// Flag word bit: some NAT service's reply sources have bits. Without it the program skips the
+/// reply probe, so traffic for no service pays one filter probe, not two.
+pub const FILTER_F_NAT: u64 = 1;
 /// [`hash::filter_bit`] salt of a service key: virtual IP, port, protocol, family of a request.
 pub const FILTER_SERVICE: u32 = 0;
 /// [`hash::filter_bit`] salt of a NAT reply source: backend address, service port, protocol,

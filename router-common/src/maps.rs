@@ -5,7 +5,7 @@
 //! |---|---|---|---|---|
 //! | `SERVICES` | hash | [`ServiceKey`] → [`Service`] | agent → program | [`MAX_SERVICES`] |
 //! | `SERVICE_SLOTS` | array | service slot → [`ServiceSlot`] | agent → program | [`MAX_SERVICES`] |
-//! | `SERVICE_FILTER` | array | word → 64 bits of the filter ([`filter_bit`]) | agent → program | [`FILTER_WORDS`] |
+//! | `SERVICE_FILTER` | array | word → 64 bits of the filter ([`filter_bit`]), then a flag word | agent → program | [`FILTER_ENTRIES`] |
 //! | `DECISIONS` | array | slot → decision word `u64` ([`Decision`]) | agent → program | [`MAX_DECISIONS`] |
 //! | `POOLS` | array | pool slot → [`Pool`] | agent → program | [`MAX_POOLS`] |
 //! | `MAGLEV` | array | [`maglev_index`] → backend slot `u32` | agent → program | `MAX_POOLS·2·MAGLEV_SIZE` |
@@ -24,7 +24,7 @@
 //! [`Service`]: crate::Service
 //! [`ServiceSlot`]: crate::ServiceSlot
 //! [`filter_bit`]: crate::hash::filter_bit
-//! [`FILTER_WORDS`]: crate::FILTER_WORDS
+//! [`FILTER_ENTRIES`]: crate::FILTER_ENTRIES
 //! [`Decision`]: crate::Decision
 //! [`Pool`]: crate::Pool
 //! [`maglev_index`]: crate::maglev_index

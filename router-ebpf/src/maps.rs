@@ -10,7 +10,7 @@ use aya_ebpf::{
     macros::btf_map,
 };
 use router_common::{
-    Backend, CONNTRACK_SIZE, Config, FILTER_WORDS, FRAGMENT_SIZE, FlowEntry, FlowKey, FragEntry,
+    Backend, CONNTRACK_SIZE, Config, FILTER_ENTRIES, FRAGMENT_SIZE, FlowEntry, FlowKey, FragEntry,
     FragKey, MAGLEV_SIZE, MAX_BACKENDS, MAX_DECISIONS, MAX_POOLS, MAX_SERVICES, MAX_TX_PORTS,
     NatEntry, NextHop, Pool, Reason, Service, ServiceKey, ServiceSlot, Traffic, Verdict,
 };
@@ -25,7 +25,7 @@ pub static SERVICE_SLOTS: Array<ServiceSlot, { MAX_SERVICES as usize }> = Array:
 
 /// The filter of service keys and NAT reply sources (`router_common::hash::filter_bit`).
 #[btf_map]
-pub static SERVICE_FILTER: Array<u64, { FILTER_WORDS as usize }> = Array::new();
+pub static SERVICE_FILTER: Array<u64, { FILTER_ENTRIES as usize }> = Array::new();
 
 /// Decision words (`router_common::Decision`), by decision slot.
 #[btf_map]

@@ -3,9 +3,10 @@
 //! the chosen pool's live Maglev table ([`select`]).
 
 use router_common::{
-    BACKEND_DOWN, Backend, Decision, FILTER_NAT_REPLY, FILTER_SERVICE, FILTER_WORDS, FlowEntry,
-    FlowKey, MAGLEV_SIZE, MAX_POOLS, NO_BACKEND, NO_POOL, POOL_F_ALL_DOWN_PASS, Reason,
-    SVC_F_HASH_SOURCE, Service, flow_hash, hash::filter_bit_words, maglev_index, source_hash,
+    BACKEND_DOWN, Backend, Decision, FILTER_F_NAT, FILTER_FLAGS, FILTER_NAT_REPLY, FILTER_SERVICE,
+    FILTER_WORDS, FlowEntry, FlowKey, MAGLEV_SIZE, MAX_POOLS, NO_BACKEND, NO_POOL,
+    POOL_F_ALL_DOWN_PASS, Reason, SVC_F_HASH_SOURCE, Service, flow_hash, hash::filter_bit_words,
+    maglev_index, source_hash,
 };
 
 use crate::maps::{BACKENDS, CONNTRACK, DECISIONS, MAGLEV, POOLS, SERVICE_FILTER, SERVICE_SLOTS};
@@ -82,11 +83,16 @@ pub fn may_be_service(flow: &FlowKey) -> bool {
     ))
 }
 
-/// Whether `flow` may be a NAT backend's reply: its source, port, protocol and family are in
-/// the filter. `false` is certain; `true` may be a false positive.
+/// Whether `flow` may be a NAT backend's reply: some NAT service is published and the flow's
+/// source, port, protocol and family are in the filter. `false` is certain; `true` may be a
+/// false positive.
 #[inline(always)]
 pub fn may_be_nat_reply(flow: &FlowKey) -> bool {
-    filter_has(filter_bit_words(
+    let nat = match SERVICE_FILTER.get(FILTER_FLAGS) {
+        Some(w) => *w & FILTER_F_NAT != 0,
+        None => false,
+    };
+    nat && filter_has(filter_bit_words(
         addr_words(&flow.src),
         flow.sport,
         flow.proto,

@@ -347,10 +347,22 @@ fn main() -> Result<()> {
     // baseline's parse, measured in the same rounds.
     let target = 2.0 * b.median + (l.median - b.median);
     println!("\nnot a service, XDP_PASS, repeat {repeat} — ns per packet, median (range)");
-    println!("  to a VIP, unserved port (UDP 9)     switchyard {}", show(p));
-    println!("  to another address                  switchyard {}", show(o));
-    println!("  baseline                                       {}", show(b));
-    println!("  baseline + one hash lookup (miss)              {}", show(l));
+    println!(
+        "  to a VIP, unserved port (UDP 9)     switchyard {}",
+        show(p)
+    );
+    println!(
+        "  to another address                  switchyard {}",
+        show(o)
+    );
+    println!(
+        "  baseline                                       {}",
+        show(b)
+    );
+    println!(
+        "  baseline + one hash lookup (miss)              {}",
+        show(l)
+    );
     println!(
         "  target 2 × baseline + one lookup = {target:.1}: {:.2}× of it (VIP), {:.2}× (other)",
         p.median / target,

@@ -75,7 +75,7 @@ pub fn lookup(ctx: XdpContext) -> u32 {
     let Some(key) = destination(&ctx) else {
         return xdp_action::XDP_PASS;
     };
-    match unsafe { KEYS.get(&key) } {
+    match unsafe { KEYS.get(key) } {
         Some(_) => xdp_action::XDP_TX,
         None => xdp_action::XDP_PASS,
     }

@@ -126,7 +126,7 @@ macro_rules! record {
 )]
 pub fn all() -> Vec<MapLayout> {
     use router_common::{
-        CONNTRACK_SIZE, FILTER_WORDS, FRAGMENT_SIZE, MAGLEV_SIZE, MAX_BACKENDS, MAX_DECISIONS,
+        CONNTRACK_SIZE, FILTER_ENTRIES, FRAGMENT_SIZE, MAGLEV_SIZE, MAX_BACKENDS, MAX_DECISIONS,
         MAX_POOLS, MAX_SERVICES, MAX_TX_PORTS, Reason, Verdict,
     };
     let flow_key = || {
@@ -172,10 +172,11 @@ pub fn all() -> Vec<MapLayout> {
         MapLayout {
             name: maps::SERVICE_FILTER,
             kind: "array",
-            entries: FILTER_WORDS,
-            key: Layout::scalar::<u32>("word: filter bit / 64"),
+            entries: FILTER_ENTRIES,
+            key: Layout::scalar::<u32>("word: filter bit / 64; 16384 = the flag word"),
             value: Layout::scalar::<u64>(
-                "64 filter bits: service keys and NAT reply sources (router_common::hash::filter_bit)",
+                "64 filter bits: service keys and NAT reply sources (router_common::hash::filter_bit); \
+                 flag word: 1 = NAT reply bits present",
             ),
         },
         MapLayout {

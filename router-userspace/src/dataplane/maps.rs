@@ -293,7 +293,7 @@ impl Dataplane for KernelMaps {
 
 impl super::Readback for KernelMaps {
     fn read_filter(&self) -> Option<Vec<u64>> {
-        (0..router_common::FILTER_WORDS)
+        (0..router_common::FILTER_ENTRIES)
             .map(|i| self.filter.get(&i, 0).ok())
             .collect()
     }

@@ -137,7 +137,7 @@ impl Dataplane for MemoryDataplane {
 impl super::Readback for MemoryDataplane {
     fn read_filter(&self) -> Option<Vec<u64>> {
         Some(
-            (0..router_common::FILTER_WORDS)
+            (0..router_common::FILTER_ENTRIES)
                 .map(|i| self.filter.get(&i).copied().unwrap_or(0))
                 .collect(),
         )

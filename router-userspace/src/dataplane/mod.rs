@@ -361,7 +361,7 @@ pub trait Readback {
     /// Half `half` of pool `pool`'s Maglev table ([`router_common::MAGLEV_SIZE`] backend
     /// slots), or `None` when it cannot be read.
     fn read_table(&self, pool: u32, half: u32) -> Option<Vec<u32>>;
-    /// The `SERVICE_FILTER` words ([`router_common::FILTER_WORDS`]), or `None` when they
+    /// The `SERVICE_FILTER` words ([`router_common::FILTER_ENTRIES`]), or `None` when they
     /// cannot be read.
     fn read_filter(&self) -> Option<Vec<u64>>;
 }

@@ -8,7 +8,9 @@
 
 use std::collections::BTreeSet;
 
-use router_common::{FILTER_NAT_REPLY, FILTER_SERVICE, FILTER_WORDS, hash::filter_bit};
+use router_common::{
+    FILTER_ENTRIES, FILTER_F_NAT, FILTER_FLAGS, FILTER_NAT_REPLY, FILTER_SERVICE, hash::filter_bit,
+};
 
 use super::{PublishError, Publisher, addr16, family, service_key};
 use crate::{
@@ -16,10 +18,12 @@ use crate::{
     dataplane::Dataplane,
 };
 
-/// The filter words for `cfg`: [`FILTER_WORDS`] words, bit `b` at word `b / 64`, bit `b % 64`.
+/// The filter words for `cfg` ([`FILTER_ENTRIES`] words): bit `b` at word `b / 64`, bit
+/// `b % 64`, then the flag word ([`FILTER_F_NAT`] when a NAT service has reply sources).
 #[must_use]
 pub fn build(cfg: &Config) -> Vec<u64> {
-    let mut words = vec![0u64; FILTER_WORDS as usize];
+    let mut words = vec![0u64; FILTER_ENTRIES as usize];
+    let mut nat = false;
     let mut set = |bit: u32| words[(bit / 64) as usize] |= 1 << (bit % 64);
     for s in &cfg.services {
         let key = service_key(s);
@@ -41,6 +45,7 @@ pub fn build(cfg: &Config) -> Vec<u64> {
         };
         for p in cfg.pools.iter().filter(|p| pools.contains(p.name.as_str())) {
             for b in &p.backends {
+                nat = true;
                 set(filter_bit(
                     &addr16(b.address),
                     key.port,
@@ -50,6 +55,9 @@ pub fn build(cfg: &Config) -> Vec<u64> {
                 ));
             }
         }
+    }
+    if nat {
+        words[FILTER_FLAGS as usize] |= FILTER_F_NAT;
     }
     words
 }
@@ -62,7 +70,7 @@ impl Publisher {
         dp: &mut dyn Dataplane,
         words: Vec<u64>,
     ) -> Result<(), PublishError> {
-        for (i, w) in (0..FILTER_WORDS).zip(&words) {
+        for (i, w) in (0..FILTER_ENTRIES).zip(&words) {
             if self.filter.as_ref().is_none_or(|old| old[i as usize] != *w) {
                 dp.set_filter_word(i, *w)?;
             }

@@ -353,6 +353,8 @@ fn the_filter_holds_every_service_and_nat_reply_source_before_services_name_them
         );
         assert!(filter_has(&dp, bit), "reply source {b}");
     }
+    let flags = |dp: &MemoryDataplane| dp.filter.get(&router_common::FILTER_FLAGS).copied();
+    assert_eq!(flags(&dp), Some(router_common::FILTER_F_NAT));
     let first_service = dp
         .log
         .iter()
@@ -382,4 +384,9 @@ fn the_filter_holds_every_service_and_nat_reply_source_before_services_name_them
         assert!(!filter_has(&dp, bit));
     }
     assert!(!dp.service_slots.contains_key(&api.value.id));
+    assert_eq!(
+        flags(&dp),
+        Some(0),
+        "no NAT service is left: no reply probe"
+    );
 }
