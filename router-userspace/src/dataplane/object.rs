@@ -8,6 +8,10 @@ use super::DataplaneError;
 /// Name of the XDP program inside the object.
 pub const PROGRAM: &str = "switchyard";
 
+/// Name of the ipip encapsulation program inside the object, which [`PROGRAM`] tail-calls
+/// through the `IPIP_TX` program array.
+pub const IPIP_PROGRAM: &str = "switchyard_ipip";
+
 /// Name of the program inside the [`baseline`] object.
 pub const BASELINE_PROGRAM: &str = "baseline";
 

@@ -39,6 +39,7 @@ use crate::{
 };
 
 mod apply;
+pub use apply::encap_range;
 mod ledger;
 mod slots;
 mod tables;
