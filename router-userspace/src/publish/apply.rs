@@ -353,3 +353,26 @@ pub fn encap_range(range: crate::config::SourceRange) -> ([u8; 16], u32) {
     let mask = u32::MAX.checked_shr(32 - host_bits).unwrap_or(0);
     (super::addr16(range.network), mask)
 }
+
+#[cfg(test)]
+mod encap_tests {
+    use super::encap_range;
+    use crate::config::SourceRange;
+
+    #[test]
+    fn an_encap_range_is_its_network_and_the_host_bits_of_its_last_word() {
+        let r = |net: &str, prefix| {
+            encap_range(SourceRange {
+                network: net.parse().unwrap(),
+                prefix,
+            })
+        };
+        let (src, mask) = r("198.18.250.0", 24);
+        assert_eq!((&src[..4], mask), (&[198, 18, 250, 0][..], 0xff));
+        assert_eq!(r("198.18.250.7", 32).1, 0);
+        assert_eq!(r("198.18.0.0", 15).1, 0x1_ffff);
+        assert_eq!(r("2001:db8:250::", 64).1, u32::MAX);
+        assert_eq!(r("2001:db8:250::", 120).1, 0xff);
+        assert_eq!(r("2001:db8:250::1", 128).1, 0);
+    }
+}
