@@ -25,7 +25,7 @@ pub use reason::{Reason, Verdict};
 
 /// Version of the map layout. Maps are pinned under `<pin_path>/v<ABI_VERSION>/`; an agent
 /// refuses to adopt pinned maps of another version rather than reading them with the wrong shape.
-pub const ABI_VERSION: u32 = 4;
+pub const ABI_VERSION: u32 = 5;
 
 /// Entries in one Maglev lookup table: a prime, as the Maglev paper (§3.4) requires, large
 /// enough that each of a few hundred backends gets hundreds of slots.
@@ -144,6 +144,32 @@ pub const fn encap_source(src: [u8; 16], mask: u32, hash: u32, v6: bool) -> [u8;
     }
     out
 }
+
+/// The value of `SERVICE_SLOTS`, indexed by service slot: the service a slot holds and its key
+/// (all zero for a free slot). A tracked flow names its service by slot; the program forwards
+/// it on the entry alone only while the slot still holds the flow's virtual IP, port, protocol
+/// and family, so a removed service, or a slot another service took, ends its tracked flows
+/// without a `SERVICES` lookup on the packet path.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct ServiceSlot {
+    /// The service's `SERVICES` key.
+    pub key: ServiceKey,
+    /// Its `SERVICES` value.
+    pub service: Service,
+}
+
+/// Words (`u64`) of `SERVICE_FILTER`: a one-hash Bloom filter of 2^20 bits over the keys of
+/// every service and the reply sources of every NAT service ([`hash::filter_bit`]). A packet
+/// whose bits are clear is for no service and no NAT flow: the program passes it after the
+/// parse and one array load, without a hash-map lookup. A set bit may be a false positive
+/// (one in about a hundred with 10,000 keys), which costs only the lookups that follow.
+pub const FILTER_WORDS: u32 = 1 << 14;
+/// [`hash::filter_bit`] salt of a service key: virtual IP, port, protocol, family of a request.
+pub const FILTER_SERVICE: u32 = 0;
+/// [`hash::filter_bit`] salt of a NAT reply source: backend address, service port, protocol,
+/// family.
+pub const FILTER_NAT_REPLY: u32 = 1;
 
 /// Pool flag: when no backend of the pool (nor the fallback pool) is usable, pass packets to
 /// the kernel instead of dropping them (`when_all_down: pass`).
@@ -448,6 +474,7 @@ mod pod {
     // valid for any bit pattern.
     unsafe impl aya::Pod for super::ServiceKey {}
     unsafe impl aya::Pod for super::Service {}
+    unsafe impl aya::Pod for super::ServiceSlot {}
     unsafe impl aya::Pod for super::Pool {}
     unsafe impl aya::Pod for super::Backend {}
     unsafe impl aya::Pod for super::FlowKey {}
@@ -478,6 +505,9 @@ mod tests {
         assert_eq!(offset_of!(Service, flags), 8);
         assert_eq!(offset_of!(Service, encap_mask), 12);
         assert_eq!(offset_of!(Service, encap_src), 16);
+
+        assert_eq!(size_of::<ServiceSlot>(), 52);
+        assert_eq!(offset_of!(ServiceSlot, service), 20);
 
         assert_eq!(size_of::<Pool>(), 8);
         assert_eq!(offset_of!(Pool, flags), 4);

@@ -4,6 +4,8 @@
 //! | map | type | key → value | writer → reader | entries |
 //! |---|---|---|---|---|
 //! | `SERVICES` | hash | [`ServiceKey`] → [`Service`] | agent → program | [`MAX_SERVICES`] |
+//! | `SERVICE_SLOTS` | array | service slot → [`ServiceSlot`] | agent → program | [`MAX_SERVICES`] |
+//! | `SERVICE_FILTER` | array | word → 64 bits of the filter ([`filter_bit`]) | agent → program | [`FILTER_WORDS`] |
 //! | `DECISIONS` | array | slot → decision word `u64` ([`Decision`]) | agent → program | [`MAX_DECISIONS`] |
 //! | `POOLS` | array | pool slot → [`Pool`] | agent → program | [`MAX_POOLS`] |
 //! | `MAGLEV` | array | [`maglev_index`] → backend slot `u32` | agent → program | `MAX_POOLS·2·MAGLEV_SIZE` |
@@ -21,6 +23,9 @@
 //!
 //! [`ServiceKey`]: crate::ServiceKey
 //! [`Service`]: crate::Service
+//! [`ServiceSlot`]: crate::ServiceSlot
+//! [`filter_bit`]: crate::hash::filter_bit
+//! [`FILTER_WORDS`]: crate::FILTER_WORDS
 //! [`Decision`]: crate::Decision
 //! [`Pool`]: crate::Pool
 //! [`maglev_index`]: crate::maglev_index
@@ -46,6 +51,10 @@
 
 /// Services by `(virtual IP, port, protocol)`.
 pub const SERVICES: &str = "SERVICES";
+/// Services by slot, with their keys: what a tracked flow's slot still holds.
+pub const SERVICE_SLOTS: &str = "SERVICE_SLOTS";
+/// The filter of service keys and NAT reply sources.
+pub const SERVICE_FILTER: &str = "SERVICE_FILTER";
 /// Decision words.
 pub const DECISIONS: &str = "DECISIONS";
 /// Pools: live table half and flags.
@@ -76,8 +85,10 @@ pub const IPIP_TX: &str = "IPIP_TX";
 pub const CONFIG: &str = "CONFIG";
 
 /// Every map the program defines, for pinning and `switchyard maps`.
-pub const ALL: [&str; 15] = [
+pub const ALL: [&str; 17] = [
     SERVICES,
+    SERVICE_SLOTS,
+    SERVICE_FILTER,
     DECISIONS,
     POOLS,
     MAGLEV,

@@ -77,7 +77,13 @@ pub fn to_backend(ctx: &XdpContext, slot: u32, half: u32) -> Result<u32, Reason>
 )]
 pub fn emit(ctx: &XdpContext, egress: u32, macs: Macs) -> Result<u32, Reason> {
     let eth: *mut Macs = ptr_at(ctx, 0).ok_or(Reason::MalformedDrop)?;
-    unsafe { *eth = macs };
+    let eth = eth.cast::<u16>();
+    // Six volatile 16-bit stores: a plain assignment from map memory to the packet became a
+    // call to the BPF target's byte-at-a-time `memmove` (LLVM cannot prove they do not overlap).
+    for (i, w) in macs.into_iter().enumerate() {
+        // SAFETY: `ptr_at` checked that the 12 bytes are inside the frame; `i` < 6.
+        unsafe { core::ptr::write_volatile(eth.add(i), w) };
+    }
     if egress == ctx.ingress_ifindex() as u32 {
         return Ok(xdp_action::XDP_TX);
     }

@@ -121,26 +121,42 @@ fn process(ctx: &XdpContext) -> Outcome {
     if pkt.frag == frag::LATER {
         return later_fragment(ctx, pkt);
     }
-    let key = ServiceKey {
-        addr: pkt.flow.dst,
-        port: pkt.flow.dport,
-        proto: pkt.flow.proto,
-        family: pkt.flow.family,
-    };
-    let Some(svc) = (unsafe { SERVICES.get(key) }).copied() else {
-        return nat_reply(ctx, pkt);
+    if !select::may_be_service(&pkt.flow) {
+        if select::may_be_nat_reply(&pkt.flow) {
+            return nat_reply(ctx, pkt);
+        }
+        return Outcome::unforwarded(Reason::NoService, NONE);
+    }
+    // A tracked flow is forwarded on its entry; the service map is read only for the others.
+    let (svc, choice) = match select::tracked(&pkt.flow) {
+        Ok(hit) => hit,
+        Err(reselect) => {
+            let key = ServiceKey {
+                addr: pkt.flow.dst,
+                port: pkt.flow.dport,
+                proto: pkt.flow.proto,
+                family: pkt.flow.family,
+            };
+            let Some(svc) = (unsafe { SERVICES.get(key) }).copied() else {
+                return nat_reply(ctx, pkt);
+            };
+            if pkt.is_icmp() && svc.flags & SVC_F_NAT != 0 {
+                return Outcome::unforwarded(Reason::NoService, svc.id);
+            }
+            // A first fragment carries the whole 5-tuple: it is balanced (and tracked) as its
+            // flow, so a fragmented datagram reaches the backend of the flow's whole
+            // datagrams; the later fragments, which carry no ports, follow its choice through
+            // `FRAGMENTS`.
+            match select(&pkt.flow, &svc, !pkt.is_icmp(), reselect) {
+                Ok(c) => (svc, c),
+                Err(reason) => return Outcome::unforwarded(reason, svc.id),
+            }
+        }
     };
     if pkt.is_icmp() && svc.flags & SVC_F_NAT != 0 {
         // Rewriting the quoted header of a NAT flow is not implemented: the kernel gets it.
         return Outcome::unforwarded(Reason::NoService, svc.id);
     }
-    // A first fragment carries the whole 5-tuple: it is balanced (and tracked) as its flow, so
-    // a fragmented datagram reaches the backend of the flow's whole datagrams; the later
-    // fragments, which carry no ports, follow its choice through `FRAGMENTS`.
-    let choice = match select(&pkt.flow, &svc, !pkt.is_icmp()) {
-        Ok(c) => c,
-        Err(reason) => return Outcome::unforwarded(reason, svc.id),
-    };
     if pkt.frag == frag::FIRST {
         let entry = FragEntry {
             backend: choice.id,

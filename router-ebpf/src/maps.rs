@@ -10,14 +10,22 @@ use aya_ebpf::{
     macros::btf_map,
 };
 use router_common::{
-    Backend, CONNTRACK_SIZE, Config, FRAGMENT_SIZE, FlowEntry, FlowKey, FragEntry, FragKey,
-    MAGLEV_SIZE, MAX_BACKENDS, MAX_DECISIONS, MAX_POOLS, MAX_SERVICES, MAX_TX_PORTS, NatEntry,
-    NextHop, Pool, Reason, Service, ServiceKey, Traffic, Verdict,
+    Backend, CONNTRACK_SIZE, Config, FILTER_WORDS, FRAGMENT_SIZE, FlowEntry, FlowKey, FragEntry,
+    FragKey, MAGLEV_SIZE, MAX_BACKENDS, MAX_DECISIONS, MAX_POOLS, MAX_SERVICES, MAX_TX_PORTS,
+    NatEntry, NextHop, Pool, Reason, Service, ServiceKey, ServiceSlot, Traffic, Verdict,
 };
 
 /// Services by `(VIP, port, protocol, family)`.
 #[btf_map]
 pub static SERVICES: HashMap<ServiceKey, Service, { MAX_SERVICES as usize }> = HashMap::new();
+
+/// Services by slot, with their keys: what a tracked flow's slot still holds.
+#[btf_map]
+pub static SERVICE_SLOTS: Array<ServiceSlot, { MAX_SERVICES as usize }> = Array::new();
+
+/// The filter of service keys and NAT reply sources (`router_common::hash::filter_bit`).
+#[btf_map]
+pub static SERVICE_FILTER: Array<u64, { FILTER_WORDS as usize }> = Array::new();
 
 /// Decision words (`router_common::Decision`), by decision slot.
 #[btf_map]

@@ -404,6 +404,8 @@ fn count_writes(log: &[Write]) -> BTreeMap<&'static str, usize> {
             Write::Decision(..) => "decision",
             Write::Service(..) => "service",
             Write::RemoveService(..) => "service removal",
+            Write::FreeServiceSlot(..) => "service slot freed",
+            Write::Filter(..) => "filter word",
             Write::Config(..) => "generation",
         };
         *out.entry(kind).or_insert(0) += 1;

@@ -21,7 +21,10 @@
 //!   baseline timed alike) and as a steady-state estimate: the tracked flow's repeated time
 //!   plus the difference between a new flow and the tracked flow, both run once — the
 //!   single-run overheads are in both and cancel.
-//! - **not a service** (for reference): a UDP frame to an unserved port, passed to the kernel.
+//! - **not a service**: a UDP frame to an unserved port of a VIP, and one to an address that is
+//!   no VIP, passed to the kernel; beside the baseline and the baseline plus one hash-map
+//!   lookup (the `lookup` program of the baseline object), run on the same frame in the same
+//!   round, which give the target "twice the baseline plus one lookup".
 //!
 //! Each of `--rounds` rounds measures every row once; the table gives the median and the range.
 //! Nothing asserts on speed; a wrong verdict (the program not forwarding) is an error, because
@@ -52,6 +55,8 @@ const PORT: u16 = 80;
 /// Source port of the tracked flow; miss flows use ports from `MISS_PORT_BASE` up.
 const HIT_PORT: u16 = 50_000;
 const MISS_PORT_BASE: u16 = 1_024;
+/// A destination that is no virtual IP: what most packets on a busy host are.
+const NOT_A_VIP: std::net::Ipv4Addr = std::net::Ipv4Addr::new(198, 18, 7, 7);
 
 fn pool(name: &str, addrs: Vec<std::net::IpAddr>) -> Pool {
     router_tests::lab::pool(name, addrs, WhenAllDown::Drop)
@@ -307,26 +312,61 @@ fn main() -> Result<()> {
     ];
     let mut rows: Vec<Rows> = families.iter().map(|_| Rows::default()).collect();
     let mut pass = Vec::new();
+    let mut other = Vec::new();
+    let mut lookup = Vec::new();
+    let mut base_pass = Vec::new();
     let not_served = packets::udp(CLIENT_V4.into(), HIT_PORT, VIP_V4.into(), 9);
+    let not_vip = packets::udp(CLIENT_V4.into(), HIT_PORT, NOT_A_VIP.into(), PORT);
     for _ in 0..rounds {
         for (f, r) in families.iter().zip(rows.iter_mut()) {
             measure_round(&mut lab, &baseline, f, repeat, r).with_context(|| f.name.to_string())?;
         }
         let ingress = lab.ifindex(LB_CLIENT_IF)?;
         let sy = lab.program()?;
-        pass.push(
-            lab.topo
-                .lb()
-                .run(|| repeated(sy, &not_served, ingress, repeat, XDP_PASS))??,
-        );
+        let (yard, base) = (baseline.lookup()?, baseline.program()?);
+        let row = lab.topo.lb().run(|| -> Result<[f64; 4]> {
+            Ok([
+                repeated(sy, &not_served, ingress, repeat, XDP_PASS)?,
+                repeated(sy, &not_vip, ingress, repeat, XDP_PASS)?,
+                repeated(yard, &not_vip, ingress, repeat, XDP_PASS)?,
+                repeated(base, &not_vip, ingress, repeat, XDP_TX)?,
+            ])
+        })??;
+        pass.push(row[0]);
+        other.push(row[1]);
+        lookup.push(row[2]);
+        base_pass.push(row[3]);
     }
     for (f, r) in families.iter().zip(&rows) {
         report(f, r, repeat);
     }
-    let p = Summary::of(&pass);
+    let show = |s: Summary| format!("{:5.1} ({:.1}–{:.1})", s.median, s.min, s.max);
+    let (p, o) = (Summary::of(&pass), Summary::of(&other));
+    let (l, b) = (Summary::of(&lookup), Summary::of(&base_pass));
+    // "Twice the baseline plus one lookup": the lookup is what the yardstick adds to the
+    // baseline's parse, measured in the same rounds.
+    let target = 2.0 * b.median + (l.median - b.median);
+    println!("\nnot a service, XDP_PASS, repeat {repeat} — ns per packet, median (range)");
     println!(
-        "\nnot a service (UDP to an unserved port, XDP_PASS), repeat {repeat}: {:.1} ns (range {:.1}–{:.1})",
-        p.median, p.min, p.max
+        "  to a VIP, unserved port (UDP 9)     switchyard {}",
+        show(p)
+    );
+    println!(
+        "  to another address                  switchyard {}",
+        show(o)
+    );
+    println!(
+        "  baseline                                       {}",
+        show(b)
+    );
+    println!(
+        "  baseline + one hash lookup (miss)              {}",
+        show(l)
+    );
+    println!(
+        "  target 2 × baseline + one lookup = {target:.1}: {:.2}× of it (VIP), {:.2}× (other)",
+        p.median / target,
+        o.median / target
     );
     println!("load average at end: {}", load_average());
     Ok(())

@@ -196,6 +196,16 @@ impl Lab {
         }
     }
 
+    /// Applies `cfg` through the publisher, as the agent applies a change.
+    ///
+    /// # Errors
+    ///
+    /// When the publisher cannot write the maps.
+    pub fn apply(&mut self, cfg: &Config) -> Result<()> {
+        self.publisher.apply(&mut self.maps, cfg)?;
+        Ok(())
+    }
+
     /// Reports next hops through the publisher, as the agent's resolver does.
     ///
     /// # Errors

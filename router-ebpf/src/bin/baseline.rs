@@ -2,6 +2,13 @@
 //! Ethernet and the IPv4 or IPv6 header (bounds and version checked), swaps the MAC addresses
 //! and returns `XDP_TX`; anything else gets `XDP_PASS`. No maps, no helpers, no lookups.
 //!
+//! A second program, `lookup`, is the baseline plus one hash-map lookup: the frame's
+//! destination address, protocol and family as a `ServiceKey` (ports zero) looked up in an
+//! empty hash map, then `XDP_PASS`. It is the yardstick of "one lookup": what a balancer that
+//! looks every packet up in its service map (Katran's VIP map) pays for traffic that is not for
+//! a service. It comes after `baseline` in the object, which stays the object's first program
+//! (the Katran harness runs the first one).
+//!
 //! It is measured next to Switchyard's program under `BPF_PROG_TEST_RUN`
 //! (`cargo bench -p router-tests --bench xdp`, docs/performance.md): the ratio of the two says
 //! what classification, connection tracking, Maglev selection, the FIB lookup and counting
@@ -19,7 +26,12 @@
 
 use core::mem::size_of;
 
-use aya_ebpf::{bindings::xdp_action, macros::xdp, programs::XdpContext};
+use aya_ebpf::{
+    bindings::xdp_action,
+    btf_maps::HashMap,
+    macros::{btf_map, xdp},
+    programs::XdpContext,
+};
 use network_types::{
     eth::EthHdr,
     ip::{Ipv4Hdr, Ipv6Hdr},
@@ -46,6 +58,62 @@ fn ptr_at<T>(ctx: &XdpContext, off: usize) -> Option<*mut T> {
 )]
 pub fn baseline(ctx: XdpContext) -> u32 {
     reflect(&ctx).unwrap_or(xdp_action::XDP_PASS)
+}
+
+/// Service keys, never written: every lookup misses, as for traffic that is for no service.
+/// A key is a `ServiceKey` as five native-order words (address, then port, protocol, family).
+#[btf_map]
+static KEYS: HashMap<[u32; 5], u32, 2048> = HashMap::new();
+
+/// The baseline's parse, then one lookup of the destination in an empty hash map.
+#[xdp]
+#[expect(
+    clippy::needless_pass_by_value,
+    reason = "the `#[xdp]` macro calls the entry with an owned `XdpContext`"
+)]
+pub fn lookup(ctx: XdpContext) -> u32 {
+    let Some(key) = destination(&ctx) else {
+        return xdp_action::XDP_PASS;
+    };
+    match unsafe { KEYS.get(&key) } {
+        Some(_) => xdp_action::XDP_TX,
+        None => xdp_action::XDP_PASS,
+    }
+}
+
+/// Four bytes of the frame as a native-order word.
+#[inline(always)]
+fn word(b: &[u8], i: usize) -> u32 {
+    u32::from_ne_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]])
+}
+
+/// The destination address (IPv4 in the first word), protocol and family of an IP frame, in a
+/// `ServiceKey`'s layout with the port zero.
+#[inline(always)]
+fn destination(ctx: &XdpContext) -> Option<[u32; 5]> {
+    let eth: *const EthHdr = ptr_at(ctx, 0)?;
+    match u16::from_be(unsafe { (*eth).ether_type }) {
+        ETH_P_IP => {
+            let ip: *const Ipv4Hdr = ptr_at(ctx, EthHdr::LEN)?;
+            let ip = unsafe { &*ip };
+            if ip.vihl >> 4 != 4 {
+                return None;
+            }
+            let tail = (u32::from(ip.proto) << 16) | (4 << 24);
+            Some([u32::from_ne_bytes(ip.dst_addr), 0, 0, 0, tail])
+        }
+        ETH_P_IPV6 => {
+            let ip: *const Ipv6Hdr = ptr_at(ctx, EthHdr::LEN)?;
+            let ip = unsafe { &*ip };
+            if ip.vcf[0] >> 4 != 6 {
+                return None;
+            }
+            let a = &ip.dst_addr;
+            let tail = (u32::from(ip.next_hdr) << 16) | (6 << 24);
+            Some([word(a, 0), word(a, 4), word(a, 8), word(a, 12), tail])
+        }
+        _ => None,
+    }
 }
 
 #[inline(always)]

@@ -437,15 +437,23 @@ fn resume(history: &History, maps: &KernelMaps) -> Option<(Publisher, Running, C
     }
 }
 
-/// Removes from the `SERVICES` map every service `publisher` did not publish.
+/// Removes from the `SERVICES` map every service `publisher` did not publish, and frees its
+/// slot unless a published service holds it.
 fn remove_unknown_services(
     publisher: &Publisher,
     maps: &mut KernelMaps,
 ) -> Result<(), DataplaneError> {
-    for (key, _) in maps.services() {
+    for (key, value) in maps.services() {
         if !publisher.services().values().any(|s| s.key == key) {
             info!("removing a service of an earlier config from the adopted maps: {key:?}");
             maps.remove_service(&key)?;
+            if publisher
+                .services()
+                .values()
+                .all(|s| s.value.id != value.id)
+            {
+                maps.free_service_slot(value.id)?;
+            }
         }
     }
     Ok(())

@@ -283,10 +283,18 @@ pub fn ago(now: u64, then: u64) -> String {
 }
 
 /// What each pinned map holds, for `switchyard maps`.
-pub const MAP_HELP: [(&str, &str); 15] = [
+pub const MAP_HELP: [(&str, &str); 17] = [
     (
         maps::SERVICES,
         "services: (VIP, port, protocol) → slot, decision slot, flags",
+    ),
+    (
+        maps::SERVICE_SLOTS,
+        "services by slot, with their keys: what a tracked flow's slot still holds",
+    ),
+    (
+        maps::SERVICE_FILTER,
+        "filter bits of service keys and NAT reply sources: a clear bit passes a packet unlooked-up",
     ),
     (
         maps::DECISIONS,

@@ -126,8 +126,8 @@ macro_rules! record {
 )]
 pub fn all() -> Vec<MapLayout> {
     use router_common::{
-        CONNTRACK_SIZE, FRAGMENT_SIZE, MAGLEV_SIZE, MAX_BACKENDS, MAX_DECISIONS, MAX_POOLS,
-        MAX_SERVICES, MAX_TX_PORTS, Reason, Verdict,
+        CONNTRACK_SIZE, FILTER_WORDS, FRAGMENT_SIZE, MAGLEV_SIZE, MAX_BACKENDS, MAX_DECISIONS,
+        MAX_POOLS, MAX_SERVICES, MAX_TX_PORTS, Reason, Verdict,
     };
     let flow_key = || {
         record!(FlowKey {
@@ -159,6 +159,25 @@ pub fn all() -> Vec<MapLayout> {
                 encap_mask: "ipip: host bits of the outer source range's last 32-bit word, host order",
                 encap_src: "ipip: the outer source range's network address, network order",
             }),
+        },
+        MapLayout {
+            name: maps::SERVICE_SLOTS,
+            kind: "array",
+            entries: MAX_SERVICES,
+            key: Layout::scalar::<u32>("service slot"),
+            value: record!(ServiceSlot {
+                key: "the service's SERVICES key; all zero for a free slot",
+                service: "the service's SERVICES value",
+            }),
+        },
+        MapLayout {
+            name: maps::SERVICE_FILTER,
+            kind: "array",
+            entries: FILTER_WORDS,
+            key: Layout::scalar::<u32>("word: filter bit / 64"),
+            value: Layout::scalar::<u64>(
+                "64 filter bits: service keys and NAT reply sources (router_common::hash::filter_bit)",
+            ),
         },
         MapLayout {
             name: maps::DECISIONS,
@@ -510,7 +529,7 @@ mod tests {
         );
         assert_eq!(
             all()[1].key.to_string(),
-            "u32 (decision slot)",
+            "u32 (service slot)",
             "a scalar prints its type and meaning"
         );
     }

@@ -9,7 +9,7 @@ use aya::{
 use memmap2::{MmapMut, MmapOptions};
 use router_common::{
     Backend, Config, FlowEntry, FlowKey, MAGLEV_SIZE, MAX_POOLS, NextHop, Pool, Service,
-    ServiceKey, Traffic, maglev_index, maps,
+    ServiceKey, ServiceSlot, Traffic, maglev_index, maps,
 };
 
 use super::{Dataplane, DataplaneError};
@@ -23,6 +23,8 @@ const MAGLEV_BYTES: usize = (MAX_POOLS as usize) * 2 * (MAGLEV_SIZE as usize) * 
 /// Every map of the program, typed.
 pub struct KernelMaps {
     services: HashMap<MapData, ServiceKey, Service>,
+    service_slots: Array<MapData, ServiceSlot>,
+    filter: Array<MapData, u64>,
     decisions: Array<MapData, u64>,
     pools: Array<MapData, Pool>,
     backends: Array<MapData, Backend>,
@@ -89,6 +91,8 @@ impl KernelMaps {
         };
         Ok(Self {
             services: typed(maps::SERVICES, take(maps::SERVICES)?)?,
+            service_slots: typed(maps::SERVICE_SLOTS, take(maps::SERVICE_SLOTS)?)?,
+            filter: typed(maps::SERVICE_FILTER, take(maps::SERVICE_FILTER)?)?,
             decisions: typed(maps::DECISIONS, take(maps::DECISIONS)?)?,
             pools: typed(maps::POOLS, take(maps::POOLS)?)?,
             backends: typed(maps::BACKENDS, take(maps::BACKENDS)?)?,
@@ -117,6 +121,8 @@ impl KernelMaps {
         let maglev = mmap_maglev(&open(maps::MAGLEV)?)?;
         Ok(Self {
             services: typed(maps::SERVICES, map(maps::SERVICES, Map::HashMap)?)?,
+            service_slots: typed(maps::SERVICE_SLOTS, map(maps::SERVICE_SLOTS, Map::Array)?)?,
+            filter: typed(maps::SERVICE_FILTER, map(maps::SERVICE_FILTER, Map::Array)?)?,
             decisions: typed(maps::DECISIONS, map(maps::DECISIONS, Map::Array)?)?,
             pools: typed(maps::POOLS, map(maps::POOLS, Map::Array)?)?,
             backends: typed(maps::BACKENDS, map(maps::BACKENDS, Map::Array)?)?,
@@ -251,9 +257,24 @@ impl Dataplane for KernelMaps {
     }
 
     fn set_service(&mut self, key: ServiceKey, service: Service) -> Result<(), DataplaneError> {
+        self.service_slots
+            .set(service.id, ServiceSlot { key, service }, 0)
+            .map_err(|e| DataplaneError::map(maps::SERVICE_SLOTS, e))?;
         self.services
             .insert(key, service, 0)
             .map_err(|e| DataplaneError::map(maps::SERVICES, e))
+    }
+
+    fn free_service_slot(&mut self, slot: u32) -> Result<(), DataplaneError> {
+        self.service_slots
+            .set(slot, ServiceSlot::default(), 0)
+            .map_err(|e| DataplaneError::map(maps::SERVICE_SLOTS, e))
+    }
+
+    fn set_filter_word(&mut self, index: u32, word: u64) -> Result<(), DataplaneError> {
+        self.filter
+            .set(index, word, 0)
+            .map_err(|e| DataplaneError::map(maps::SERVICE_FILTER, e))
     }
 
     fn remove_service(&mut self, key: &ServiceKey) -> Result<(), DataplaneError> {
@@ -271,6 +292,12 @@ impl Dataplane for KernelMaps {
 }
 
 impl super::Readback for KernelMaps {
+    fn read_filter(&self) -> Option<Vec<u64>> {
+        (0..router_common::FILTER_WORDS)
+            .map(|i| self.filter.get(&i, 0).ok())
+            .collect()
+    }
+
     fn read_config(&self) -> Result<Config, DataplaneError> {
         self.config()
     }

@@ -24,6 +24,10 @@ pub enum Write {
     Service(ServiceKey, Service),
     /// `remove_service(key)`.
     RemoveService(ServiceKey),
+    /// `free_service_slot(slot)`.
+    FreeServiceSlot(u32),
+    /// `set_filter_word(index, word)`.
+    Filter(u32, u64),
     /// `set_config(…)`.
     Config(Config),
 }
@@ -43,6 +47,10 @@ pub struct MemoryDataplane {
     pub decisions: HashMap<u32, u64>,
     /// Services present.
     pub services: HashMap<ServiceKey, Service>,
+    /// Service slots written and not freed.
+    pub service_slots: HashMap<u32, (ServiceKey, Service)>,
+    /// Filter words written (absent: zero).
+    pub filter: HashMap<u32, u64>,
     /// Last generation word.
     pub config: Config,
     /// Every write, in order.
@@ -95,6 +103,7 @@ impl Dataplane for MemoryDataplane {
     }
 
     fn set_service(&mut self, key: ServiceKey, service: Service) -> Result<(), DataplaneError> {
+        self.service_slots.insert(service.id, (key, service));
         self.services.insert(key, service);
         self.log.push(Write::Service(key, service));
         Ok(())
@@ -106,6 +115,18 @@ impl Dataplane for MemoryDataplane {
         Ok(())
     }
 
+    fn free_service_slot(&mut self, slot: u32) -> Result<(), DataplaneError> {
+        self.service_slots.remove(&slot);
+        self.log.push(Write::FreeServiceSlot(slot));
+        Ok(())
+    }
+
+    fn set_filter_word(&mut self, index: u32, word: u64) -> Result<(), DataplaneError> {
+        self.filter.insert(index, word);
+        self.log.push(Write::Filter(index, word));
+        Ok(())
+    }
+
     fn set_config(&mut self, config: Config) -> Result<(), DataplaneError> {
         self.config = config;
         self.log.push(Write::Config(config));
@@ -114,6 +135,14 @@ impl Dataplane for MemoryDataplane {
 }
 
 impl super::Readback for MemoryDataplane {
+    fn read_filter(&self) -> Option<Vec<u64>> {
+        Some(
+            (0..router_common::FILTER_WORDS)
+                .map(|i| self.filter.get(&i).copied().unwrap_or(0))
+                .collect(),
+        )
+    }
+
     fn read_config(&self) -> Result<Config, DataplaneError> {
         Ok(self.config)
     }

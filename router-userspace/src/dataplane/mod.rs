@@ -286,20 +286,36 @@ pub trait Dataplane {
     /// [`DataplaneError::Map`] when the `DECISIONS` update fails (`slot` past the map's end, or
     /// the kernel refuses it).
     fn set_decision(&mut self, slot: u32, word: u64) -> Result<(), DataplaneError>;
-    /// Inserts or replaces a service.
+    /// Inserts or replaces a service: its slot (`SERVICE_SLOTS[service.id]`, which its tracked
+    /// flows are forwarded on) first, then its `SERVICES` entry (which new flows find it by).
     ///
     /// # Errors
     ///
-    /// [`DataplaneError::Map`] when the `SERVICES` update fails (the map full, or the kernel
-    /// refuses it).
+    /// [`DataplaneError::Map`] when either update fails (the map full, a slot past the array's
+    /// end, or the kernel refuses it).
     fn set_service(&mut self, key: ServiceKey, service: Service) -> Result<(), DataplaneError>;
-    /// Removes a service.
+    /// Removes a service's `SERVICES` entry (its slot stays until [`free_service_slot`]).
     ///
     /// # Errors
     ///
     /// [`DataplaneError::Map`] when the kernel refuses the removal; removing an absent service
     /// is not an error.
+    ///
+    /// [`free_service_slot`]: Dataplane::free_service_slot
     fn remove_service(&mut self, key: &ServiceKey) -> Result<(), DataplaneError>;
+    /// Clears service slot `slot` (all zero: no flow's key matches it), which ends the tracked
+    /// flows that name it.
+    ///
+    /// # Errors
+    ///
+    /// [`DataplaneError::Map`] when the `SERVICE_SLOTS` update fails (`slot` past its end).
+    fn free_service_slot(&mut self, slot: u32) -> Result<(), DataplaneError>;
+    /// Writes word `index` of `SERVICE_FILTER` (one 8-byte update).
+    ///
+    /// # Errors
+    ///
+    /// [`DataplaneError::Map`] when the update fails (`index` past the filter's end).
+    fn set_filter_word(&mut self, index: u32, word: u64) -> Result<(), DataplaneError>;
     /// Writes the generation word.
     ///
     /// # Errors
@@ -346,4 +362,7 @@ pub trait Readback {
     /// Half `half` of pool `pool`'s Maglev table ([`router_common::MAGLEV_SIZE`] backend
     /// slots), or `None` when it cannot be read.
     fn read_table(&self, pool: u32, half: u32) -> Option<Vec<u32>>;
+    /// The `SERVICE_FILTER` words ([`router_common::FILTER_WORDS`]), or `None` when they
+    /// cannot be read.
+    fn read_filter(&self) -> Option<Vec<u64>>;
 }

@@ -1,5 +1,5 @@
 //! One apply, in the order of the module docs: reserve, backends, tables, decision words,
-//! services, removals, generation.
+//! filter and services, removals, generation.
 
 use std::{
     collections::{BTreeMap, HashMap, HashSet},
@@ -63,12 +63,15 @@ impl Publisher {
         // 3 + 4. Decisions (groups' words first), then services.
         let group_names: Vec<String> = cfg.decisions.iter().map(|g| g.name.clone()).collect();
         let removed_groups = self.apply_groups(dp, &group_names, decided)?;
+        let filter = super::filter::build(cfg);
+        self.write_filter(dp, self.filter_union(&filter))?;
         let stale = self.publish_services(dp, cfg)?;
         // 5. Removals, in reverse.
         for gone in stale {
             if !self.services.values().any(|s| s.key == gone.key) {
                 dp.remove_service(&gone.key)?;
             }
+            dp.free_service_slot(gone.value.id)?;
             self.service_slots.free(gone.value.id);
         }
         for gone in removed_groups {
@@ -90,6 +93,7 @@ impl Publisher {
             .flat_map(|p| p.backends.iter().map(|b| b.address))
             .collect();
         self.hops.retain(|a, _| configured.contains(a));
+        self.write_filter(dp, filter)?;
         // 6. Generation.
         self.generation += 1;
         dp.set_config(router_common::Config {

@@ -195,6 +195,7 @@ impl Publisher {
         }
         let mut p = Publisher::new();
         p.generation = config.generation;
+        p.filter = maps.read_filter();
         let in_map: std::collections::HashMap<_, _> = maps.read_services().into_iter().collect();
         for (name, s) in &ledger.services {
             let key = router_common::ServiceKey {

@@ -8,9 +8,11 @@
 //!    `active` word flips (one update); then the backends that left a pool go down and free
 //!    their slots (no live table names them any more);
 //! 3. decision words (one 8-byte update each);
-//! 4. services (new or changed);
-//! 5. removals in reverse: services, then backends marked down (their tracked flows re-select),
-//!    then pool and decision slots freed;
+//! 4. the service filter, with the bits of the running and the new services ([`filter`]); then
+//!    services (new or changed: a service's slot, then its key);
+//! 5. removals in reverse: services (key, then slot), then backends marked down (their tracked
+//!    flows re-select), then pool and decision slots freed; then the filter without the bits
+//!    of removed services;
 //! 6. the generation word.
 //!
 //! Backend health is not the publisher's: it reads the one [`Health`] table, which it keeps
@@ -40,6 +42,7 @@ use crate::{
 
 mod apply;
 pub use apply::encap_range;
+mod filter;
 mod ledger;
 mod slots;
 mod tables;
@@ -194,6 +197,8 @@ pub struct Publisher {
     hops: BTreeMap<IpAddr, NextHop>,
     /// The backend-health table the maps were written from.
     health: Health,
+    /// What `SERVICE_FILTER` holds (`None`: unknown, before the first write of this process).
+    filter: Option<Vec<u64>>,
 }
 
 impl Default for Publisher {
@@ -247,6 +252,7 @@ impl Publisher {
             groups: BTreeMap::new(),
             hops: BTreeMap::new(),
             health: Health::new(),
+            filter: None,
         }
     }
 

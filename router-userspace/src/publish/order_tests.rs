@@ -141,6 +141,14 @@ impl Dataplane for Checked {
         self.check("remove_service");
         Ok(())
     }
+    fn free_service_slot(&mut self, slot: u32) -> Result<(), DataplaneError> {
+        self.inner.free_service_slot(slot)?;
+        self.check("free_service_slot");
+        Ok(())
+    }
+    fn set_filter_word(&mut self, index: u32, word: u64) -> Result<(), DataplaneError> {
+        self.inner.set_filter_word(index, word)
+    }
     fn set_config(&mut self, config: Generation) -> Result<(), DataplaneError> {
         self.inner.set_config(config)
     }

@@ -308,3 +308,78 @@ fn slots_are_reused_as_late_as_possible() {
     assert_eq!(s.take("x").unwrap(), 0);
     assert!(matches!(s.take("x"), Err(PublishError::Full("x"))));
 }
+
+/// Whether the filter words the dataplane holds have `bit`.
+fn filter_has(dp: &MemoryDataplane, bit: u32) -> bool {
+    dp.filter.get(&(bit / 64)).copied().unwrap_or(0) & (1 << (bit % 64)) != 0
+}
+
+fn service_bit(key: &ServiceKey) -> u32 {
+    router_common::hash::filter_bit(
+        &key.addr,
+        key.port,
+        key.proto,
+        key.family,
+        router_common::FILTER_SERVICE,
+    )
+}
+
+#[test]
+fn the_filter_holds_every_service_and_nat_reply_source_before_services_name_them() {
+    let mut dp = MemoryDataplane::default();
+    let mut p = Publisher::new();
+    let mut nat = service("api", 8080, Target::Pool("dc2".into()));
+    nat.forward = Forward::Nat;
+    let pools = vec![
+        pool("dc1", &[("198.18.1.11", 100)]),
+        pool("dc2", &[("198.18.2.11", 100), ("2001:db8::2:11", 100)]),
+    ];
+    let cfg = config(
+        vec![service("web", 80, Target::Pool("dc1".into())), nat],
+        pools.clone(),
+    );
+    p.apply(&mut dp, &cfg).unwrap();
+    for s in p.services().values() {
+        assert!(filter_has(&dp, service_bit(&s.key)), "{:?}", s.key);
+    }
+    for b in ["198.18.2.11", "2001:db8::2:11"] {
+        let a: IpAddr = b.parse().unwrap();
+        let bit = router_common::hash::filter_bit(
+            &addr16(a),
+            8080u16.to_be(),
+            PROTO_TCP,
+            family(a),
+            router_common::FILTER_NAT_REPLY,
+        );
+        assert!(filter_has(&dp, bit), "reply source {b}");
+    }
+    let first_service = dp
+        .log
+        .iter()
+        .position(|w| matches!(w, Write::Service(..)))
+        .unwrap();
+    let last_filter = dp
+        .log
+        .iter()
+        .rposition(|w| matches!(w, Write::Filter(..)))
+        .unwrap();
+    assert!(last_filter < first_service, "filter bits after a service");
+
+    // Removing a service removes its key, then frees its slot, then clears its bit.
+    let api = p.services()["api"].clone();
+    dp.log.clear();
+    let cfg = config(vec![service("web", 80, Target::Pool("dc1".into()))], pools);
+    p.apply(&mut dp, &cfg).unwrap();
+    let pos = |f: &dyn Fn(&Write) -> bool| dp.log.iter().position(f);
+    let removed = pos(&|w| *w == Write::RemoveService(api.key)).unwrap();
+    let freed = pos(&|w| *w == Write::FreeServiceSlot(api.value.id)).unwrap();
+    let bit = service_bit(&api.key);
+    let cleared =
+        pos(&|w| matches!(w, Write::Filter(i, v) if *i == bit / 64 && v & (1 << (bit % 64)) == 0));
+    assert!(removed < freed);
+    if service_bit(&p.services()["web"].key) != bit {
+        assert!(freed < cleared.unwrap());
+        assert!(!filter_has(&dp, bit));
+    }
+    assert!(!dp.service_slots.contains_key(&api.value.id));
+}

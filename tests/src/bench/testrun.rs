@@ -78,24 +78,44 @@ impl Baseline {
     /// refuses the program.
     pub fn load() -> Result<Self> {
         let mut ebpf = Ebpf::load(object::baseline()?).context("loading the baseline object")?;
-        let prog: &mut Xdp = ebpf
-            .program_mut(BASELINE_PROGRAM)
-            .context("the baseline object has no program")?
-            .try_into()?;
-        prog.load().context("verifying the baseline program")?;
+        for name in [BASELINE_PROGRAM, LOOKUP_PROGRAM] {
+            let prog: &mut Xdp = ebpf
+                .program_mut(name)
+                .with_context(|| format!("the baseline object has no program {name}"))?
+                .try_into()?;
+            prog.load()
+                .with_context(|| format!("verifying the baseline program {name}"))?;
+        }
         Ok(Self { ebpf })
     }
 
-    /// The loaded program.
+    /// The loaded baseline program.
     ///
     /// # Errors
     ///
     /// Never once [`Baseline::load`] succeeded: the program is there and is an XDP program.
     pub fn program(&self) -> Result<&Xdp> {
+        self.named(BASELINE_PROGRAM)
+    }
+
+    /// The baseline plus one hash-map lookup that misses (`lookup` in
+    /// `router-ebpf/src/bin/baseline.rs`): the yardstick of "one lookup".
+    ///
+    /// # Errors
+    ///
+    /// Never once [`Baseline::load`] succeeded.
+    pub fn lookup(&self) -> Result<&Xdp> {
+        self.named(LOOKUP_PROGRAM)
+    }
+
+    fn named(&self, name: &str) -> Result<&Xdp> {
         Ok(self
             .ebpf
-            .program(BASELINE_PROGRAM)
-            .context("the baseline object has no program")?
+            .program(name)
+            .with_context(|| format!("the baseline object has no program {name}"))?
             .try_into()?)
     }
 }
+
+/// Name of the one-lookup yardstick inside the baseline object.
+pub const LOOKUP_PROGRAM: &str = "lookup";

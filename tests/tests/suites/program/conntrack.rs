@@ -6,8 +6,8 @@ use anyhow::{Result, ensure};
 use router_common::Reason;
 use router_tests::{addrs::backend_v4, packets};
 
-use super::fixture::{Step, To, check, count, forwarded, health, run};
-use super::{c4, lab, v4};
+use super::fixture::{Step, To, check, count, forwarded, health, pass, run, step};
+use super::{c4, fixture_config, lab, v4};
 
 #[test]
 fn a_flow_stays_on_its_backend_through_conntrack() -> Result<()> {
@@ -93,5 +93,57 @@ fn a_down_backend_loses_its_flows_to_a_fresh_selection() -> Result<()> {
         );
         Ok(())
     }));
+    run(&mut lab, table)
+}
+
+#[test]
+fn a_tracked_flow_ends_with_its_service_and_a_new_one_reselects_it() -> Result<()> {
+    let Some(mut lab) = lab("fx-ct-svc") else {
+        return Ok(());
+    };
+    let frame = packets::tcp(c4(), 41500, v4(), 80);
+    let without_web = {
+        let mut cfg = fixture_config();
+        cfg.services.retain(|s| s.name != "web");
+        cfg
+    };
+    let table: Vec<Step> = vec![
+        forwarded("first packet", frame.clone(), Reason::NewFlow)
+            .to(To::Record("flow".into()))
+            .into(),
+        forwarded("tracked", frame.clone(), Reason::ConntrackHit)
+            .to(To::Same("flow".into()))
+            .into(),
+        // The flow's conntrack entry outlives the service; its slot no longer holds it.
+        step("remove the service", move |lab, memo| {
+            memo.set("slot", lab.publisher.services()["web"].value.id as usize);
+            lab.apply(&without_web)
+        }),
+        pass(
+            "after the service is gone",
+            frame.clone(),
+            Reason::NoService,
+        )
+        .into(),
+        step("add it back", |lab, _| lab.apply(&fixture_config())),
+        check("the service took another slot", |lab, memo| {
+            ensure!(
+                lab.publisher.services()["web"].value.id as usize != memo.get("slot")?,
+                "the service took its old slot back: the test would not show the slot check"
+            );
+            ensure!(
+                lab.maps.conntrack.keys().count() > 0,
+                "the flow's entry is gone: the test would not show the slot check"
+            );
+            Ok(())
+        }),
+        forwarded(
+            "the old entry is re-selected",
+            frame.clone(),
+            Reason::Reselected,
+        )
+        .into(),
+        forwarded("then tracked again", frame, Reason::ConntrackHit).into(),
+    ];
     run(&mut lab, table)
 }
