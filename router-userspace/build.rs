@@ -1,7 +1,7 @@
-//! Builds the XDP programs of `router-ebpf` (every binary: `router`, the data plane, and
-//! `baseline`, the benchmark baseline) for `bpfel-unknown-none` with the nightly toolchain and
+//! Builds the XDP programs of `router-ebpf` (every binary: `router`, the data plane,
+//! `baseline`, the benchmark baseline, and `decap`, the backends' IP-in-IP decapsulator) for `bpfel-unknown-none` with the nightly toolchain and
 //! bpf-linker, with the crate's `programs` feature that enables them. aya-build copies each
-//! binary to `OUT_DIR/<bin name>` (`OUT_DIR/router`, `OUT_DIR/baseline`) for
+//! binary to `OUT_DIR/<bin name>` (`OUT_DIR/router`, `OUT_DIR/baseline`, `OUT_DIR/decap`) for
 //! `include_bytes_aligned!`.
 //!
 //! `AYA_BUILD_SKIP=1` leaves zero-byte stubs instead, so `cargo check`, clippy and the pure
@@ -16,7 +16,7 @@ fn main() -> anyhow::Result<()> {
     let out_dir = PathBuf::from(env::var_os("OUT_DIR").ok_or_else(|| anyhow!("OUT_DIR not set"))?);
     let skip = env::var("AYA_BUILD_SKIP").is_ok_and(|v| v == "1" || v.eq_ignore_ascii_case("true"));
     if skip {
-        for bin in ["router", "baseline"] {
+        for bin in ["router", "baseline", "decap"] {
             let stub = out_dir.join(bin);
             fs::write(&stub, []).with_context(|| format!("writing {}", stub.display()))?;
         }

@@ -25,7 +25,7 @@ pub use reason::{Reason, Verdict};
 
 /// Version of the map layout. Maps are pinned under `<pin_path>/v<ABI_VERSION>/`; an agent
 /// refuses to adopt pinned maps of another version rather than reading them with the wrong shape.
-pub const ABI_VERSION: u32 = 4;
+pub const ABI_VERSION: u32 = 5;
 
 /// Entries in one Maglev lookup table: a prime, as the Maglev paper (§3.4) requires, large
 /// enough that each of a few hundred backends gets hundreds of slots.
@@ -90,6 +90,9 @@ pub struct ServiceKey {
 pub const SVC_F_NAT: u32 = 1 << 0;
 /// Service flag: hash on the source address only (per-client stickiness).
 pub const SVC_F_HASH_SOURCE: u32 = 1 << 1;
+/// Service flag: forward by IP-in-IP encapsulation (RFC 2003 / RFC 2473) to the backend, the
+/// outer source taken from the service's `encap_src`/`encap_mask` range by the flow hash.
+pub const SVC_F_IPIP: u32 = 1 << 2;
 
 /// The value of the `SERVICES` map.
 #[repr(C)]
@@ -102,12 +105,44 @@ pub struct Service {
     pub decision: u32,
     /// `SVC_F_*` bits.
     pub flags: u32,
-    /// Zero.
-    #[expect(
-        clippy::pub_underscore_fields,
-        reason = "explicit padding: public so that other crates can build the value with a struct literal"
-    )]
-    pub _pad: u32,
+    /// [`SVC_F_IPIP`]: the host bits of the outer source range, as a mask of the range's last
+    /// 32-bit word in host order (`u32::MAX >> prefix` for IPv4, the low 32 bits of
+    /// `u128::MAX >> prefix` for IPv6); zero otherwise. See [`encap_source`].
+    pub encap_mask: u32,
+    /// [`SVC_F_IPIP`]: the outer source range's network address (host bits zero), network
+    /// order, IPv4 in the first four bytes; zero otherwise.
+    pub encap_src: [u8; 16],
+}
+
+/// The outer source address of an IP-in-IP flow whose flow hash is `hash`, from a service's
+/// range (`src`, the network address, and `mask`, the host bits of its last 32-bit word): the
+/// host bits come from the hash, so a flow keeps one source and flows spread over the range.
+/// IPv4 (`v6` false) uses the first four bytes, IPv6 the last four (a range wider than 32
+/// host bits varies in its low 32 only).
+#[must_use]
+#[expect(
+    clippy::inline_always,
+    reason = "called by the XDP program per packet: inlined, it costs no BPF-to-BPF call"
+)]
+#[inline(always)]
+pub const fn encap_source(src: [u8; 16], mask: u32, hash: u32, v6: bool) -> [u8; 16] {
+    let mut out = src;
+    if v6 {
+        let base = u32::from_be_bytes([src[12], src[13], src[14], src[15]]);
+        let w = ((base & !mask) | (hash & mask)).to_be_bytes();
+        out[12] = w[0];
+        out[13] = w[1];
+        out[14] = w[2];
+        out[15] = w[3];
+    } else {
+        let base = u32::from_be_bytes([src[0], src[1], src[2], src[3]]);
+        let w = ((base & !mask) | (hash & mask)).to_be_bytes();
+        out[0] = w[0];
+        out[1] = w[1];
+        out[2] = w[2];
+        out[3] = w[3];
+    }
+    out
 }
 
 /// The value of `SERVICE_SLOTS`, indexed by service slot: the service a slot holds and its key
@@ -328,7 +363,9 @@ pub struct FragEntry {
     pub flags: u32,
     /// A NAT reply's egress interface (its request's ingress); zero otherwise.
     pub ifindex: u32,
-    /// A NAT reply's virtual IP, restored as the source; zero otherwise.
+    /// A NAT reply's virtual IP, restored as the source; for a request of a [`SVC_F_IPIP`]
+    /// service, the outer source its first fragment got (so every fragment of a datagram
+    /// leaves with one source); zero otherwise.
     pub vip: [u8; 16],
     /// A NAT reply's Ethernet destination then source; zero otherwise.
     pub macs: [u8; 12],
@@ -471,11 +508,13 @@ mod tests {
         assert_eq!(offset_of!(ServiceKey, proto), 18);
         assert_eq!(offset_of!(ServiceKey, family), 19);
 
-        assert_eq!(size_of::<Service>(), 16);
+        assert_eq!(size_of::<Service>(), 32);
         assert_eq!(offset_of!(Service, decision), 4);
         assert_eq!(offset_of!(Service, flags), 8);
+        assert_eq!(offset_of!(Service, encap_mask), 12);
+        assert_eq!(offset_of!(Service, encap_src), 16);
 
-        assert_eq!(size_of::<ServiceSlot>(), 36);
+        assert_eq!(size_of::<ServiceSlot>(), 52);
         assert_eq!(offset_of!(ServiceSlot, service), 20);
 
         assert_eq!(size_of::<Pool>(), 8);
@@ -553,6 +592,21 @@ mod tests {
         }
         // 5 % of 100,000 = 5,000; allow 0.3 percentage points.
         assert!((4_700..=5_300).contains(&b), "{b} of 100000 went to pool B");
+    }
+
+    #[test]
+    fn encap_source_keeps_the_prefix_and_takes_host_bits_from_the_hash() {
+        let v4 = [198, 18, 250, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0];
+        let s = encap_source(v4, 0xff, 0x1234_5678, false);
+        assert_eq!(&s[..4], &[198, 18, 250, 0x78]);
+        assert_eq!(&s[4..], &[0; 12]);
+        // A /32 has no host bits: always the one address.
+        assert_eq!(encap_source(v4, 0, u32::MAX, false), v4);
+        let mut v6 = [0u8; 16];
+        v6[..4].copy_from_slice(&[0x20, 0x01, 0x0d, 0xb8]);
+        let s = encap_source(v6, 0xffff, 0xdead_beef, true);
+        assert_eq!(&s[..12], &v6[..12]);
+        assert_eq!(&s[12..], &[0, 0, 0xbe, 0xef]);
     }
 
     #[test]

@@ -18,6 +18,7 @@
 //! | `REASON_STATS` | per-CPU array | [`Reason`] → [`Traffic`] | program → agent | [`Reason::COUNT`] |
 //! | `SVC_STATS` | per-CPU array | `service·4 + verdict` → [`Traffic`] | program → agent | `MAX_SERVICES·4` |
 //! | `BACKEND_STATS` | per-CPU array | backend slot → [`Traffic`] | program → agent | [`MAX_BACKENDS`] |
+//! | `IPIP_TX` | program array | 0 → the `switchyard_ipip` program | agent → program (tail call) | 1 |
 //! | `CONFIG` | array | 0 → [`Config`] | agent → program, `status` | 1 |
 //!
 //! [`ServiceKey`]: crate::ServiceKey
@@ -78,11 +79,13 @@ pub const REASON_STATS: &str = "REASON_STATS";
 pub const SVC_STATS: &str = "SVC_STATS";
 /// Packets and bytes forwarded to each backend.
 pub const BACKEND_STATS: &str = "BACKEND_STATS";
+/// The ipip encapsulation program, tail-called by the data plane.
+pub const IPIP_TX: &str = "IPIP_TX";
 /// Generation and ABI version.
 pub const CONFIG: &str = "CONFIG";
 
 /// Every map the program defines, for pinning and `switchyard maps`.
-pub const ALL: [&str; 16] = [
+pub const ALL: [&str; 17] = [
     SERVICES,
     SERVICE_SLOTS,
     SERVICE_FILTER,
@@ -98,6 +101,7 @@ pub const ALL: [&str; 16] = [
     REASON_STATS,
     SVC_STATS,
     BACKEND_STATS,
+    IPIP_TX,
     CONFIG,
 ];
 

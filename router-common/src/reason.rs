@@ -75,11 +75,19 @@ pub enum Reason {
     NoTxPort = 15,
     /// The service's decision or pool slot is missing or invalid (agent mid-apply): dropped.
     BadState = 16,
+    /// An `ipip` packet that would exceed the egress MTU once encapsulated: an ICMP
+    /// fragmentation-needed / `ICMPv6` packet-too-big went back to the client from the virtual
+    /// IP instead (`XDP_TX`).
+    TooBig = 17,
+    /// An `ipip` packet that would exceed the egress MTU once encapsulated, and for which no
+    /// ICMP error is sent (it is an ICMP error itself, or the egress MTU is below what the
+    /// error's quote needs): dropped.
+    TooBigDrop = 18,
 }
 
 impl Reason {
     /// Number of reasons (entries of `REASON_STATS`).
-    pub const COUNT: u32 = 17;
+    pub const COUNT: u32 = 19;
     /// Every reason, in index order.
     pub const ALL: [Reason; Self::COUNT as usize] = [
         Reason::NotIp,
@@ -99,6 +107,8 @@ impl Reason {
         Reason::NoNextHop,
         Reason::NoTxPort,
         Reason::BadState,
+        Reason::TooBig,
+        Reason::TooBigDrop,
     ];
 
     /// Label for metrics and `status` (the `reason` label).
@@ -122,6 +132,8 @@ impl Reason {
             Reason::NoNextHop => "no_next_hop",
             Reason::NoTxPort => "no_tx_port",
             Reason::BadState => "bad_state",
+            Reason::TooBig => "too_big",
+            Reason::TooBigDrop => "too_big_drop",
         }
     }
 }

@@ -19,6 +19,7 @@
 
 mod csum;
 mod forward;
+mod ipip;
 mod maps;
 mod parse;
 mod select;
@@ -26,7 +27,7 @@ mod select;
 use aya_ebpf::{bindings::xdp_action, macros::xdp, programs::XdpContext};
 use router_common::{
     FAMILY_V6, FRAG_F_NAT_REPLY, FlowKey, FragEntry, FragKey, NO_BACKEND, NatEntry, Reason,
-    SVC_F_NAT, ServiceKey, Traffic, Verdict,
+    SVC_F_IPIP, SVC_F_NAT, ServiceKey, Traffic, Verdict,
 };
 
 use crate::{
@@ -55,6 +56,8 @@ impl Outcome {
             | Reason::MalformedPass
             | Reason::FragmentUnknown
             | Reason::AllDownPass => xdp_action::XDP_PASS,
+            // The frame became an ICMP error back to the client (`ipip`).
+            Reason::TooBig => xdp_action::XDP_TX,
             _ => xdp_action::XDP_DROP,
         };
         Self {
@@ -73,7 +76,34 @@ impl Outcome {
     reason = "the `#[xdp]` macro calls the entry with an owned `XdpContext`"
 )]
 pub fn switchyard(ctx: XdpContext) -> u32 {
-    let out = process(&ctx);
+    let mut out = process(&ctx);
+    if out.action == ipip::DEFERRED {
+        // An ipip packet: `switchyard_ipip` encapsulates, sends and counts it. It returns
+        // here only when that program is missing from `IPIP_TX`.
+        ipip::hand_over(&ctx, out.reason, out.service, out.backend);
+        out = Outcome::unforwarded(Reason::BadState, out.service);
+    }
+    count(&ctx, &out);
+    out.action
+}
+
+/// The second XDP program, entered only by tail call from [`switchyard`] (`IPIP_TX`): the
+/// encapsulation of an ipip packet, with a stack of its own (see `ipip`).
+#[xdp]
+#[expect(
+    clippy::needless_pass_by_value,
+    reason = "the `#[xdp]` macro calls the entry with an owned `XdpContext`"
+)]
+pub fn switchyard_ipip(ctx: XdpContext) -> u32 {
+    let out = match ipip::send(&ctx) {
+        Ok((action, reason, service, backend)) => Outcome {
+            action,
+            reason,
+            service,
+            backend,
+        },
+        Err((reason, service)) => Outcome::unforwarded(reason, service),
+    };
     count(&ctx, &out);
     out.action
 }
@@ -147,12 +177,12 @@ fn process(ctx: &XdpContext) -> Outcome {
     {
         return Outcome::unforwarded(r, svc.id);
     }
-    finish(
-        forward::to_backend(ctx, choice.id, choice.backend.hop),
-        reason,
-        svc.id,
-        choice.id,
-    )
+    let sent = if svc.flags & SVC_F_IPIP != 0 {
+        Ok(ipip::defer(pkt, choice.id, choice.backend.hop))
+    } else {
+        forward::to_backend(ctx, choice.id, choice.backend.hop)
+    };
+    finish(sent, reason, svc.id, choice.id)
 }
 
 /// Builds the outcome of a forwarding attempt.
@@ -173,7 +203,7 @@ fn finish(sent: Result<u32, Reason>, reason: Reason, service: u32, backend: u32)
 /// identification alone (RFC 8200 §4.5), and its fragments need not agree on the protocol the
 /// parser sees (an extension header may open the fragmentable part): the protocol is 0 there.
 #[inline(always)]
-fn frag_key(pkt: &Packet) -> FragKey {
+pub(crate) fn frag_key(pkt: &Packet) -> FragKey {
     FragKey {
         src: pkt.flow.src,
         dst: pkt.flow.dst,
@@ -214,12 +244,12 @@ fn later_fragment(ctx: &XdpContext, pkt: &Packet) -> Outcome {
     {
         return Outcome::unforwarded(r, entry.service);
     }
-    finish(
-        forward::to_backend(ctx, entry.backend, backend.hop),
-        Reason::Fragment,
-        entry.service,
-        entry.backend,
-    )
+    let sent = if entry.flags & SVC_F_IPIP != 0 {
+        Ok(ipip::defer(pkt, entry.backend, backend.hop))
+    } else {
+        forward::to_backend(ctx, entry.backend, backend.hop)
+    };
+    finish(sent, Reason::Fragment, entry.service, entry.backend)
 }
 
 /// Rewrites a request of a NAT service towards `backend` and records how to restore its replies

@@ -6,7 +6,7 @@
 //! fields.
 
 use aya_ebpf::{
-    btf_maps::{Array, DevMapHash, HashMap, LruHashMap, PerCpuArray},
+    btf_maps::{Array, DevMapHash, HashMap, LruHashMap, PerCpuArray, ProgramArray},
     macros::btf_map,
 };
 use router_common::{
@@ -84,6 +84,11 @@ pub static SVC_STATS: PerCpuArray<Traffic, { (MAX_SERVICES * Verdict::COUNT) as 
 /// Per-CPU packets and bytes by backend slot.
 #[btf_map]
 pub static BACKEND_STATS: PerCpuArray<Traffic, { MAX_BACKENDS as usize }> = PerCpuArray::new();
+
+/// The ipip encapsulation program (`switchyard_ipip`) at index 0, which `switchyard`
+/// tail-calls for packets of ipip services; written by the agent when it loads the object.
+#[btf_map]
+pub static IPIP_TX: ProgramArray<1> = ProgramArray::new();
 
 /// Generation and ABI version, written by the agent.
 #[btf_map]

@@ -107,6 +107,10 @@ pub struct Packet {
     pub frag_id: u32,
     /// 1 if the packet is an ICMP/ICMPv6 error quoting `flow`, else 0.
     pub icmp: u32,
+    /// An ipip packet's encapsulation, handed from the classification to the entry, which
+    /// encapsulates once the classification's stack frame is gone (see `crate::ipip`). Set
+    /// only when it is used: [`Packet::reset`] leaves it.
+    pub encap: crate::ipip::Encap,
 }
 
 impl Packet {

@@ -1,14 +1,17 @@
 //! `switchyard`: attach the XDP load balancer to interfaces, validate rule files, and inspect
 //! the running system.
 
-use std::{path::PathBuf, process::ExitCode};
+use std::{
+    path::{Path, PathBuf},
+    process::ExitCode,
+};
 
 use anyhow::{Context as _, Result, bail};
 use clap::{Parser, Subcommand};
 use switchyard::{
     agent::{self, Options},
     cli, config,
-    dataplane::{attach, attach::Mode, load, upgrade},
+    dataplane::{attach, attach::Mode, decap, load, upgrade},
 };
 
 /// Kernel-level L4 failover load balancer (eBPF/XDP).
@@ -106,6 +109,24 @@ enum Cmd {
         /// The command.
         #[command(subcommand)]
         cmd: cli::ctl::Ctl,
+    },
+    /// On a backend of a `forward: ipip` service: attach the IP-in-IP decapsulator to an
+    /// interface (it strips the outer header of IPv4-in-IPv4 and IPv6-in-IPv6 packets, so the
+    /// inner packet reaches the VIP on lo with no tunnel device or ipip module). It stays
+    /// attached after the command exits (a pinned link), until `--detach`.
+    Decap {
+        /// Interface the encapsulated packets arrive on; repeat for several.
+        #[arg(long = "iface", required = true)]
+        interfaces: Vec<String>,
+        /// Remove the decapsulator instead.
+        #[arg(long)]
+        detach: bool,
+        /// XDP mode: native (driver) or generic (skb).
+        #[arg(long, value_enum, default_value = "native")]
+        mode: Mode,
+        /// bpffs directory; the links are pinned in its `decap/` subdirectory.
+        #[arg(long, default_value = config::DEFAULT_PIN_PATH)]
+        pin_path: PathBuf,
     },
     /// List the pinned maps, what each holds, and the bpftool command that dumps it.
     Maps {
@@ -216,6 +237,12 @@ fn run(args: Args) -> Result<ExitCode> {
             let rt = tokio::runtime::Runtime::new().context("starting the runtime")?;
             rt.block_on(cli::status(&config_dir, api.as_deref(), json))?;
         }
+        Cmd::Decap {
+            interfaces,
+            detach,
+            mode,
+            pin_path,
+        } => decap_command(&interfaces, detach, mode, &pin_path)?,
         Cmd::Maps { config_dir } => cli::maps(&config_dir),
         Cmd::Ctl {
             config_dir,
@@ -227,6 +254,30 @@ fn run(args: Args) -> Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `switchyard decap`: attaches (or with `detach`, removes) the decapsulator on each
+/// interface.
+fn decap_command(interfaces: &[String], detach: bool, mode: Mode, pin_path: &Path) -> Result<()> {
+    require_root("decap")?;
+    for iface in interfaces {
+        if detach {
+            decap::detach(iface, pin_path)?;
+            println!("{iface}: decapsulator detached");
+            continue;
+        }
+        match decap::attach(iface, mode, pin_path)? {
+            attach::Attached::Adopted => println!("{iface}: decapsulator already attached"),
+            attach::Attached::New => {
+                println!("{iface}: decapsulator attached ({})", mode.name());
+            }
+            attach::Attached::Replaced(why) => println!(
+                "{iface}: decapsulator attached ({}), replacing a defunct link ({why})",
+                mode.name()
+            ),
+        }
+    }
+    Ok(())
 }
 
 /// The error and its causes, each cause once: library errors already quote their cause in

@@ -126,6 +126,22 @@ pub const NAT_TABLE: u32 = 100;
 pub const ROUTER_V4: Ipv4Addr = Ipv4Addr::new(198, 18, 2, 1);
 /// The router's IPv6 address on the lb–router link.
 pub const ROUTER_V6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 2, 0, 0, 0, 0, 1);
+/// The router's IPv4 address on its return link into the client namespace (a topology with
+/// [`crate::netns::TopologyBuilder::router_return_link`]), `198.19.2.1`.
+pub const ROUTER_RETURN_V4: Ipv4Addr = Ipv4Addr::new(198, 19, 2, 1);
+/// The router's IPv6 address on its return link, `2001:db8:19:2::1`.
+pub const ROUTER_RETURN_V6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0x19, 2, 0, 0, 0, 1);
+/// The client's IPv4 address on the router's return link, `198.19.2.254`.
+pub const CLIENT_ROUTER_RETURN_V4: Ipv4Addr = Ipv4Addr::new(198, 19, 2, 254);
+/// The client's IPv6 address on the router's return link, `2001:db8:19:2::fe`.
+pub const CLIENT_ROUTER_RETURN_V6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0x19, 2, 0, 0, 0, 0xfe);
+/// The router's end of its return link, in the router namespace.
+pub const ROUTER_RETURN_IF: &str = "to-client";
+/// The router's MAC on its return link.
+pub const ROUTER_RETURN_MAC: [u8; 6] = link_mac(1, 0, 0x01);
+/// The client's MAC on the router's return link (on [`LB_ROUTER_IF`] in the client namespace).
+pub const ROUTER_RETURN_CLIENT_MAC: [u8; 6] = link_mac(1, 0, 0xfe);
+
 /// The lb's IPv4 address on the lb–router link (the router's default gateway).
 pub const LB_ROUTER_SIDE_V4: Ipv4Addr = Ipv4Addr::new(198, 18, 2, 254);
 /// The lb's IPv6 address on the lb–router link.

@@ -204,6 +204,26 @@ impl ConfigText {
         self.service_on(name, vip, port, protocol, forward, pool)
     }
 
+    /// Like [`ConfigText::service`], forwarding with `ipip` from the outer source range
+    /// `encap_source` (`ADDRESS/PREFIX`).
+    #[must_use]
+    pub fn ipip_service(
+        self,
+        name: &str,
+        vip: IpAddr,
+        protocol: &str,
+        encap_source: &str,
+        pool: &str,
+    ) -> Self {
+        let port = if protocol == "udp" {
+            UDP_NAME_PORT
+        } else {
+            TCP_ECHO_PORT
+        };
+        let forward = format!("ipip, encap_source: \"{encap_source}\"");
+        self.service_on(name, vip, port, protocol, &forward, pool)
+    }
+
     /// Like [`ConfigText::service`], on `port` instead of the servers' port.
     #[must_use]
     pub fn service_on(

@@ -358,7 +358,8 @@ const LINK_LOCAL_LIMIT: Duration = Duration::from_secs(10);
 #[derive(Debug, Clone)]
 pub struct TopologyBuilder {
     backends: usize,
-    routed: bool,
+    routed: usize,
+    router_return: bool,
     tag: Option<String>,
 }
 
@@ -377,7 +378,27 @@ impl TopologyBuilder {
     /// `I`; see [`crate::addrs`].
     #[must_use]
     pub fn routed_backend(mut self) -> Self {
-        self.routed = true;
+        self.routed = 1;
+        self
+    }
+
+    /// Like [`TopologyBuilder::routed_backend`], with `n` backends behind the router (each on
+    /// its own link from it, numbered after the directly attached ones).
+    #[must_use]
+    pub fn routed_backends(mut self, n: usize) -> Self {
+        self.routed = n;
+        self
+    }
+
+    /// Gives the router a return link into the client namespace (the site's router, as each
+    /// directly attached backend's return link is) and a host route to the client through it,
+    /// so the routed backends' direct-server-return replies (source the VIP) reach the client
+    /// without crossing the lb, which does not forward. The router filters reverse paths
+    /// loosely then, as the README tells such a router to. NAT replies from routed backends
+    /// would take that link too: a topology for DSR over IP-in-IP (`forward: ipip`).
+    #[must_use]
+    pub fn router_return_link(mut self) -> Self {
+        self.router_return = true;
         self
     }
 
@@ -399,14 +420,17 @@ impl TopologyBuilder {
     /// (an `ip` or `sysctl` command, an `XDP_PASS` attachment, addresses that do not become
     /// usable).
     pub fn build(self) -> Result<Topology> {
-        let total = self.backends + usize::from(self.routed);
+        let total = self.backends + self.routed;
         if self.backends == 0 || total > MAX_BACKENDS {
             bail!(
                 "a topology needs 1..={MAX_BACKENDS} backends in all, at least one attached \
                  directly, not {} (+{} routed)",
                 self.backends,
-                usize::from(self.routed)
+                self.routed
             );
+        }
+        if self.router_return && self.routed == 0 {
+            bail!("a router return link needs a routed backend");
         }
         let tag = self.tag.unwrap_or_else(|| {
             // Best effort: a sweep failure must not stop this test.
@@ -418,7 +442,8 @@ impl TopologyBuilder {
         let mut topo = Topology {
             client: ns("c"),
             lb: ns("lb"),
-            router: self.routed.then(|| ns("rt")),
+            router: (self.routed > 0).then(|| ns("rt")),
+            router_return: self.router_return,
             direct: self.backends,
             backends: (1..=total).map(|i| ns(&format!("b{i}"))).collect(),
             tag,
@@ -454,6 +479,8 @@ pub struct Topology {
     client: Netns,
     lb: Netns,
     router: Option<Netns>,
+    /// Whether the router has a return link into the client namespace.
+    router_return: bool,
     /// How many of `backends` (the first ones) are attached directly to the lb.
     direct: usize,
     backends: Vec<Netns>,
@@ -468,7 +495,8 @@ impl Topology {
     pub fn builder() -> TopologyBuilder {
         TopologyBuilder {
             backends: 2,
-            routed: false,
+            routed: 0,
+            router_return: false,
             tag: None,
         }
     }
@@ -527,6 +555,16 @@ impl Topology {
     #[must_use]
     pub fn routed_backend(&self) -> Option<usize> {
         self.router.as_ref().map(|_| self.backends.len())
+    }
+
+    /// The indexes of the backends behind the router (empty without one).
+    #[must_use]
+    pub fn routed_backends(&self) -> std::ops::Range<usize> {
+        if self.router.is_some() {
+            self.direct + 1..self.backends.len() + 1
+        } else {
+            0..0
+        }
     }
 
     /// The lb's interfaces, in the order an agent attaches to them: towards the client, each
@@ -589,6 +627,7 @@ impl Topology {
             client: &self.client,
             lb: &self.lb,
             router: self.router.as_ref(),
+            router_return: self.router_return,
             direct: &self.backends[..self.direct],
             routed: &self.backends[self.direct..],
         }

@@ -11,10 +11,12 @@ use anyhow::{Context as _, Result};
 
 use crate::addrs::{
     BACKEND_IF, BACKEND_PREFIX_V4, BACKEND_PREFIX_V6, BACKEND_RETURN_IF, CLIENT_IF, CLIENT_MAC,
-    CLIENT_PREFIX_V4, CLIENT_PREFIX_V6, CLIENT_V4, CLIENT_V6, LB_CLIENT_IF, LB_CLIENT_SIDE_MAC,
-    LB_CLIENT_SIDE_V4, LB_CLIENT_SIDE_V6, LB_ROUTER_IF, LB_ROUTER_SIDE_MAC, LB_ROUTER_SIDE_V4,
-    LB_ROUTER_SIDE_V6, NAT_TABLE, RETURN_PREFIX_V4, RETURN_PREFIX_V6, ROUTER_LB_IF, ROUTER_MAC,
-    ROUTER_PREFIX_V4, ROUTER_PREFIX_V6, ROUTER_V4, ROUTER_V6, VIP_V4, VIP_V6, backend_mac,
+    CLIENT_PREFIX_V4, CLIENT_PREFIX_V6, CLIENT_ROUTER_RETURN_V4, CLIENT_ROUTER_RETURN_V6,
+    CLIENT_V4, CLIENT_V6, LB_CLIENT_IF, LB_CLIENT_SIDE_MAC, LB_CLIENT_SIDE_V4, LB_CLIENT_SIDE_V6,
+    LB_ROUTER_IF, LB_ROUTER_SIDE_MAC, LB_ROUTER_SIDE_V4, LB_ROUTER_SIDE_V6, NAT_TABLE,
+    RETURN_PREFIX_V4, RETURN_PREFIX_V6, ROUTER_LB_IF, ROUTER_MAC, ROUTER_PREFIX_V4,
+    ROUTER_PREFIX_V6, ROUTER_RETURN_CLIENT_MAC, ROUTER_RETURN_IF, ROUTER_RETURN_MAC,
+    ROUTER_RETURN_V4, ROUTER_RETURN_V6, ROUTER_V4, ROUTER_V6, VIP_V4, VIP_V6, backend_mac,
     backend_return_mac, backend_return_v4, backend_return_v6, backend_v4, backend_v6,
     client_return_side_mac, client_return_side_v4, client_return_side_v6, lb_backend_if,
     lb_backend_side_mac, lb_backend_side_v4, lb_backend_side_v6, mac_string,
@@ -27,9 +29,11 @@ pub(crate) struct Plan<'a> {
     pub(crate) client: &'a Netns,
     pub(crate) lb: &'a Netns,
     pub(crate) router: Option<&'a Netns>,
+    /// Whether the router gets a return link into the client namespace.
+    pub(crate) router_return: bool,
     /// Backends `1..=direct.len()`, attached to the lb.
     pub(crate) direct: &'a [Netns],
-    /// The backends behind the router (zero or one), numbered after `direct`.
+    /// The backends behind the router, numbered after `direct`.
     pub(crate) routed: &'a [Netns],
 }
 
@@ -102,6 +106,11 @@ impl Plan<'_> {
                 ("net.ipv4.ip_forward", "1"),
                 ("net.ipv6.conf.all.forwarding", "1"),
             ])?;
+            if self.router_return {
+                // It receives the backends' replies (source the VIP) while it routes the VIP
+                // to the lb.
+                router.sysctl(&[loose])?;
+            }
         }
         Ok(())
     }
@@ -176,6 +185,20 @@ impl Plan<'_> {
             format!("route add {VIP_V4}/32 via {LB_CLIENT_SIDE_V4}"),
             format!("route add {VIP_V6}/128 via {LB_CLIENT_SIDE_V6}"),
         ];
+        if let (Some(router), true) = (self.router, self.router_return) {
+            c.extend(veth(
+                LB_ROUTER_IF,
+                ROUTER_RETURN_CLIENT_MAC,
+                ROUTER_RETURN_IF,
+                ROUTER_RETURN_MAC,
+                router,
+            ));
+            c.extend(addresses(
+                LB_ROUTER_IF,
+                (CLIENT_ROUTER_RETURN_V4, RETURN_PREFIX_V4),
+                (CLIENT_ROUTER_RETURN_V6, RETURN_PREFIX_V6),
+            ));
+        }
         for (i, b) in self.indexed_direct() {
             let dev = lb_backend_if(i);
             c.extend(veth(
@@ -206,6 +229,17 @@ impl Plan<'_> {
             format!("route add default via {LB_ROUTER_SIDE_V4}"),
             format!("route add ::/0 via {LB_ROUTER_SIDE_V6}"),
         ];
+        if self.router_return {
+            c.extend([
+                format!("link set {ROUTER_RETURN_IF} up"),
+                format!("addr add {ROUTER_RETURN_V4}/{RETURN_PREFIX_V4} dev {ROUTER_RETURN_IF}"),
+                format!(
+                    "addr add {ROUTER_RETURN_V6}/{RETURN_PREFIX_V6} dev {ROUTER_RETURN_IF} nodad"
+                ),
+                format!("route add {CLIENT_V4}/32 via {CLIENT_ROUTER_RETURN_V4}"),
+                format!("route add {CLIENT_V6}/128 via {CLIENT_ROUTER_RETURN_V6}"),
+            ]);
+        }
         for (i, b) in self.indexed_routed() {
             let dev = lb_backend_if(i);
             c.extend(veth(

@@ -34,10 +34,10 @@ impl Runtime {
                     IpAddr::V6(a) => format!("[{a}]:{}/{}", s.port, protocol(s.protocol)),
                 },
                 forward: match s.forward {
-                    config::Forward::DsrL2 => "dsr-l2",
-                    config::Forward::Nat => "nat",
-                }
-                .to_owned(),
+                    config::Forward::DsrL2 => "dsr-l2".to_owned(),
+                    config::Forward::Nat => "nat".to_owned(),
+                    config::Forward::Ipip(range) => format!("ipip from {range}"),
+                },
                 to: match &s.to {
                     config::Target::Pool(p) => format!("pool {p}"),
                     config::Target::Decide(g) => format!("decide {g}"),

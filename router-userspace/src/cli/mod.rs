@@ -283,7 +283,7 @@ pub fn ago(now: u64, then: u64) -> String {
 }
 
 /// What each pinned map holds, for `switchyard maps`.
-pub const MAP_HELP: [(&str, &str); 16] = [
+pub const MAP_HELP: [(&str, &str); 17] = [
     (
         maps::SERVICES,
         "services: (VIP, port, protocol) → slot, decision slot, flags",
@@ -326,6 +326,10 @@ pub const MAP_HELP: [(&str, &str); 16] = [
     (maps::REASON_STATS, "per-CPU packets/bytes by reason"),
     (maps::SVC_STATS, "per-CPU packets/bytes by service × action"),
     (maps::BACKEND_STATS, "per-CPU packets/bytes by backend slot"),
+    (
+        maps::IPIP_TX,
+        "the ipip encapsulation program, tail-called for ipip services",
+    ),
     (maps::CONFIG, "config generation and ABI version"),
 ];
 

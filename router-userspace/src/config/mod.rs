@@ -39,8 +39,8 @@ pub use fragments::Fragments;
 pub use lint::lint;
 pub use load::{DirFragments, is_fragment, load_dir, load_files, read_dir};
 pub use model::{
-    Agent, Backend, Backoff, CheckKind, Config, Forward, HashMode, HealthCheck, Pool, Protocol,
-    Service, SplitShare, Target, WhenAllDown,
+    Agent, Backend, Backoff, CheckKind, Config, DEFAULT_PIN_PATH, Forward, HashMode, HealthCheck,
+    Pool, Protocol, Service, SourceRange, SplitShare, Target, WhenAllDown,
 };
 
 /// One thing wrong with a configuration, located as precisely as the input allows.

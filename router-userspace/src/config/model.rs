@@ -104,6 +104,26 @@ pub enum Forward {
     DsrL2,
     /// Rewrite the destination address; replies come back through the program.
     Nat,
+    /// Encapsulate in an outer IP header of the VIP's family to the backend (IPv4 in IPv4,
+    /// IPv6 in IPv6), its source taken per flow from this range; the backend decapsulates,
+    /// holds the VIP on a loopback and replies directly (decision 0013).
+    Ipip(SourceRange),
+}
+
+/// An address range, `network/prefix` with the host bits zero: `encap_source` of an `ipip`
+/// service, of the VIP's family.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SourceRange {
+    /// The network address (host bits zero).
+    pub network: IpAddr,
+    /// Prefix length: at most 32 (IPv4) or 128 (IPv6).
+    pub prefix: u8,
+}
+
+impl std::fmt::Display for SourceRange {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.network, self.prefix)
+    }
 }
 
 /// What a new flow's hash covers.
@@ -148,7 +168,7 @@ pub struct Service {
     pub port: u16,
     /// Protocol (required).
     pub protocol: Protocol,
-    /// Forwarding mode (required).
+    /// Forwarding mode (required; `ipip` with its `encap_source`).
     pub forward: Forward,
     /// Hash mode (default five-tuple).
     pub hash: HashMode,

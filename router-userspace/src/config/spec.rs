@@ -31,6 +31,7 @@ pub(crate) struct ServiceSpec {
     pub port: Option<String>,
     pub protocol: Option<String>,
     pub forward: Option<String>,
+    pub encap_source: Option<String>,
     pub hash: Option<String>,
     pub to: Option<TargetSpec>,
 }

@@ -15,11 +15,11 @@ use super::{
     load::Parsed,
     model::{
         Agent, Config, DEFAULT_PIN_PATH, DEFAULT_STATE_DIR, Forward, HashMode, Protocol, Service,
-        SplitShare, Target,
+        SourceRange, SplitShare, Target,
     },
     report::{Item, Report, index_path, key_path},
     spec::{AgentSpec, ServiceSpec, TargetSpec},
-    values::{self, Bad, Later, did_you_mean},
+    values::{self, Bad, did_you_mean},
 };
 
 mod decisions;
@@ -274,10 +274,22 @@ fn service(it: &Item<ServiceSpec>, report: &mut Report) -> ServiceDraft {
     let protocol = required(it, report, s.protocol.as_deref(), "", "protocol", |v| {
         choice(v, "protocol", &protocols, &[])
     });
-    let forwards = [("dsr-l2", Forward::DsrL2), ("nat", Forward::Nat)];
-    let forward = required(it, report, s.forward.as_deref(), "", "forward", |v| {
-        choice(v, "forward mode", &forwards, &[("ipip", Later::Ipip)])
+    let forwards = [
+        ("dsr-l2", Mode::DsrL2),
+        ("nat", Mode::Nat),
+        ("ipip", Mode::Ipip),
+    ];
+    let mode = required(it, report, s.forward.as_deref(), "", "forward", |v| {
+        choice(v, "forward mode", &forwards, &[])
     });
+    let encap = leaf(
+        it,
+        report,
+        s.encap_source.as_deref(),
+        "encap_source",
+        values::range,
+    );
+    let forward = forward(it, report, mode, encap, vip);
     let hashes = [
         ("five_tuple", HashMode::FiveTuple),
         ("source_ip", HashMode::SourceIp),
@@ -312,6 +324,74 @@ fn service(it: &Item<ServiceSpec>, report: &mut Report) -> ServiceDraft {
         protocol,
         refs,
         value,
+    }
+}
+
+/// A `forward:` word, before `ipip` has its range.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    DsrL2,
+    Nat,
+    Ipip,
+}
+
+/// The forwarding mode from `forward:` and `encap_source:`: `ipip` needs a range of the
+/// VIP's family (the outer header's), and no other mode takes one.
+fn forward(
+    it: &Item<ServiceSpec>,
+    report: &mut Report,
+    mode: Option<Mode>,
+    encap: Field<(IpAddr, u8)>,
+    vip: Option<IpAddr>,
+) -> Option<Forward> {
+    let example = "such as `encap_source: 198.18.250.0/24` (IPv6: `2001:db8:250::/64`)";
+    match (mode?, encap) {
+        (Mode::Ipip, Field::Absent) => {
+            it.err(
+                report,
+                "",
+                "forward mode \"ipip\" needs the key \"encap_source\": the range the outer \
+                 source addresses come from"
+                    .to_owned(),
+                Some(example.to_owned()),
+            );
+            None
+        }
+        (Mode::Ipip, Field::Ok((network, prefix))) => {
+            let vip = vip?;
+            if network.is_ipv4() != vip.is_ipv4() {
+                let family = |a: IpAddr| if a.is_ipv4() { "IPv4" } else { "IPv6" };
+                it.err(
+                    report,
+                    "encap_source",
+                    format!(
+                        "encap_source {network}/{prefix} is {}, but the vip {vip} is {}",
+                        family(network),
+                        family(vip)
+                    ),
+                    Some(
+                        "the outer header has the family of the VIP and its backends \
+                         (IPv4 in IPv4, IPv6 in IPv6)"
+                            .to_owned(),
+                    ),
+                );
+                return None;
+            }
+            Some(Forward::Ipip(SourceRange { network, prefix }))
+        }
+        (other, Field::Ok(_)) => {
+            let name = if other == Mode::Nat { "nat" } else { "dsr-l2" };
+            it.err(
+                report,
+                "encap_source",
+                format!("encap_source is only for forward: ipip, not {name}"),
+                None,
+            );
+            None
+        }
+        (_, Field::Bad) => None,
+        (Mode::DsrL2, Field::Absent) => Some(Forward::DsrL2),
+        (Mode::Nat, Field::Absent) => Some(Forward::Nat),
     }
 }
 

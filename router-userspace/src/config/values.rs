@@ -58,8 +58,6 @@ pub(crate) fn did_you_mean<S: AsRef<str>>(input: &str, candidates: &[S]) -> Opti
 pub(crate) enum Later {
     /// `pools[].weights` (adaptive weights).
     Weights,
-    /// `forward: ipip`.
-    Ipip,
 }
 
 /// The problem for a feature that is not supported yet: says so, and says when it arrives.
@@ -69,12 +67,51 @@ pub(crate) fn not_yet(feature: Later) -> Bad {
             "adaptive weights are",
             "they arrive with the weights engine; use static backend weights for now",
         ),
-        Later::Ipip => (
-            "forward mode \"ipip\" is",
-            "IP-in-IP encapsulation arrives later; use dsr-l2 or nat for now",
-        ),
     };
     (format!("{what} not supported yet"), Some(hint.to_owned()))
+}
+
+/// An address range `ADDRESS/PREFIX` (`encap_source`): an address a virtual IP could have
+/// (see [`address`]), a prefix length of its family, and no host bits set.
+pub(crate) fn range(s: &str) -> Result<(IpAddr, u8), Bad> {
+    let example = "such as 198.18.250.0/24 or 2001:db8:250::/64";
+    let Some((addr, len)) = s.split_once('/') else {
+        return Err((
+            format!("{s:?} is not an address range"),
+            Some(format!("write ADDRESS/PREFIX, {example}")),
+        ));
+    };
+    let ip = address(addr)?;
+    let max: u8 = if ip.is_ipv4() { 32 } else { 128 };
+    let prefix = match len.parse::<u8>() {
+        Ok(p) if p <= max => p,
+        _ => {
+            return Err((
+                format!("invalid prefix length {len:?} in {s:?}"),
+                Some(format!(
+                    "an IPv{} prefix length is 0 to {max}",
+                    if max == 32 { 4 } else { 6 }
+                )),
+            ));
+        }
+    };
+    let network = match ip {
+        IpAddr::V4(a) => {
+            let mask = u32::MAX.checked_shl(32 - u32::from(prefix)).unwrap_or(0);
+            IpAddr::from(std::net::Ipv4Addr::from(u32::from(a) & mask))
+        }
+        IpAddr::V6(a) => {
+            let mask = u128::MAX.checked_shl(128 - u32::from(prefix)).unwrap_or(0);
+            IpAddr::from(std::net::Ipv6Addr::from(u128::from(a) & mask))
+        }
+    };
+    if network != ip {
+        return Err((
+            format!("{s:?} has host bits set"),
+            Some(format!("the range is {network}/{prefix}")),
+        ));
+    }
+    Ok((network, prefix))
 }
 
 /// Longest name.

@@ -52,7 +52,7 @@ impl Mode {
         }
     }
 
-    fn xdp(self) -> XdpMode {
+    pub(crate) fn xdp(self) -> XdpMode {
         match self {
             Mode::Native => XdpMode::Driver,
             Mode::Generic => XdpMode::Skb,
@@ -220,7 +220,11 @@ fn add_tx_port(maps: &mut KernelMaps, index: u32) -> Result<(), DataplaneError> 
         })
 }
 
-fn attach_error(iface: &str, mode: Mode, e: aya::programs::ProgramError) -> DataplaneError {
+pub(crate) fn attach_error(
+    iface: &str,
+    mode: Mode,
+    e: aya::programs::ProgramError,
+) -> DataplaneError {
     if let aya::programs::ProgramError::SyscallError(s) = &e {
         match s.io_error.raw_os_error() {
             Some(libc::EBUSY | libc::EEXIST) => {

@@ -155,8 +155,9 @@ pub fn all() -> Vec<MapLayout> {
             value: record!(Service {
                 id: "service slot",
                 decision: "index into DECISIONS",
-                flags: "SVC_F_NAT 1, SVC_F_HASH_SOURCE 2",
-                _pad,
+                flags: "SVC_F_NAT 1, SVC_F_HASH_SOURCE 2, SVC_F_IPIP 4",
+                encap_mask: "ipip: host bits of the outer source range's last 32-bit word, host order",
+                encap_src: "ipip: the outer source range's network address, network order",
             }),
         },
         MapLayout {
@@ -269,7 +270,7 @@ pub fn all() -> Vec<MapLayout> {
                 service: "service slot",
                 flags: "the service's SVC_F_* bits, or FRAG_F_NAT_REPLY 65536",
                 ifindex: "a NAT reply's egress interface",
-                vip: "a NAT reply's virtual IP (restored as source), network order",
+                vip: "a NAT reply's virtual IP (restored as source); an ipip request's outer source; network order",
                 macs: "a NAT reply's destination then source MAC",
             }),
         },
@@ -321,6 +322,15 @@ pub fn all() -> Vec<MapLayout> {
             entries: MAX_BACKENDS,
             key: Layout::scalar::<u32>("backend slot"),
             value: traffic(),
+        },
+        MapLayout {
+            name: maps::IPIP_TX,
+            kind: "prog_array",
+            entries: 1,
+            key: Layout::scalar::<u32>("always 0"),
+            value: Layout::scalar::<u32>(
+                "the switchyard_ipip program (tail-called for ipip services), written at load",
+            ),
         },
         MapLayout {
             name: maps::CONFIG,
@@ -545,6 +555,7 @@ mod tests {
             let kind = match shape.map_type {
                 1 => "hash",
                 2 => "array",
+                3 => "prog_array",
                 6 => "percpu_array",
                 9 => "lru_hash",
                 25 => "devmap_hash",

@@ -139,10 +139,50 @@ pub fn load(pins: Option<&Path>) -> Result<Ebpf, DataplaneError> {
         }
         e => DataplaneError::Load(Box::new(e)),
     })?;
+    load_program(&mut ebpf, object::PROGRAM)?;
+    load_program(&mut ebpf, object::IPIP_PROGRAM)?;
+    set_ipip_tx(&mut ebpf)?;
+    Ok(ebpf)
+}
+
+/// Puts the loaded `switchyard_ipip` program into `IPIP_TX`, where the data plane tail-calls
+/// it for ipip services. A pinned `IPIP_TX` gets this load's program (the one the link runs
+/// after an upgrade is of the same build).
+fn set_ipip_tx(ebpf: &mut Ebpf) -> Result<(), DataplaneError> {
+    let fd = {
+        let prog: &Xdp = ebpf
+            .program(object::IPIP_PROGRAM)
+            .ok_or(DataplaneError::MissingMap("ipip program"))?
+            .try_into()
+            .map_err(|e| DataplaneError::Program(Box::new(e)))?;
+        prog.fd()
+            .map_err(|e| DataplaneError::Program(Box::new(e)))?
+            .try_clone()
+            .map_err(|e| {
+                DataplaneError::Program(Box::new(aya::programs::ProgramError::IOError(e)))
+            })?
+    };
+    let map = ebpf
+        .map_mut(maps::IPIP_TX)
+        .ok_or(DataplaneError::MissingMap(maps::IPIP_TX))?;
+    let mut array = aya::maps::ProgramArray::try_from(map)
+        .map_err(|e| DataplaneError::map(maps::IPIP_TX, e))?;
+    array
+        .set(0, &fd, 0)
+        .map_err(|e| DataplaneError::map(maps::IPIP_TX, e))
+}
+
+/// Loads (verifies) the XDP program `name` of a loaded object.
+fn load_program(ebpf: &mut Ebpf, name: &'static str) -> Result<(), DataplaneError> {
     let mut attempt = 1;
     loop {
-        match program_mut(&mut ebpf)?.load() {
-            Ok(()) => return Ok(ebpf),
+        let prog: &mut Xdp = ebpf
+            .program_mut(name)
+            .ok_or(DataplaneError::MissingMap("program"))?
+            .try_into()
+            .map_err(|e| DataplaneError::Program(Box::new(e)))?;
+        match prog.load() {
+            Ok(()) => return Ok(()),
             // The verifier gives up with EAGAIN when a signal is pending for the loading
             // thread, and a failed load leaves the program unloaded: try again, as libbpf
             // does (up to 5 attempts). Seen in the multi-threaded program-fixture tests.

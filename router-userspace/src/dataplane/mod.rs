@@ -7,6 +7,7 @@
 
 pub mod attach;
 pub mod counters;
+pub mod decap;
 pub mod layout;
 pub mod link;
 pub mod load;

@@ -1,5 +1,5 @@
 //! The XDP objects, built by `build.rs` from `router-ebpf` and embedded in the binary: the data
-//! plane, and a minimal baseline program for benchmarks.
+//! plane, a minimal baseline program for benchmarks, and the backends' decapsulator.
 
 use aya::include_bytes_aligned;
 
@@ -8,11 +8,19 @@ use super::DataplaneError;
 /// Name of the XDP program inside the object.
 pub const PROGRAM: &str = "switchyard";
 
+/// Name of the ipip encapsulation program inside the object, which [`PROGRAM`] tail-calls
+/// through the `IPIP_TX` program array.
+pub const IPIP_PROGRAM: &str = "switchyard_ipip";
+
 /// Name of the program inside the [`baseline`] object.
 pub const BASELINE_PROGRAM: &str = "baseline";
 
 static OBJECT: &[u8] = include_bytes_aligned!(concat!(env!("OUT_DIR"), "/router"));
 static BASELINE: &[u8] = include_bytes_aligned!(concat!(env!("OUT_DIR"), "/baseline"));
+static DECAP: &[u8] = include_bytes_aligned!(concat!(env!("OUT_DIR"), "/decap"));
+
+/// Name of the program inside the [`decap`] object.
+pub const DECAP_PROGRAM: &str = "decap";
 
 /// The ELF bytes of the XDP object.
 ///
@@ -41,5 +49,19 @@ pub fn baseline() -> Result<&'static [u8], DataplaneError> {
         Err(DataplaneError::StubObject)
     } else {
         Ok(BASELINE)
+    }
+}
+
+/// The ELF bytes of the backends' IP-in-IP decapsulator (`router-ebpf/src/bin/decap.rs`,
+/// program [`DECAP_PROGRAM`]), which `switchyard decap` attaches.
+///
+/// # Errors
+///
+/// [`DataplaneError::StubObject`] for a stub build, like [`bytes`].
+pub fn decap() -> Result<&'static [u8], DataplaneError> {
+    if DECAP.is_empty() {
+        Err(DataplaneError::StubObject)
+    } else {
+        Ok(DECAP)
     }
 }

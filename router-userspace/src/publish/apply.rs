@@ -7,7 +7,8 @@ use std::{
 };
 
 use router_common::{
-    ABI_VERSION, POOL_F_ALL_DOWN_PASS, SVC_F_HASH_SOURCE, SVC_F_NAT, Service, next_hop_index,
+    ABI_VERSION, POOL_F_ALL_DOWN_PASS, SVC_F_HASH_SOURCE, SVC_F_IPIP, SVC_F_NAT, Service,
+    next_hop_index,
 };
 
 use super::{BackendState, PoolState, PublishError, Publisher, ServiceState, service_key, tables};
@@ -262,8 +263,14 @@ impl Publisher {
             };
             let word = group.map_or_else(|| self.target_word(&s.to), |(_, w)| w);
             let mut flags = 0;
-            if s.forward == Forward::Nat {
-                flags |= SVC_F_NAT;
+            let (mut encap_mask, mut encap_src) = (0, [0; 16]);
+            match s.forward {
+                Forward::DsrL2 => {}
+                Forward::Nat => flags |= SVC_F_NAT,
+                Forward::Ipip(range) => {
+                    flags |= SVC_F_IPIP;
+                    (encap_src, encap_mask) = encap_range(range);
+                }
             }
             if s.hash == HashMode::SourceIp {
                 flags |= SVC_F_HASH_SOURCE;
@@ -273,7 +280,8 @@ impl Publisher {
                 id: slot,
                 decision: group.map_or(slot, |(g, _)| g),
                 flags,
-                _pad: 0,
+                encap_mask,
+                encap_src,
             };
             if group.is_none()
                 && old
@@ -335,5 +343,40 @@ impl Publisher {
             }
         }
         Ok(())
+    }
+}
+
+/// The `Service` fields of an `ipip` service's source range: its network address (map
+/// layout) and the host bits of its last 32-bit word in host order (`router_common::encap_source`).
+#[must_use]
+pub fn encap_range(range: crate::config::SourceRange) -> ([u8; 16], u32) {
+    let host_bits = match range.network {
+        std::net::IpAddr::V4(_) => 32 - u32::from(range.prefix),
+        std::net::IpAddr::V6(_) => (128 - u32::from(range.prefix)).min(32),
+    };
+    let mask = u32::MAX.checked_shr(32 - host_bits).unwrap_or(0);
+    (super::addr16(range.network), mask)
+}
+
+#[cfg(test)]
+mod encap_tests {
+    use super::encap_range;
+    use crate::config::SourceRange;
+
+    #[test]
+    fn an_encap_range_is_its_network_and_the_host_bits_of_its_last_word() {
+        let r = |net: &str, prefix| {
+            encap_range(SourceRange {
+                network: net.parse().unwrap(),
+                prefix,
+            })
+        };
+        let (src, mask) = r("198.18.250.0", 24);
+        assert_eq!((&src[..4], mask), (&[198, 18, 250, 0][..], 0xff));
+        assert_eq!(r("198.18.250.7", 32).1, 0);
+        assert_eq!(r("198.18.0.0", 15).1, 0x1_ffff);
+        assert_eq!(r("2001:db8:250::", 64).1, u32::MAX);
+        assert_eq!(r("2001:db8:250::", 120).1, 0xff);
+        assert_eq!(r("2001:db8:250::1", 128).1, 0);
     }
 }

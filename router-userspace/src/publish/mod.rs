@@ -41,6 +41,7 @@ use crate::{
 };
 
 mod apply;
+pub use apply::encap_range;
 mod filter;
 mod ledger;
 mod slots;

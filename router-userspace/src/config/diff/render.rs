@@ -160,10 +160,11 @@ pub(super) fn protocol(p: Protocol) -> &'static str {
     }
 }
 
-pub(super) fn forward(f: Forward) -> &'static str {
+pub(super) fn forward(f: Forward) -> String {
     match f {
-        Forward::DsrL2 => "dsr-l2",
-        Forward::Nat => "nat",
+        Forward::DsrL2 => "dsr-l2".to_owned(),
+        Forward::Nat => "nat".to_owned(),
+        Forward::Ipip(range) => format!("ipip from {range}"),
     }
 }
 

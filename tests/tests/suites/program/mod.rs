@@ -16,6 +16,7 @@ mod fixture;
 mod fragments;
 mod fuzz;
 mod icmp;
+mod ipip;
 mod malformed;
 mod nat;
 mod next_hops;

@@ -35,6 +35,20 @@ fn program_verifies_within_its_instruction_budget() -> Result<()> {
         verified <= VERIFIER_BUDGET,
         "{verified} verified instructions > budget {VERIFIER_BUDGET}"
     );
+    // The ipip encapsulation, tail-called by the data plane: a program of its own.
+    let prog: &aya::programs::Xdp = ebpf
+        .program(switchyard::dataplane::object::IPIP_PROGRAM)
+        .context("no ipip program")?
+        .try_into()?;
+    let ipip = prog
+        .info()?
+        .verified_instruction_count()
+        .context("kernel reports no count")?;
+    println!("switchyard_ipip verified instructions: {ipip} (budget {VERIFIER_BUDGET})");
+    ensure!(
+        ipip <= VERIFIER_BUDGET,
+        "switchyard_ipip: {ipip} verified instructions > budget {VERIFIER_BUDGET}"
+    );
     Ok(())
 }
 

@@ -10,6 +10,7 @@
 
 mod first_flow;
 mod fragments;
+mod ipip;
 mod neighbours;
 mod routing;
 
