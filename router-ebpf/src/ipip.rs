@@ -18,12 +18,12 @@ use aya_ebpf::{
     programs::XdpContext,
 };
 use router_common::{
-    FAMILY_V4, FlowKey, NH_F_RESOLVED, Reason, ServiceKey, encap_source, flow_hash, next_hop_index,
+    FAMILY_V4, FlowKey, NH_F_RESOLVED, Reason, encap_source, flow_hash, next_hop_index,
 };
 
 use crate::{
     forward,
-    maps::{BACKENDS, FRAGMENTS, IPIP_TX, NEXT_HOPS, SCRATCH, SERVICES},
+    maps::{BACKENDS, FRAGMENTS, IPIP_TX, NEXT_HOPS, SCRATCH, SERVICE_SLOTS},
     parse::{Packet, frag, ptr_at},
 };
 
@@ -253,13 +253,12 @@ fn choose_source(pkt: &mut Packet) -> Result<(), Reason> {
         pkt.encap.src = unsafe { (*entry).vip };
         return Ok(());
     }
-    let key = ServiceKey {
-        addr: pkt.flow.dst,
-        port: pkt.flow.dport,
-        proto: pkt.flow.proto,
-        family: pkt.flow.family,
-    };
-    let svc = unsafe { SERVICES.get(key) }.ok_or(Reason::BadState)?;
+    // The slot the classification chose the service by (a tracked flow's, or its `SERVICES`
+    // entry's): an array read, not another hash lookup.
+    let svc = &SERVICE_SLOTS
+        .get(pkt.encap.service)
+        .ok_or(Reason::BadState)?
+        .service;
     let src = encap_source(
         svc.encap_src,
         svc.encap_mask,
