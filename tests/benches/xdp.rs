@@ -277,6 +277,159 @@ fn report(f: &Frames, rows: &Rows, repeat: u32) {
     }
 }
 
+/// The frames of the rows beyond the two families: ipip, and traffic for no service.
+struct ExtraFrames {
+    tun: Vec<u8>,
+    dsr: Vec<u8>,
+    tun_misses: Vec<Vec<u8>>,
+    not_served: Vec<u8>,
+    not_vip: Vec<u8>,
+}
+
+impl ExtraFrames {
+    fn new(flows: u16) -> Self {
+        Self {
+            tun: packets::tcp(CLIENT_V4.into(), HIT_PORT, VIP_V4.into(), IPIP_PORT),
+            dsr: packets::tcp(CLIENT_V4.into(), HIT_PORT, VIP_V4.into(), PORT),
+            tun_misses: (0..flows)
+                .map(|k| {
+                    packets::tcp(
+                        CLIENT_V4.into(),
+                        MISS_PORT_BASE + k,
+                        VIP_V4.into(),
+                        IPIP_PORT,
+                    )
+                })
+                .collect(),
+            not_served: packets::udp(CLIENT_V4.into(), HIT_PORT, VIP_V4.into(), 9),
+            not_vip: packets::udp(CLIENT_V4.into(), HIT_PORT, NOT_A_VIP.into(), PORT),
+        }
+    }
+}
+
+/// Per-round measurements of the extra rows, in nanoseconds.
+#[derive(Default)]
+struct Extras {
+    pass: Vec<f64>,
+    other: Vec<f64>,
+    lookup: Vec<f64>,
+    base_pass: Vec<f64>,
+    tun_hit: Vec<f64>,
+    tun_new: Vec<f64>,
+    dsr_hit: Vec<f64>,
+}
+
+impl Extras {
+    fn measure(
+        &mut self,
+        lab: &mut Lab,
+        baseline: &Baseline,
+        f: &ExtraFrames,
+        repeat: u32,
+    ) -> Result<()> {
+        let ingress = lab.ifindex(LB_CLIENT_IF)?;
+        let sy = lab.program()?;
+        let (yard, base) = (baseline.lookup()?, baseline.program()?);
+        let row = lab.topo.lb().run(|| -> Result<[f64; 4]> {
+            Ok([
+                repeated(sy, &f.not_served, ingress, repeat, XDP_PASS)?,
+                repeated(sy, &f.not_vip, ingress, repeat, XDP_PASS)?,
+                repeated(yard, &f.not_vip, ingress, repeat, XDP_PASS)?,
+                repeated(base, &f.not_vip, ingress, repeat, XDP_TX)?,
+            ])
+        })??;
+        self.pass.push(row[0]);
+        self.other.push(row[1]);
+        self.lookup.push(row[2]);
+        self.base_pass.push(row[3]);
+        // ipip grows the frame, so a repeated run would see its own output: every ipip row is
+        // run once per frame, beside the dsr-l2 tracked flow run the same way.
+        lab.flush_conntrack();
+        let sy = lab.program()?;
+        let n = f.tun_misses.len();
+        let once = lab.topo.lb().run(|| -> Result<[f64; 3]> {
+            let new = once_each(
+                sy,
+                f.tun_misses.iter().map(Vec::as_slice),
+                ingress,
+                XDP_REDIRECT,
+            )?;
+            time(sy, &f.tun, ingress, 1)?;
+            time(sy, &f.dsr, ingress, 1)?;
+            let hit = once_each(
+                sy,
+                std::iter::repeat_n(f.tun.as_slice(), n),
+                ingress,
+                XDP_REDIRECT,
+            )?;
+            let d = once_each(
+                sy,
+                std::iter::repeat_n(f.dsr.as_slice(), n),
+                ingress,
+                XDP_REDIRECT,
+            )?;
+            Ok([new, hit, d])
+        })??;
+        self.tun_new.push(once[0]);
+        self.tun_hit.push(once[1]);
+        self.dsr_hit.push(once[2]);
+        Ok(())
+    }
+
+    /// `v4` is the IPv4 dsr-l2 family's rows, the base of the ipip estimate.
+    fn report(&self, v4: &Rows, repeat: u32) {
+        // ipip's steady state: the dsr-l2 hit at `repeat` plus what ipip adds to it, both run once.
+        let est = |once: &[f64]| -> Vec<f64> {
+            (0..once.len())
+                .map(|i| v4.hit[i] + once[i] - self.dsr_hit[i])
+                .collect()
+        };
+        let (th, tn) = (
+            Summary::of(&est(&self.tun_hit)),
+            Summary::of(&est(&self.tun_new)),
+        );
+        println!(
+            "\nIPv4 TCP, ipip — steady state (est.: dsr-l2 hit at repeat {repeat} + ipip − dsr-l2, both run once per frame)"
+        );
+        println!(
+            "  conntrack hit                       switchyard {:7.1} ({:.1}–{:.1})",
+            th.median, th.min, th.max
+        );
+        println!(
+            "  new flow                            switchyard {:7.1} ({:.1}–{:.1})",
+            tn.median, tn.min, tn.max
+        );
+        let show = |s: Summary| format!("{:5.1} ({:.1}–{:.1})", s.median, s.min, s.max);
+        let (p, o) = (Summary::of(&self.pass), Summary::of(&self.other));
+        let (l, b) = (Summary::of(&self.lookup), Summary::of(&self.base_pass));
+        // "Twice the baseline plus one lookup": the lookup is what the yardstick adds to the
+        // baseline's parse, measured in the same rounds.
+        let target = 2.0 * b.median + (l.median - b.median);
+        println!("\nnot a service, XDP_PASS, repeat {repeat} — ns per packet, median (range)");
+        println!(
+            "  to a VIP, unserved port (UDP 9)     switchyard {}",
+            show(p)
+        );
+        println!(
+            "  to another address                  switchyard {}",
+            show(o)
+        );
+        println!(
+            "  baseline                                       {}",
+            show(b)
+        );
+        println!(
+            "  baseline + one hash lookup (miss)              {}",
+            show(l)
+        );
+        println!(
+            "  target 2 × baseline + one lookup = {target:.1}: {:.2}× of it (VIP), {:.2}× (other)",
+            p.median / target,
+            o.median / target
+        );
+    }
+}
+
 fn main() -> Result<()> {
     if !bench::invoked_by_cargo_bench() {
         println!("xdp: a benchmark; run it with `cargo bench -p router-tests --bench xdp`");
@@ -322,126 +475,18 @@ fn main() -> Result<()> {
         },
     ];
     let mut rows: Vec<Rows> = families.iter().map(|_| Rows::default()).collect();
-    let mut pass = Vec::new();
-    let mut other = Vec::new();
-    let mut lookup = Vec::new();
-    let mut base_pass = Vec::new();
-    let (mut tun_hit, mut tun_new, mut dsr_hit) = (Vec::new(), Vec::new(), Vec::new());
-    let tun = packets::tcp(CLIENT_V4.into(), HIT_PORT, VIP_V4.into(), IPIP_PORT);
-    let dsr = packets::tcp(CLIENT_V4.into(), HIT_PORT, VIP_V4.into(), PORT);
-    let tun_misses: Vec<Vec<u8>> = (0..flows)
-        .map(|k| {
-            packets::tcp(
-                CLIENT_V4.into(),
-                MISS_PORT_BASE + k,
-                VIP_V4.into(),
-                IPIP_PORT,
-            )
-        })
-        .collect();
-    let not_served = packets::udp(CLIENT_V4.into(), HIT_PORT, VIP_V4.into(), 9);
-    let not_vip = packets::udp(CLIENT_V4.into(), HIT_PORT, NOT_A_VIP.into(), PORT);
+    let extra = ExtraFrames::new(flows);
+    let mut extras = Extras::default();
     for _ in 0..rounds {
         for (f, r) in families.iter().zip(rows.iter_mut()) {
             measure_round(&mut lab, &baseline, f, repeat, r).with_context(|| f.name.to_string())?;
         }
-        let ingress = lab.ifindex(LB_CLIENT_IF)?;
-        let sy = lab.program()?;
-        let (yard, base) = (baseline.lookup()?, baseline.program()?);
-        let row = lab.topo.lb().run(|| -> Result<[f64; 4]> {
-            Ok([
-                repeated(sy, &not_served, ingress, repeat, XDP_PASS)?,
-                repeated(sy, &not_vip, ingress, repeat, XDP_PASS)?,
-                repeated(yard, &not_vip, ingress, repeat, XDP_PASS)?,
-                repeated(base, &not_vip, ingress, repeat, XDP_TX)?,
-            ])
-        })??;
-        // ipip grows the frame, so a repeated run would see its own output: every ipip row is
-        // run once per frame, beside the dsr-l2 tracked flow run the same way.
-        lab.flush_conntrack();
-        let sy = lab.program()?;
-        let n = tun_misses.len();
-        let once = lab.topo.lb().run(|| -> Result<[f64; 3]> {
-            let new = once_each(
-                sy,
-                tun_misses.iter().map(Vec::as_slice),
-                ingress,
-                XDP_REDIRECT,
-            )?;
-            time(sy, &tun, ingress, 1)?;
-            time(sy, &dsr, ingress, 1)?;
-            let hit = once_each(
-                sy,
-                std::iter::repeat_n(tun.as_slice(), n),
-                ingress,
-                XDP_REDIRECT,
-            )?;
-            let d = once_each(
-                sy,
-                std::iter::repeat_n(dsr.as_slice(), n),
-                ingress,
-                XDP_REDIRECT,
-            )?;
-            Ok([new, hit, d])
-        })??;
-        tun_new.push(once[0]);
-        tun_hit.push(once[1]);
-        dsr_hit.push(once[2]);
-        pass.push(row[0]);
-        other.push(row[1]);
-        lookup.push(row[2]);
-        base_pass.push(row[3]);
+        extras.measure(&mut lab, &baseline, &extra, repeat)?;
     }
     for (f, r) in families.iter().zip(&rows) {
         report(f, r, repeat);
     }
-    // ipip's steady state: the dsr-l2 hit at `repeat` plus what ipip adds to it, both run once.
-    let v4 = &rows[0];
-    let est = |once: &[f64]| -> Vec<f64> {
-        (0..once.len())
-            .map(|i| v4.hit[i] + once[i] - dsr_hit[i])
-            .collect()
-    };
-    let (th, tn) = (Summary::of(&est(&tun_hit)), Summary::of(&est(&tun_new)));
-    println!(
-        "\nIPv4 TCP, ipip — steady state (est.: dsr-l2 hit at repeat {repeat} + ipip − dsr-l2, both run once per frame)"
-    );
-    println!(
-        "  conntrack hit                       switchyard {:7.1} ({:.1}–{:.1})",
-        th.median, th.min, th.max
-    );
-    println!(
-        "  new flow                            switchyard {:7.1} ({:.1}–{:.1})",
-        tn.median, tn.min, tn.max
-    );
-    let show = |s: Summary| format!("{:5.1} ({:.1}–{:.1})", s.median, s.min, s.max);
-    let (p, o) = (Summary::of(&pass), Summary::of(&other));
-    let (l, b) = (Summary::of(&lookup), Summary::of(&base_pass));
-    // "Twice the baseline plus one lookup": the lookup is what the yardstick adds to the
-    // baseline's parse, measured in the same rounds.
-    let target = 2.0 * b.median + (l.median - b.median);
-    println!("\nnot a service, XDP_PASS, repeat {repeat} — ns per packet, median (range)");
-    println!(
-        "  to a VIP, unserved port (UDP 9)     switchyard {}",
-        show(p)
-    );
-    println!(
-        "  to another address                  switchyard {}",
-        show(o)
-    );
-    println!(
-        "  baseline                                       {}",
-        show(b)
-    );
-    println!(
-        "  baseline + one hash lookup (miss)              {}",
-        show(l)
-    );
-    println!(
-        "  target 2 × baseline + one lookup = {target:.1}: {:.2}× of it (VIP), {:.2}× (other)",
-        p.median / target,
-        o.median / target
-    );
+    extras.report(&rows[0], repeat);
     println!("load average at end: {}", load_average());
     Ok(())
 }
