@@ -1,6 +1,6 @@
 //! The publisher's write order, checked after every single write: at no point may a service's
 //! live tables name a backend slot that is unwritten, down, or holds a backend the pool never
-//! had. Also: an apply that cannot be completed must not start.
+//! had, nor may a published service lack its filter bit or its slot. Also: an apply that cannot be completed must not start.
 
 use std::{
     collections::{HashMap, HashSet},
@@ -49,6 +49,25 @@ impl Checked {
     fn check(&mut self, write: &str) {
         let mut found = Vec::new();
         for (key, svc) in &self.inner.services {
+            // A packet finds the service only through its filter bit, and a tracked flow of it
+            // only while its slot holds it.
+            let bit = router_common::hash::filter_bit(
+                &key.addr,
+                key.port,
+                key.proto,
+                key.family,
+                router_common::FILTER_SERVICE,
+            );
+            let word = self.inner.filter.get(&(bit / 64)).copied().unwrap_or(0);
+            if word & (1 << (bit % 64)) == 0 {
+                found.push(format!("service {key:?} has no filter bit"));
+            }
+            if self.inner.service_slots.get(&svc.id) != Some(&(*key, *svc)) {
+                found.push(format!(
+                    "service {key:?}: its slot {} holds another",
+                    svc.id
+                ));
+            }
             let Some(word) = self.inner.decisions.get(&svc.decision) else {
                 found.push(format!("service {key:?} has no decision word"));
                 continue;
@@ -147,7 +166,9 @@ impl Dataplane for Checked {
         Ok(())
     }
     fn set_filter_word(&mut self, index: u32, word: u64) -> Result<(), DataplaneError> {
-        self.inner.set_filter_word(index, word)
+        self.inner.set_filter_word(index, word)?;
+        self.check(&format!("set_filter_word({index})"));
+        Ok(())
     }
     fn set_config(&mut self, config: Generation) -> Result<(), DataplaneError> {
         self.inner.set_config(config)
