@@ -108,7 +108,7 @@ macro_rules! record {
             size: std::mem::size_of::<router_common::$ty>(),
             fields: vec![$(Field {
                 name: stringify!($field),
-                ty: std::any::type_name_of_val(&v.$field),
+                ty: std::any::type_name_of_val(&v.$field).trim_start_matches("router_common::"),
                 offset: std::mem::offset_of!(router_common::$ty, $field),
                 size: std::mem::size_of_val(&v.$field),
                 note: record!(@note $($note)?),
