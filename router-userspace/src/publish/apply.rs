@@ -56,6 +56,11 @@ impl Publisher {
         //    until the removals): refuse before the first write rather than stop half way.
         self.reserve(cfg)?;
         self.health.configure(cfg);
+        // The filter with the bits of the running and the new config, before anything a
+        // packet can reach changes: a backend added to a NAT pool is named by its table
+        // (step 2), and a new pool by a group's word (step 3), before the services step.
+        let filter = super::filter::build(cfg);
+        self.write_filter(dp, self.filter_union(&filter))?;
         // 1. Backends, pool by pool.
         let staged = self.stage_backends(dp, cfg)?;
         // 2. Tables and pool words; then the backends that left a pool.
@@ -63,8 +68,6 @@ impl Publisher {
         // 3 + 4. Decisions (groups' words first), then services.
         let group_names: Vec<String> = cfg.decisions.iter().map(|g| g.name.clone()).collect();
         let removed_groups = self.apply_groups(dp, &group_names, decided)?;
-        let filter = super::filter::build(cfg);
-        self.write_filter(dp, self.filter_union(&filter))?;
         let stale = self.publish_services(dp, cfg)?;
         // 5. Removals, in reverse.
         for gone in stale {
