@@ -11,7 +11,7 @@ use router_tests::{
 use switchyard::config::Target;
 
 use super::fixture::{Fields, Memo, On, Out, Step, To, Verdict, check, forwarded, pass, run, step};
-use super::{c4, fixture_config, lab, v4};
+use super::{c4, c6, fixture_config, lab, v4, v6};
 
 /// The UDP datagram the backend of the request sends from its own address, port 53, to the
 /// client's port `cport`, on its link to the lb.
@@ -129,4 +129,36 @@ fn a_nat_flow_tracked_on_a_pool_the_service_left_still_gets_its_replies_back() -
         );
     }
     run(&mut lab, table)
+}
+
+#[test]
+fn an_ipv6_nat_reply_gets_the_virtual_ip_back() -> Result<()> {
+    let Some(mut lab) = lab("fx-natrep6") else {
+        return Ok(());
+    };
+    let request = packets::udp(c6(), 5420, v6(), 53);
+    run(
+        &mut lab,
+        [
+            forwarded("request", request, Reason::NewFlow).to(To::Record("request".into())),
+            forwarded("reply", Vec::new(), Reason::NatReply)
+                .built(|memo| {
+                    let b = memo.get("request")?;
+                    let mut frame = packets::udp(addrs::backend_v6(b).into(), 53, c6(), 5420);
+                    frame[..6].copy_from_slice(&addrs::lb_backend_side_mac(b));
+                    frame[6..12].copy_from_slice(&backend_mac(b));
+                    Ok(frame)
+                })
+                .on(On::BackendOf("request".into()))
+                .verdict(Verdict::Redirect)
+                .out(Out::Fields(Fields {
+                    dst_mac: Some(addrs::CLIENT_MAC),
+                    src: Some(v6()),
+                    dst: Some(c6()),
+                    checksums_ok: true,
+                    ..Fields::default()
+                })),
+        ]
+        .map(Step::from),
+    )
 }
