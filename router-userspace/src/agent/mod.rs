@@ -438,8 +438,13 @@ fn resume(history: &History, maps: &KernelMaps) -> Option<(Publisher, Running, C
 }
 
 /// Removes from the `SERVICES` map every service `publisher` did not publish, and frees its
-/// slot unless a published service holds it.
-fn remove_unknown_services(
+/// slot unless a published service holds it (run once an agent that could not resume the
+/// adopted maps has applied its config over them).
+///
+/// # Errors
+///
+/// A failed map write.
+pub fn remove_unknown_services(
     publisher: &Publisher,
     maps: &mut KernelMaps,
 ) -> Result<(), DataplaneError> {
