@@ -517,3 +517,90 @@ fn a_nat_service_moved_to_another_pool_keeps_the_reply_bits_of_its_tracked_backe
     }
     assert_violations(&dp);
 }
+
+/// A [`MemoryDataplane`] whose `set_service` fails once, after `ok` more succeed.
+struct FailingService {
+    inner: MemoryDataplane,
+    ok: Option<usize>,
+}
+
+impl Dataplane for FailingService {
+    fn set_backend(&mut self, slot: u32, backend: Backend) -> Result<(), DataplaneError> {
+        self.inner.set_backend(slot, backend)
+    }
+    fn set_next_hop(&mut self, index: u32, hop: NextHop) -> Result<(), DataplaneError> {
+        self.inner.set_next_hop(index, hop)
+    }
+    fn write_table(&mut self, pool: u32, half: u32, table: &[u32]) -> Result<(), DataplaneError> {
+        self.inner.write_table(pool, half, table)
+    }
+    fn set_pool(&mut self, slot: u32, pool: Pool) -> Result<(), DataplaneError> {
+        self.inner.set_pool(slot, pool)
+    }
+    fn set_decision(&mut self, slot: u32, word: u64) -> Result<(), DataplaneError> {
+        self.inner.set_decision(slot, word)
+    }
+    fn set_service(&mut self, key: ServiceKey, service: Service) -> Result<(), DataplaneError> {
+        match self.ok {
+            Some(0) => {
+                self.ok = None;
+                Err(DataplaneError::MissingMap("SERVICES (injected failure)"))
+            }
+            Some(n) => {
+                self.ok = Some(n - 1);
+                self.inner.set_service(key, service)
+            }
+            None => self.inner.set_service(key, service),
+        }
+    }
+    fn remove_service(&mut self, key: &ServiceKey) -> Result<(), DataplaneError> {
+        self.inner.remove_service(key)
+    }
+    fn free_service_slot(&mut self, slot: u32) -> Result<(), DataplaneError> {
+        self.inner.free_service_slot(slot)
+    }
+    fn set_filter_word(&mut self, index: u32, word: u64) -> Result<(), DataplaneError> {
+        self.inner.set_filter_word(index, word)
+    }
+    fn set_config(&mut self, config: Generation) -> Result<(), DataplaneError> {
+        self.inner.set_config(config)
+    }
+}
+
+#[test]
+fn an_apply_that_fails_half_way_through_the_services_leaves_no_stale_slot_once_it_succeeds() {
+    let mut dp = FailingService {
+        inner: MemoryDataplane::default(),
+        ok: None,
+    };
+    let mut p = Publisher::new();
+    let pools = || vec![pool("dc1", addrs([1, 0], 2))];
+    p.apply(
+        &mut dp,
+        &config(
+            vec![service("a", 80, "dc1"), service("b", 81, "dc1")],
+            pools(),
+        ),
+    )
+    .unwrap();
+    // Both services change value (DSR → NAT); the second write fails.
+    let after = config(
+        vec![nat(service("a", 80, "dc1")), nat(service("b", 81, "dc1"))],
+        pools(),
+    );
+    dp.ok = Some(1);
+    assert!(p.apply(&mut dp, &after).is_err());
+    // The agent logs the failure and applies again on the next reload.
+    p.apply(&mut dp, &after).unwrap();
+    // Every slot the program can forward a tracked flow on is one the publisher holds (else
+    // a flow naming it is served by the value it held, and nothing ever frees it).
+    for (slot, (key, _)) in &dp.inner.service_slots {
+        assert!(
+            p.services()
+                .values()
+                .any(|s| s.value.id == *slot && s.key == *key),
+            "slot {slot} holds {key:?}, but the publisher does not hold it: {:?}",
+            p.services()
+        );
+    }
+}
