@@ -200,6 +200,10 @@ pub struct Publisher {
     health: Health,
     /// What `SERVICE_FILTER` holds (`None`: unknown, before the first write of this process).
     filter: Option<Vec<u64>>,
+    /// Services an apply that failed part way left in the maps without holding them (a key
+    /// and slot it wrote, or one it was about to remove): the next apply removes them with its
+    /// own removals, so no slot keeps serving tracked flows unknown to the publisher.
+    stale: Vec<ServiceState>,
 }
 
 impl Default for Publisher {
@@ -254,6 +258,7 @@ impl Publisher {
             hops: BTreeMap::new(),
             health: Health::new(),
             filter: None,
+            stale: Vec::new(),
         }
     }
 
