@@ -438,8 +438,16 @@ fn resume(history: &History, maps: &KernelMaps) -> Option<(Publisher, Running, C
 }
 
 /// Removes from the `SERVICES` map every service `publisher` did not publish, and frees its
-/// slot unless a published service holds it.
-fn remove_unknown_services(
+/// slot unless a published service holds it; then frees every `SERVICE_SLOTS` entry no
+/// published service holds. Run once an agent that could not resume the adopted maps has
+/// applied its config over them: a service it renumbered left its old slot holding its key
+/// and old value, and a tracked flow naming that slot would be forwarded on it (with the old
+/// flags) instead of re-selected.
+///
+/// # Errors
+///
+/// A failed map write.
+pub fn remove_unknown_services(
     publisher: &Publisher,
     maps: &mut KernelMaps,
 ) -> Result<(), DataplaneError> {
@@ -454,6 +462,12 @@ fn remove_unknown_services(
             {
                 maps.free_service_slot(value.id)?;
             }
+        }
+    }
+    for (slot, _) in maps.held_service_slots() {
+        if publisher.services().values().all(|s| s.value.id != slot) {
+            info!("freeing a service slot of an earlier config in the adopted maps: {slot}");
+            maps.free_service_slot(slot)?;
         }
     }
     Ok(())

@@ -159,6 +159,15 @@ impl KernelMaps {
         self.services.iter().filter_map(Result::ok).collect()
     }
 
+    /// The `SERVICE_SLOTS` entries that hold a service (a key other than all zero), by slot.
+    #[must_use]
+    pub fn held_service_slots(&self) -> Vec<(u32, ServiceSlot)> {
+        (0..self.service_slots.len())
+            .filter_map(|i| Some((i, self.service_slots.get(&i, 0).ok()?)))
+            .filter(|(_, s)| s.key != ServiceKey::default())
+            .collect()
+    }
+
     /// Backend slot `slot`.
     ///
     /// # Errors

@@ -56,6 +56,11 @@ impl Publisher {
         //    until the removals): refuse before the first write rather than stop half way.
         self.reserve(cfg)?;
         self.health.configure(cfg);
+        // The filter with the bits of the running and the new config, before anything a
+        // packet can reach changes: a backend added to a NAT pool is named by its table
+        // (step 2), and a new pool by a group's word (step 3), before the services step.
+        let filter = super::filter::build(cfg);
+        self.write_filter(dp, self.filter_union(&filter))?;
         // 1. Backends, pool by pool.
         let staged = self.stage_backends(dp, cfg)?;
         // 2. Tables and pool words; then the backends that left a pool.
@@ -63,15 +68,21 @@ impl Publisher {
         // 3 + 4. Decisions (groups' words first), then services.
         let group_names: Vec<String> = cfg.decisions.iter().map(|g| g.name.clone()).collect();
         let removed_groups = self.apply_groups(dp, &group_names, decided)?;
-        let filter = super::filter::build(cfg);
-        self.write_filter(dp, self.filter_union(&filter))?;
         let stale = self.publish_services(dp, cfg)?;
-        // 5. Removals, in reverse.
-        for gone in stale {
-            if !self.services.values().any(|s| s.key == gone.key) {
-                dp.remove_service(&gone.key)?;
+        // 5. Removals, in reverse. A failed removal keeps the rest for the next apply.
+        let mut stale = stale.into_iter();
+        while let Some(gone) = stale.next() {
+            let removed = if self.services.values().any(|s| s.key == gone.key) {
+                Ok(())
+            } else {
+                dp.remove_service(&gone.key)
             }
-            dp.free_service_slot(gone.value.id)?;
+            .and_then(|()| dp.free_service_slot(gone.value.id));
+            if let Err(e) = removed {
+                self.stale.push(gone);
+                self.stale.extend(stale);
+                return Err(e.into());
+            }
             self.service_slots.free(gone.value.id);
         }
         for gone in removed_groups {
@@ -241,7 +252,7 @@ impl Publisher {
         cfg: &Config,
     ) -> Result<Vec<ServiceState>, PublishError> {
         let mut services = BTreeMap::new();
-        let mut stale = Vec::new();
+        let mut stale = std::mem::take(&mut self.stale);
         for s in &cfg.services {
             let key = service_key(s);
             // A service whose address, port or protocol changed is a new service.
@@ -255,7 +266,14 @@ impl Publisher {
             };
             let slot = match &old {
                 Some(o) => o.value.id,
-                None => self.service_slots.take("service")?,
+                None => match self.service_slots.take("service") {
+                    Ok(slot) => slot,
+                    Err(e) => {
+                        self.services.extend(services);
+                        self.stale = stale;
+                        return Err(e);
+                    }
+                },
             };
             let group = match &s.to {
                 Target::Decide(g) => self.groups.get(g).map(|g| (g.slot, g.word)),
@@ -283,15 +301,35 @@ impl Publisher {
                 encap_mask,
                 encap_src,
             };
-            if group.is_none()
+            let written = if group.is_none()
                 && old
                     .as_ref()
                     .is_none_or(|o| o.word != word || o.value.decision != slot)
             {
-                dp.set_decision(slot, word)?;
+                dp.set_decision(slot, word)
+            } else {
+                Ok(())
             }
-            if old.as_ref().is_none_or(|o| o.value != value) {
-                dp.set_service(key, value)?;
+            .and_then(|()| {
+                if old.as_ref().is_none_or(|o| o.value != value) {
+                    dp.set_service(key, value)
+                } else {
+                    Ok(())
+                }
+            });
+            if let Err(e) = written {
+                // The publisher holds what runs: the services written so far, the ones not
+                // reached, and this one as it was. A slot this one took (its writes may have
+                // reached it) is removed by the next apply, unless it is published by then.
+                match old {
+                    Some(o) => {
+                        self.services.insert(s.name.clone(), o);
+                    }
+                    None => stale.push(ServiceState { key, value, word }),
+                }
+                self.services.extend(services);
+                self.stale = stale;
+                return Err(e.into());
             }
             services.insert(s.name.clone(), ServiceState { key, value, word });
         }

@@ -1,12 +1,10 @@
 //! The `SERVICE_FILTER` bits of a configuration: one per service key (a request's virtual IP,
 //! port, protocol and family) and one per source a NAT service's replies come from (each
-//! backend address it may use, with the service's port and protocol). The program passes a
+//! configured backend address, with the service's port and protocol). The program passes a
 //! packet whose bits are clear without any hash-map lookup (router-ebpf `select.rs`).
 //!
 //! A bit is set for everything that can be served, so the filter never hides a service; a
 //! false positive costs the packet the lookups the filter saves.
-
-use std::collections::BTreeSet;
 
 use router_common::{
     FILTER_ENTRIES, FILTER_F_NAT, FILTER_FLAGS, FILTER_NAT_REPLY, FILTER_SERVICE, hash::filter_bit,
@@ -14,7 +12,7 @@ use router_common::{
 
 use super::{PublishError, Publisher, addr16, family, service_key};
 use crate::{
-    config::{Config, Forward, Target},
+    config::{Config, Forward},
     dataplane::Dataplane,
 };
 
@@ -37,13 +35,12 @@ pub fn build(cfg: &Config) -> Vec<u64> {
         if s.forward != Forward::Nat {
             continue;
         }
-        // The pools a NAT service's new flows may reach; a decision group may pick any pool.
-        let pools: BTreeSet<&str> = match &s.to {
-            Target::Pool(p) => [p.as_str()].into(),
-            Target::Split(shares) => shares.iter().map(|x| x.pool.as_str()).collect(),
-            Target::Decide(_) => cfg.pools.iter().map(|p| p.name.as_str()).collect(),
-        };
-        for p in cfg.pools.iter().filter(|p| pools.contains(p.name.as_str())) {
+        // Every configured backend, not only those of the pools the service names: a tracked
+        // flow stays on its backend while the backend is usable and the service keeps its
+        // slot, so a NAT service moved to another pool (or from a decision group to one)
+        // still sends its earlier flows to backends of the pools it left, and their replies
+        // must still be restored. A backend no pool has is down, and its flows re-select.
+        for p in &cfg.pools {
             for b in &p.backends {
                 nat = true;
                 set(filter_bit(

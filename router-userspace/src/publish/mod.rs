@@ -3,13 +3,14 @@
 //!
 //! Order of one apply (ARCHITECTURE.md, "Map writes"):
 //! 0. nothing, unless the slots the new config needs beside the running one are all free;
+//!    then the service filter, with the bits of the running and the new config ([`filter`]):
+//!    before any table or word names a backend whose NAT replies need a bit;
 //! 1. backends that are new or changed (a service cannot reach them yet);
 //! 2. pool tables: each changed table is written into the pool's inactive half, then the pool's
 //!    `active` word flips (one update); then the backends that left a pool go down and free
 //!    their slots (no live table names them any more);
 //! 3. decision words (one 8-byte update each);
-//! 4. the service filter, with the bits of the running and the new services ([`filter`]); then
-//!    services (new or changed: a service's slot, then its key);
+//! 4. services (new or changed: a service's slot, then its key);
 //! 5. removals in reverse: services (key, then slot), then backends marked down (their tracked
 //!    flows re-select), then pool and decision slots freed; then the filter without the bits
 //!    of removed services;
@@ -199,6 +200,10 @@ pub struct Publisher {
     health: Health,
     /// What `SERVICE_FILTER` holds (`None`: unknown, before the first write of this process).
     filter: Option<Vec<u64>>,
+    /// Services an apply that failed part way left in the maps without holding them (a key
+    /// and slot it wrote, or one it was about to remove): the next apply removes them with its
+    /// own removals, so no slot keeps serving tracked flows unknown to the publisher.
+    stale: Vec<ServiceState>,
 }
 
 impl Default for Publisher {
@@ -253,6 +258,7 @@ impl Publisher {
             hops: BTreeMap::new(),
             health: Health::new(),
             filter: None,
+            stale: Vec::new(),
         }
     }
 

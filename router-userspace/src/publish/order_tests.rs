@@ -8,8 +8,9 @@ use std::{
 };
 
 use router_common::{
-    BACKEND_DOWN, BACKEND_DRAINING, Backend, Config as Generation, Decision, MAX_BACKENDS,
-    NH_F_RESOLVED, NO_BACKEND, NO_POOL, NextHop, Pool, Service, ServiceKey, next_hop_index,
+    BACKEND_DOWN, BACKEND_DRAINING, Backend, Config as Generation, Decision, FILTER_F_NAT,
+    FILTER_FLAGS, FILTER_NAT_REPLY, FILTER_SERVICE, MAX_BACKENDS, NH_F_RESOLVED, NO_BACKEND,
+    NO_POOL, NextHop, Pool, SVC_F_NAT, Service, ServiceKey, hash::filter_bit, next_hop_index,
 };
 
 use super::{PublishError, Publisher, addr16};
@@ -116,9 +117,60 @@ impl Checked {
                 }
             }
         }
+        found.extend(self.filter_violations());
         for f in found {
             self.violations.push(format!("after {write}: {f}"));
         }
+    }
+
+    /// Whether `bit` of the filter is set, as the program reads it.
+    fn filter_has(&self, bit: u32) -> bool {
+        let word = self.inner.filter.get(&(bit / 64)).copied().unwrap_or(0);
+        (word >> (bit % 64)) & 1 != 0
+    }
+
+    /// What the filter hides: a service in `SERVICES` without its bit, or whose slot does not
+    /// hold its key; a NAT service (by its slot, which tracked flows read) whose replies can
+    /// come from a usable backend without that source's bit, or without the flag word. A
+    /// tracked NAT flow stays on its backend while the backend is usable (not down) and the
+    /// slot holds the service, whichever pool the backend is in now.
+    fn filter_violations(&self) -> Vec<String> {
+        let mut found = Vec::new();
+        for (key, svc) in &self.inner.services {
+            let bit = filter_bit(&key.addr, key.port, key.proto, key.family, FILTER_SERVICE);
+            if !self.filter_has(bit) {
+                found.push(format!(
+                    "service {key:?} is in SERVICES without its filter bit"
+                ));
+            }
+            match self.inner.service_slots.get(&svc.id) {
+                Some((k, _)) if k == key => {}
+                _ => found.push(format!(
+                    "service {key:?} names slot {}, which does not hold its key",
+                    svc.id
+                )),
+            }
+        }
+        let flags = self.inner.filter.get(&FILTER_FLAGS).copied().unwrap_or(0);
+        for (key, svc) in self.inner.service_slots.values() {
+            if svc.flags & SVC_F_NAT == 0 {
+                continue;
+            }
+            for (slot, b) in &self.inner.backends {
+                if b.state == BACKEND_DOWN || b.family != u32::from(key.family) {
+                    continue;
+                }
+                let bit = filter_bit(&b.addr, key.port, key.proto, key.family, FILTER_NAT_REPLY);
+                if !self.filter_has(bit) || flags & FILTER_F_NAT == 0 {
+                    found.push(format!(
+                        "NAT service {key:?}: the replies of usable backend slot {slot} \
+                         ({:?}) have no filter bit",
+                        &b.addr[..4]
+                    ));
+                }
+            }
+        }
+        found
     }
 }
 
@@ -423,4 +475,151 @@ fn a_table_names_only_backends_whose_next_hop_is_resolved() {
         p.apply(&mut dp, &cfg).unwrap();
     }
     assert_violations(&dp);
+}
+
+/// `service` with `forward: nat`.
+fn nat(mut service: CfgService) -> CfgService {
+    service.forward = Forward::Nat;
+    service
+}
+
+#[test]
+fn a_backend_added_to_a_nat_pool_has_its_reply_bit_before_a_table_names_it() {
+    let mut dp = Checked::default();
+    let mut p = Publisher::new();
+    let before = config(
+        vec![nat(service("dns", 53, "dc1"))],
+        vec![pool("dc1", addrs([1, 0], 2))],
+    );
+    p.apply(&mut dp, &before).unwrap();
+    assert_violations(&dp);
+    // The new backend is in the live table (its new flows are NATed to it) from step 2 on:
+    // its replies need their bit from then on, not from the services step.
+    let after = config(
+        vec![nat(service("dns", 53, "dc1"))],
+        vec![pool("dc1", addrs([1, 0], 3))],
+    );
+    p.apply(&mut dp, &after).unwrap();
+    assert_violations(&dp);
+}
+
+#[test]
+fn a_nat_service_moved_to_another_pool_keeps_the_reply_bits_of_its_tracked_backends() {
+    let mut dp = Checked::default();
+    let mut p = Publisher::new();
+    // dc1 stays configured (another service uses it): its backends stay usable, so the NAT
+    // service's flows tracked on them keep going there after the move (a conntrack hit needs
+    // only the slot's key and a usable backend), and so must their replies.
+    let before = config(
+        vec![nat(service("dns", 53, "dc1")), service("web", 80, "dc1")],
+        vec![pool("dc1", addrs([1, 0], 2)), pool("dc2", addrs([2, 0], 2))],
+    );
+    p.apply(&mut dp, &before).unwrap();
+    let after = config(
+        vec![nat(service("dns", 53, "dc2")), service("web", 80, "dc1")],
+        vec![pool("dc1", addrs([1, 0], 2)), pool("dc2", addrs([2, 0], 2))],
+    );
+    p.apply(&mut dp, &after).unwrap();
+    let key = p.services()["dns"].key;
+    for b in addrs([1, 0], 2) {
+        let bit = filter_bit(
+            &addr16(b),
+            key.port,
+            key.proto,
+            key.family,
+            FILTER_NAT_REPLY,
+        );
+        assert!(
+            dp.filter_has(bit),
+            "the replies of {b} (dc1), where dns's tracked flows still go, lost their bit"
+        );
+    }
+    assert_violations(&dp);
+}
+
+/// A [`MemoryDataplane`] whose `set_service` fails once, after `ok` more succeed.
+struct FailingService {
+    inner: MemoryDataplane,
+    ok: Option<usize>,
+}
+
+impl Dataplane for FailingService {
+    fn set_backend(&mut self, slot: u32, backend: Backend) -> Result<(), DataplaneError> {
+        self.inner.set_backend(slot, backend)
+    }
+    fn set_next_hop(&mut self, index: u32, hop: NextHop) -> Result<(), DataplaneError> {
+        self.inner.set_next_hop(index, hop)
+    }
+    fn write_table(&mut self, pool: u32, half: u32, table: &[u32]) -> Result<(), DataplaneError> {
+        self.inner.write_table(pool, half, table)
+    }
+    fn set_pool(&mut self, slot: u32, pool: Pool) -> Result<(), DataplaneError> {
+        self.inner.set_pool(slot, pool)
+    }
+    fn set_decision(&mut self, slot: u32, word: u64) -> Result<(), DataplaneError> {
+        self.inner.set_decision(slot, word)
+    }
+    fn set_service(&mut self, key: ServiceKey, service: Service) -> Result<(), DataplaneError> {
+        match self.ok {
+            Some(0) => {
+                self.ok = None;
+                Err(DataplaneError::MissingMap("SERVICES (injected failure)"))
+            }
+            Some(n) => {
+                self.ok = Some(n - 1);
+                self.inner.set_service(key, service)
+            }
+            None => self.inner.set_service(key, service),
+        }
+    }
+    fn remove_service(&mut self, key: &ServiceKey) -> Result<(), DataplaneError> {
+        self.inner.remove_service(key)
+    }
+    fn free_service_slot(&mut self, slot: u32) -> Result<(), DataplaneError> {
+        self.inner.free_service_slot(slot)
+    }
+    fn set_filter_word(&mut self, index: u32, word: u64) -> Result<(), DataplaneError> {
+        self.inner.set_filter_word(index, word)
+    }
+    fn set_config(&mut self, config: Generation) -> Result<(), DataplaneError> {
+        self.inner.set_config(config)
+    }
+}
+
+#[test]
+fn an_apply_that_fails_half_way_through_the_services_leaves_no_stale_slot_once_it_succeeds() {
+    let mut dp = FailingService {
+        inner: MemoryDataplane::default(),
+        ok: None,
+    };
+    let mut p = Publisher::new();
+    let pools = || vec![pool("dc1", addrs([1, 0], 2))];
+    p.apply(
+        &mut dp,
+        &config(
+            vec![service("a", 80, "dc1"), service("b", 81, "dc1")],
+            pools(),
+        ),
+    )
+    .unwrap();
+    // Both services change value (DSR → NAT); the second write fails.
+    let after = config(
+        vec![nat(service("a", 80, "dc1")), nat(service("b", 81, "dc1"))],
+        pools(),
+    );
+    dp.ok = Some(1);
+    assert!(p.apply(&mut dp, &after).is_err());
+    // The agent logs the failure and applies again on the next reload.
+    p.apply(&mut dp, &after).unwrap();
+    // Every slot the program can forward a tracked flow on is one the publisher holds (else
+    // a flow naming it is served by the value it held, and nothing ever frees it).
+    for (slot, (key, _)) in &dp.inner.service_slots {
+        assert!(
+            p.services()
+                .values()
+                .any(|s| s.value.id == *slot && s.key == *key),
+            "slot {slot} holds {key:?}, but the publisher does not hold it: {:?}",
+            p.services()
+        );
+    }
 }

@@ -6,8 +6,10 @@ use anyhow::{Result, ensure};
 use router_common::Reason;
 use router_tests::{addrs::backend_v4, packets};
 
+use super::fixture::nat;
 use super::fixture::{Step, To, check, count, forwarded, health, pass, run, step};
 use super::{c4, fixture_config, lab, v4};
+use switchyard::{config::Forward, publish::Publisher};
 
 #[test]
 fn a_flow_stays_on_its_backend_through_conntrack() -> Result<()> {
@@ -144,6 +146,58 @@ fn a_tracked_flow_ends_with_its_service_and_a_new_one_reselects_it() -> Result<(
         )
         .into(),
         forwarded("then tracked again", frame, Reason::ConntrackHit).into(),
+    ];
+    run(&mut lab, table)
+}
+
+#[test]
+fn a_renumbering_agent_leaves_no_slot_that_still_serves_an_old_flow() -> Result<()> {
+    let Some(mut lab) = lab("fx-ct-renum") else {
+        return Ok(());
+    };
+    let frame = packets::tcp(c4(), 42000, v4(), 443);
+    // The agent restarts with no ledger to resume the maps (decision 0008: it renumbers),
+    // and a config with fewer services before `sticky`, which is now NAT.
+    let changed = {
+        let mut cfg = fixture_config();
+        cfg.services
+            .retain(|s| !["dns", "web6", "dns6", "api"].contains(&s.name.as_str()));
+        for s in &mut cfg.services {
+            if s.name == "sticky" {
+                s.forward = Forward::Nat;
+            }
+        }
+        cfg
+    };
+    let table: Vec<Step> = vec![
+        forwarded("first packet", frame.clone(), Reason::NewFlow)
+            .to(To::Record("flow".into()))
+            .into(),
+        step(
+            "an agent renumbers over the adopted maps",
+            move |lab, memo| {
+                memo.set("slot", lab.publisher.services()["sticky"].value.id as usize);
+                // The new agent's resolver reports the same next hops.
+                let hops: Vec<_> = lab
+                    .publisher
+                    .pools()
+                    .values()
+                    .flat_map(|p| p.backends.iter().map(|b| (b.address, b.hop)))
+                    .collect();
+                lab.publisher = Publisher::new().requiring_next_hops();
+                lab.set_next_hops(&hops)?;
+                lab.apply(&changed)?;
+                switchyard::agent::remove_unknown_services(&lab.publisher, &mut lab.maps)?;
+                ensure!(
+                    lab.publisher.services()["sticky"].value.id as usize != memo.get("slot")?,
+                    "sticky kept its slot: the test would not show a stale one"
+                );
+                Ok(())
+            },
+        ),
+        // Its old slot must no longer serve it: the flow follows the service as it is now
+        // (NAT), re-selected, instead of the old slot's value (DSR) forever.
+        nat("the old flow after the restart", frame, Reason::Reselected).into(),
     ];
     run(&mut lab, table)
 }
