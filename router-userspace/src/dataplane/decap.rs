@@ -5,8 +5,11 @@
 //! else is pinned.
 //!
 //! A pinned link that is live on the interface here is kept (running the command again
-//! changes nothing); a defunct one (its interface deleted, or another namespace's: decision
-//! 0010) is replaced.
+//! changes nothing); one whose interface is gone is replaced. One that runs on another
+//! interface, or in another network namespace (decision 0010), is live there: attaching and
+//! detaching refuse it and change nothing, since replacing or unpinning it would remove that
+//! namespace's decapsulator. Each network namespace that shares a bpffs takes its own
+//! `--pin-path`.
 
 use std::path::{Path, PathBuf};
 
@@ -52,6 +55,7 @@ pub fn attach(iface: &str, mode: Mode, pin_path: &Path) -> Result<Attached, Data
     let replaced = match link::state(&path, iface).map_err(|e| io("reading the pinned link", e))? {
         LinkState::Live(_) => return Ok(Attached::Adopted),
         LinkState::None => None,
+        LinkState::Defunct(info, _) if info.ifindex != 0 => return Err(live_elsewhere(&path)),
         LinkState::Defunct(_, why) => Some(why),
     };
     let mut ebpf = Ebpf::load(object::decap()?).map_err(|e| DataplaneError::Load(Box::new(e)))?;
@@ -90,10 +94,15 @@ pub fn attach(iface: &str, mode: Mode, pin_path: &Path) -> Result<Attached, Data
 ///
 /// # Errors
 ///
-/// [`DataplaneError::Io`] when no link for `iface` is pinned under [`pin_dir`]`(pin_path)`, or
-/// it cannot be unpinned.
+/// [`DataplaneError::Io`] when no link for `iface` is pinned under [`pin_dir`]`(pin_path)`,
+/// the one pinned runs on another interface or namespace, or it cannot be unpinned.
 pub fn detach(iface: &str, pin_path: &Path) -> Result<(), DataplaneError> {
     let path = attach::link_path(&pin_dir(pin_path), iface);
+    if let Ok(LinkState::Defunct(info, _)) = link::state(&path, iface)
+        && info.ifindex != 0
+    {
+        return Err(live_elsewhere(&path));
+    }
     let link = PinnedLink::from_pin(&path).map_err(|_| DataplaneError::Io {
         what: "the decapsulator is not attached here (no pinned link under --pin-path):",
         path: path.clone(),
@@ -107,4 +116,16 @@ pub fn detach(iface: &str, pin_path: &Path) -> Result<(), DataplaneError> {
     // Closing the last reference to the link detaches the program.
     drop(fd_link);
     Ok(())
+}
+
+/// The error for a pinned link that runs on another interface or in another network
+/// namespace: it is that one's decapsulator, and stays.
+fn live_elsewhere(path: &Path) -> DataplaneError {
+    DataplaneError::Io {
+        what: "the decapsulator link pinned here runs on another interface or in another \
+               network namespace (give each namespace its own --pin-path); switchyard changed \
+               nothing:",
+        path: path.to_path_buf(),
+        source: std::io::ErrorKind::AlreadyExists.into(),
+    }
 }

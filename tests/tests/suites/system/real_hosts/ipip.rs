@@ -256,3 +256,40 @@ fn ipip_serves_routed_backends_that_decapsulate_themselves() -> Result<()> {
     drop(agent);
     Ok(())
 }
+
+#[test]
+fn a_decapsulator_pinned_for_another_namespace_is_neither_replaced_nor_detached() -> Result<()> {
+    let test = "a_decapsulator_pinned_for_another_namespace_is_neither_replaced_nor_detached";
+    if privileged::require_root_and_bpf(test).is_err() {
+        return Ok(());
+    }
+    // Two backends, each with an interface of the same name in its own namespace, and one
+    // pin path on the shared bpffs: the second namespace's command must not touch the first's.
+    let topo = Topology::builder().backends(2).build()?;
+    let (b1, b2) = (topo.backend(1), topo.backend(2));
+    xdp_pass::detach(b1, BACKEND_IF)?;
+    xdp_pass::detach(b2, BACKEND_IF)?;
+    let first = Decap::attach(b1)?;
+    let refused = Decap::run(b2, &first.pin_path, &[]).expect_err("b2 took b1's pinned link");
+    ensure!(
+        format!("{refused:#}").contains("another network namespace"),
+        "{refused:#}"
+    );
+    let refused =
+        Decap::run(b2, &first.pin_path, &["--detach"]).expect_err("b2 detached b1's link");
+    ensure!(
+        format!("{refused:#}").contains("changed nothing"),
+        "{refused:#}"
+    );
+    let again = Decap::run(b1, &first.pin_path, &[])?;
+    ensure!(
+        again.contains("already attached"),
+        "b1's decapsulator is gone: {again:?}"
+    );
+    let link = b1.ip(&["-d", "link", "show", BACKEND_IF])?;
+    ensure!(link.contains("xdp"), "no XDP program on b1: {link}");
+    drop(first);
+    let link = b1.ip(&["-d", "link", "show", BACKEND_IF])?;
+    ensure!(!link.contains("prog/xdp"), "b1 still has a program: {link}");
+    Ok(())
+}
