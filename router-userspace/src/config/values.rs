@@ -148,11 +148,11 @@ pub(crate) fn address(s: &str) -> Result<IpAddr, Bad> {
     })?;
     if ip.is_unspecified() || ip.is_multicast() {
         let kind = if ip.is_unspecified() {
-            "unspecified"
+            "an unspecified"
         } else {
-            "multicast"
+            "a multicast"
         };
-        return Err((format!("{ip} is a {kind} address"), None));
+        return Err((format!("{ip} is {kind} address"), None));
     }
     let other = match ip {
         IpAddr::V4(v4) if v4.is_broadcast() => Some(("the broadcast address", None)),
