@@ -260,6 +260,10 @@ fn run(args: Args) -> Result<ExitCode> {
 /// interface.
 fn decap_command(interfaces: &[String], detach: bool, mode: Mode, pin_path: &Path) -> Result<()> {
     require_root("decap")?;
+    // Every interface must exist before the first is changed: a missing one changes nothing.
+    for iface in interfaces {
+        attach::ifindex(iface)?;
+    }
     for iface in interfaces {
         if detach {
             decap::detach(iface, pin_path)?;

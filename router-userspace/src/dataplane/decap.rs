@@ -46,7 +46,17 @@ pub fn attach(iface: &str, mode: Mode, pin_path: &Path) -> Result<Attached, Data
     let index = attach::ifindex(iface)?;
     let dir = pin_dir(pin_path);
     load::prepare_pin_dir(&dir)?;
-    let path = attach::link_path(&dir, iface);
+    let attached = attach_in(&dir, iface, index, mode);
+    if attached.is_err() {
+        // A refused attach leaves no empty directory behind (it fails while links remain).
+        let _ = std::fs::remove_dir(&dir);
+    }
+    attached
+}
+
+/// [`attach`] with the pin directory made.
+fn attach_in(dir: &Path, iface: &str, index: u32, mode: Mode) -> Result<Attached, DataplaneError> {
+    let path = attach::link_path(dir, iface);
     let io = |what: &'static str, e: std::io::Error| DataplaneError::Io {
         what,
         path: path.clone(),
@@ -115,6 +125,8 @@ pub fn detach(iface: &str, pin_path: &Path) -> Result<(), DataplaneError> {
     })?;
     // Closing the last reference to the link detaches the program.
     drop(fd_link);
+    // The directory goes with its last link (it fails, harmlessly, while others remain).
+    let _ = std::fs::remove_dir(pin_dir(pin_path));
     Ok(())
 }
 

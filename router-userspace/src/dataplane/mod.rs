@@ -89,7 +89,8 @@ pub enum DataplaneError {
     /// The pin directory is not on a BPF filesystem.
     #[error(
         "pin path {path} is not on a bpffs mount ({probe} is on {fs}); mount one with \
-         `mount -t bpf bpf /sys/fs/bpf` or set agent.pin_path — switchyard changed nothing. \
+         `mount -t bpf bpf /sys/fs/bpf` or set agent.pin_path (`decap`: --pin-path) — switchyard \
+         changed nothing. \
          (Under `ip netns exec`, /sys is remounted and the host's bpffs is hidden: enter the \
          namespace with `nsenter --net=/run/netns/NAME switchyard …` instead.)"
     )]

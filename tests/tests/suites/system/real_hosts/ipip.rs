@@ -288,8 +288,23 @@ fn a_decapsulator_pinned_for_another_namespace_is_neither_replaced_nor_detached(
     );
     let link = b1.ip(&["-d", "link", "show", BACKEND_IF])?;
     ensure!(link.contains("xdp"), "no XDP program on b1: {link}");
+    let pin_path = first.pin_path.clone();
     drop(first);
     let link = b1.ip(&["-d", "link", "show", BACKEND_IF])?;
     ensure!(!link.contains("prog/xdp"), "b1 still has a program: {link}");
+    let dir = std::path::Path::new(&pin_path).join("decap");
+    ensure!(
+        !dir.exists(),
+        "{} is left after the last detach",
+        dir.display()
+    );
+    // An interface that does not exist, after one that does: nothing is attached.
+    Decap::run(b1, &pin_path, &["--iface", "nosuch0"]).expect_err("nosuch0 was accepted");
+    let link = b1.ip(&["-d", "link", "show", BACKEND_IF])?;
+    ensure!(
+        !link.contains("prog/xdp"),
+        "a refused command attached {BACKEND_IF}: {link}"
+    );
+    let _ = std::fs::remove_dir_all(&pin_path);
     Ok(())
 }
