@@ -81,10 +81,12 @@ pub fn lookup(ctx: XdpContext) -> u32 {
     }
 }
 
-/// Four bytes of the frame as a native-order word.
+/// An IPv6 address as four native-order words (no indexing: nothing to panic).
 #[inline(always)]
-fn word(b: &[u8], i: usize) -> u32 {
-    u32::from_ne_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]])
+fn words(a: &[u8; 16]) -> [u32; 4] {
+    // SAFETY: 16 bytes are four `[u8; 4]`, and every bit pattern is valid for both.
+    let q: [[u8; 4]; 4] = unsafe { core::mem::transmute(*a) };
+    q.map(u32::from_ne_bytes)
 }
 
 /// The destination address (IPv4 in the first word), protocol and family of an IP frame, in a
@@ -108,9 +110,9 @@ fn destination(ctx: &XdpContext) -> Option<[u32; 5]> {
             if ip.vcf[0] >> 4 != 6 {
                 return None;
             }
-            let a = &ip.dst_addr;
+            let [w0, w1, w2, w3] = words(&ip.dst_addr);
             let tail = (u32::from(ip.next_hdr) << 16) | (6 << 24);
-            Some([word(a, 0), word(a, 4), word(a, 8), word(a, 12), tail])
+            Some([w0, w1, w2, w3, tail])
         }
         _ => None,
     }
