@@ -72,28 +72,69 @@ pub const fn source_hash(src: &[u8; 16]) -> u32 {
 #[must_use]
 #[inline(always)]
 pub const fn filter_bit(addr: &[u8; 16], port: u16, proto: u8, family: u8, salt: u32) -> u32 {
-    filter_bit_words(
-        [word(addr, 0), word(addr, 4), word(addr, 8), word(addr, 12)],
-        port,
-        proto,
-        family,
-        salt,
-    )
+    filter_bit_words(addr_pair(addr), port, proto, family, salt)
 }
 
-/// [`filter_bit`] of an address given as its four little-endian 32-bit words (the program
-/// loads them as words). The words are folded with rotations, then mixed by `MurmurHash3`'s
-/// 32-bit finaliser: about twenty instructions, since every packet for no service pays it.
+/// An address as two little-endian 64-bit words, as the program loads it.
+#[must_use]
+pub const fn addr_pair(a: &[u8; 16]) -> [u64; 2] {
+    [
+        u64::from_le_bytes([a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7]]),
+        u64::from_le_bytes([a[8], a[9], a[10], a[11], a[12], a[13], a[14], a[15]]),
+    ]
+}
+
+/// [`filter_bit`] of an address given as its two little-endian 64-bit words ([`addr_pair`];
+/// the program loads them as words). Multiply-shift hashing (Dietzfelbinger et al.): the words
+/// are folded, multiplied by odd constants, and the bit taken from the top of the last product,
+/// which depends on every bit below it. Half a dozen instructions, since every packet pays it.
 #[must_use]
 #[inline(always)]
-pub const fn filter_bit_words(addr: [u32; 4], port: u16, proto: u8, family: u8, salt: u32) -> u32 {
-    let x = addr[0]
-        ^ addr[1].rotate_left(8)
-        ^ addr[2].rotate_left(16)
-        ^ addr[3].rotate_left(24)
-        ^ ((port as u32) | ((proto as u32) << 16) | ((family as u32) << 24))
-        ^ salt.wrapping_mul(0x9e37_79b9);
-    finish(x, 0) & (crate::FILTER_WORDS * 64 - 1)
+pub const fn filter_bit_words(addr: [u64; 2], port: u16, proto: u8, family: u8, salt: u32) -> u32 {
+    let tail =
+        (port as u64) | ((proto as u64) << 16) | ((family as u64) << 24) | ((salt as u64) << 32);
+    let h = (addr[0] ^ addr[1].rotate_left(32)).wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ tail;
+    let h = h.wrapping_mul(0xd6e8_feb8_6659_fd93);
+    #[expect(
+        clippy::cast_possible_truncation,
+        reason = "the shift leaves log2(FILTER_WORDS · 64) bits"
+    )]
+    let bit = (h >> (64 - (crate::FILTER_WORDS * 64).trailing_zeros())) as u32;
+    bit
+}
+
+/// The flow cache set of a flow (`0..FLOW_CACHE_SETS`), from its key as five native-order
+/// 64-bit words ([`flow_words`]; the program loads them as words). Three multiplications by
+/// odd constants, the set taken from the top bits of the last product, which depend on every
+/// bit before them: a dozen instructions on the path of every tracked packet. Not seeded: flows
+/// crafted to share a set only fall back to the conntrack lookup.
+#[must_use]
+#[inline(always)]
+pub const fn flow_cache_set(w: [u64; 5]) -> u32 {
+    let mut h = (w[0] ^ w[1].rotate_left(32)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    h = (h ^ w[2] ^ w[3].rotate_left(32)).wrapping_mul(0xc2b2_ae3d_27d4_eb4f);
+    h = (h ^ w[4]).wrapping_mul(0x1656_67b1_9e37_79f9);
+    #[expect(
+        clippy::cast_possible_truncation,
+        reason = "the shift leaves log2(FLOW_CACHE_SETS) bits"
+    )]
+    let set = (h >> (64 - crate::FLOW_CACHE_SETS.trailing_zeros())) as u32;
+    set
+}
+
+/// A flow key as the five native-order 64-bit words of its 40 bytes (what the program loads;
+/// the padding is zero in every key).
+#[must_use]
+pub const fn flow_words(key: &FlowKey) -> [u64; 5] {
+    let (s, d) = (&key.src, &key.dst);
+    let (sp, dp) = (key.sport.to_ne_bytes(), key.dport.to_ne_bytes());
+    [
+        u64::from_ne_bytes([s[0], s[1], s[2], s[3], s[4], s[5], s[6], s[7]]),
+        u64::from_ne_bytes([s[8], s[9], s[10], s[11], s[12], s[13], s[14], s[15]]),
+        u64::from_ne_bytes([d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7]]),
+        u64::from_ne_bytes([d[8], d[9], d[10], d[11], d[12], d[13], d[14], d[15]]),
+        u64::from_ne_bytes([sp[0], sp[1], dp[0], dp[1], key.proto, key.family, 0, 0]),
+    ]
 }
 
 /// Where a flow falls in a split, `0..SPLIT_SCALE`: a remix of its hash, so the choice of pool is
@@ -107,6 +148,41 @@ pub const fn split_point(hash: u32) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn flow(sport: u16) -> FlowKey {
+        FlowKey {
+            src: [198, 18, 1, 10, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0],
+            dst: [198, 19, 0, 10, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0],
+            sport: sport.to_be(),
+            dport: 5000u16.to_be(),
+            proto: 17,
+            family: 4,
+            _pad: [0; 2],
+        }
+    }
+
+    #[test]
+    fn flows_of_one_client_spread_over_the_flow_cache() {
+        // 1,024 flows differing only in their source port, into 4,096 sets: about 906 sets
+        // are expected to be taken (4096 · (1 − e^-0.25)), and no set should hold more than
+        // a few flows.
+        let mut per_set = [0u32; crate::FLOW_CACHE_SETS as usize];
+        for port in 10_000..11_024 {
+            let set = flow_cache_set(flow_words(&flow(port)));
+            per_set[set as usize] += 1;
+        }
+        let taken = per_set.iter().filter(|n| **n > 0).count();
+        assert!(taken > 850, "{taken} sets taken");
+        assert!(per_set.iter().all(|n| *n <= 5));
+    }
+
+    #[test]
+    fn flow_words_are_the_key_in_memory_order() {
+        let w = flow_words(&flow(10_000));
+        assert_eq!(w[0].to_ne_bytes()[..4], [198, 18, 1, 10]);
+        assert_eq!(w[2].to_ne_bytes()[..4], [198, 19, 0, 10]);
+        assert_eq!(w[4].to_ne_bytes(), [0x27, 0x10, 0x13, 0x88, 17, 4, 0, 0]);
+    }
 
     #[test]
     fn golden_values_pin_the_hash() {
@@ -195,7 +271,7 @@ mod tests {
         let a = [
             0x20, 0x01, 0x0d, 0xb8, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12,
         ];
-        let w = [word(&a, 0), word(&a, 4), word(&a, 8), word(&a, 12)];
+        let w = addr_pair(&a);
         let port = 80u16.to_be();
         assert_eq!(
             filter_bit(&a, port, 6, 6, crate::FILTER_SERVICE),

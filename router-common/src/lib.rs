@@ -25,7 +25,7 @@ pub use reason::{Reason, Verdict};
 
 /// Version of the map layout. Maps are pinned under `<pin_path>/v<ABI_VERSION>/`; an agent
 /// refuses to adopt pinned maps of another version rather than reading them with the wrong shape.
-pub const ABI_VERSION: u32 = 5;
+pub const ABI_VERSION: u32 = 6;
 
 /// Entries in one Maglev lookup table: a prime, as the Maglev paper (§3.4) requires, large
 /// enough that each of a few hundred backends gets hundreds of slots.
@@ -229,12 +229,11 @@ pub struct Backend {
     /// the agent writes a changed next hop into the other one, then flips this word, so no
     /// packet reads a next hop half-written.
     pub hop: u32,
-    /// Zero.
-    #[expect(
-        clippy::pub_underscore_fields,
-        reason = "explicit padding: public so that other crates can build the value with a struct literal"
-    )]
-    pub _pad: u32,
+    /// Changes whenever the slot's state or address does (the agent never writes a slot's
+    /// previous value back): the program's flow cache trusts a copy of a flow's entry only
+    /// while its backend's generation is the one the copy was made under, so a backend that
+    /// went down and came back does not get back the flows another CPU re-selected away.
+    pub generation: u32,
 }
 
 /// Index in `NEXT_HOPS` of half `half` (0 or 1; only its low bit is used) of backend slot
@@ -284,6 +283,43 @@ pub struct FlowEntry {
     pub backend: u32,
     /// Service slot (for counters; the key's destination already names the service).
     pub service: u32,
+}
+
+/// Sets of the program's flow cache per CPU (`FLOW_CACHE`): a power of two. Each set holds
+/// [`FLOW_CACHE_WAYS`] entries of 64 bytes, so the cache is 512 KiB per CPU.
+pub const FLOW_CACHE_SETS: u32 = 1 << 12;
+/// Entries per set of the flow cache: the newer of two flows of one set is in way 0.
+pub const FLOW_CACHE_WAYS: u32 = 2;
+/// Entries of the flow cache per CPU; the map holds this many for every possible CPU (the
+/// agent sets its size when it loads the object), CPU `c`'s from `c · FLOW_CACHE_ENTRIES`.
+pub const FLOW_CACHE_ENTRIES: u32 = FLOW_CACHE_SETS * FLOW_CACHE_WAYS;
+/// Packets a cached flow is forwarded on before its conntrack entry is read again: the cache
+/// follows any other writer of `CONNTRACK` (another CPU, the agent, an operator's `bpftool`)
+/// within this many of the flow's packets on a CPU, and the read keeps the flow recent in
+/// conntrack's LRU.
+pub const FLOW_CACHE_LEASE: u32 = 16;
+
+/// An entry of the program's per-CPU flow cache: a copy of a flow's `CONNTRACK` entry. One
+/// 64-byte entry, so the cache map (page-aligned values, `BPF_F_MMAPABLE`) gives every entry
+/// one cache line. An all-zero key is an empty entry: no flow has family 0.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct CachedFlow {
+    /// The flow.
+    pub key: FlowKey,
+    /// Its conntrack entry, as last read or written on this CPU.
+    pub entry: FlowEntry,
+    /// Packets forwarded on this entry since it was filled or last checked against
+    /// `CONNTRACK` (the check comes every [`FLOW_CACHE_LEASE`]).
+    pub hits: u32,
+    /// The [`Backend::generation`] of the entry's backend when the copy was made.
+    pub generation: u32,
+    /// Zero.
+    #[expect(
+        clippy::pub_underscore_fields,
+        reason = "explicit padding: public so that other crates can build the value with a struct literal"
+    )]
+    pub _pad: [u32; 2],
 }
 
 /// The value of `NAT_REVERSE`, keyed by the 5-tuple a NAT backend's reply carries: what to
@@ -487,6 +523,7 @@ mod pod {
     unsafe impl aya::Pod for super::Backend {}
     unsafe impl aya::Pod for super::FlowKey {}
     unsafe impl aya::Pod for super::FlowEntry {}
+    unsafe impl aya::Pod for super::CachedFlow {}
     unsafe impl aya::Pod for super::NatEntry {}
     unsafe impl aya::Pod for super::NextHop {}
     unsafe impl aya::Pod for super::FragKey {}
@@ -533,6 +570,11 @@ mod tests {
         assert_eq!(offset_of!(FlowKey, family), 37);
 
         assert_eq!(size_of::<FlowEntry>(), 8);
+        // The program writes an entry as eight 64-bit words: key 0–4, entry 5, hits 6.
+        assert_eq!(size_of::<CachedFlow>(), 64);
+        assert_eq!(offset_of!(CachedFlow, entry), 40);
+        assert_eq!(offset_of!(CachedFlow, hits), 48);
+        assert_eq!(offset_of!(CachedFlow, generation), 52);
         assert_eq!(size_of::<NatEntry>(), 36);
         assert_eq!(offset_of!(NatEntry, service), 16);
         assert_eq!(offset_of!(NatEntry, ifindex), 20);

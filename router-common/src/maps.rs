@@ -84,6 +84,11 @@ pub const IPIP_TX: &str = "IPIP_TX";
 /// Generation and ABI version.
 pub const CONFIG: &str = "CONFIG";
 
+/// The program's per-CPU flow cache (`CachedFlow` entries, `FLOW_CACHE_ENTRIES` per possible
+/// CPU): internal to one loaded program, like its scratch space. Not pinned and not in
+/// [`ALL`]; the agent only sizes it at load.
+pub const FLOW_CACHE: &str = "FLOW_CACHE";
+
 /// Every map the program defines, for pinning and `switchyard maps`.
 pub const ALL: [&str; 17] = [
     SERVICES,

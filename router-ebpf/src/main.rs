@@ -69,8 +69,10 @@ impl Outcome {
     }
 }
 
-/// The XDP entry point: processes one frame and returns its action.
+/// The XDP entry point: processes one frame and returns its action. Inlined into the exported
+/// function the `#[xdp]` macro wraps it in, so no packet pays a BPF-to-BPF call and return.
 #[xdp]
+#[inline(always)]
 #[expect(
     clippy::needless_pass_by_value,
     reason = "the `#[xdp]` macro calls the entry with an owned `XdpContext`"
@@ -88,8 +90,10 @@ pub fn switchyard(ctx: XdpContext) -> u32 {
 }
 
 /// The second XDP program, entered only by tail call from [`switchyard`] (`IPIP_TX`): the
-/// encapsulation of an ipip packet, with a stack of its own (see `ipip`).
+/// encapsulation of an ipip packet, with a stack of its own (see `ipip`). Inlined into its
+/// exported wrapper, as [`switchyard`] is.
 #[xdp]
+#[inline(always)]
 #[expect(
     clippy::needless_pass_by_value,
     reason = "the `#[xdp]` macro calls the entry with an owned `XdpContext`"

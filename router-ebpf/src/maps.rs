@@ -10,9 +10,10 @@ use aya_ebpf::{
     macros::btf_map,
 };
 use router_common::{
-    Backend, CONNTRACK_SIZE, Config, FILTER_ENTRIES, FRAGMENT_SIZE, FlowEntry, FlowKey, FragEntry,
-    FragKey, MAGLEV_SIZE, MAX_BACKENDS, MAX_DECISIONS, MAX_POOLS, MAX_SERVICES, MAX_TX_PORTS,
-    NatEntry, NextHop, Pool, Reason, Service, ServiceKey, ServiceSlot, Traffic, Verdict,
+    Backend, CONNTRACK_SIZE, CachedFlow, Config, FILTER_ENTRIES, FLOW_CACHE_ENTRIES, FRAGMENT_SIZE,
+    FlowEntry, FlowKey, FragEntry, FragKey, MAGLEV_SIZE, MAX_BACKENDS, MAX_DECISIONS, MAX_POOLS,
+    MAX_SERVICES, MAX_TX_PORTS, NatEntry, NextHop, Pool, Reason, Service, ServiceKey, ServiceSlot,
+    Traffic, Verdict,
 };
 
 /// Services by `(VIP, port, protocol, family)`.
@@ -57,6 +58,15 @@ pub static NEXT_HOPS: Array<NextHop, { (MAX_BACKENDS * 2) as usize }> = Array::n
 #[btf_map]
 pub static CONNTRACK: LruHashMap<FlowKey, FlowEntry, { CONNTRACK_SIZE as usize }> =
     LruHashMap::new();
+
+/// The flow cache: copies of `CONNTRACK` entries, [`FLOW_CACHE_ENTRIES`] per CPU, CPU `c`'s
+/// from `c · FLOW_CACHE_ENTRIES` (the agent sizes the map for every possible CPU when it loads
+/// the object; a CPU past its end has no cache and uses `CONNTRACK` alone). Each CPU reads and
+/// writes only its own entries. Page-aligned values (`BPF_F_MMAPABLE`) give each 64-byte
+/// entry one cache line. Not part of the ABI: neither pinned nor read by the agent.
+#[btf_map]
+pub static FLOW_CACHE: Array<CachedFlow, { FLOW_CACHE_ENTRIES as usize }, BPF_F_MMAPABLE> =
+    Array::new();
 
 /// NAT replies: the reply's 5-tuple → the VIP to restore as its source and the way back.
 #[btf_map]

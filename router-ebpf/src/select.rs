@@ -1,15 +1,40 @@
-//! Backend selection: connection tracking first ([`tracked`]: one hash lookup, and the flow's
-//! entry carries what forwarding needs), then, for a new flow, the service's decision word and
-//! the chosen pool's live Maglev table ([`select`]).
+//! Backend selection: connection tracking first ([`tracked`]: the flow's entry carries what
+//! forwarding needs, read through this CPU's flow cache), then, for a new flow, the service's
+//! decision word and the chosen pool's live Maglev table ([`select`]).
+//!
+//! The flow cache (`FLOW_CACHE`, decision 0015) holds copies of `CONNTRACK` entries in
+//! two-way sets of 64-byte entries, one region per CPU: a tracked packet costs a dozen
+//! instructions of hashing and one cache line instead of the kernel's hash-map lookup. Its
+//! invariants:
+//! - a copy is never newer than `CONNTRACK` on this CPU: the program writes `CONNTRACK`, then
+//!   the copy;
+//! - a flow enters the cache with its second packet on a CPU, read from `CONNTRACK`: a flood of
+//!   one-packet flows does not displace the cached ones;
+//! - every [`FLOW_CACHE_LEASE`] packets of a flow on a CPU, its entry is read from `CONNTRACK`
+//!   again (and kept recent in its LRU), so the copy follows writers on other CPUs, the agent
+//!   and `bpftool` within that many packets; every other check of a tracked packet (its
+//!   service slot, its backend's state) is made on every packet, as without the cache;
+//! - a copy is used only while its backend's generation (`Backend.generation`, which the agent
+//!   changes with every change of the slot's state) is the one it was made under: a flow that
+//!   another CPU re-selected while its backend was down is read from `CONNTRACK` again here
+//!   when the backend returns;
+//! - when both ways hold one flow, way 0 holds the newer copy and is read first;
+//! - an entry is written family word last, after it was made unmatchable, so a reader never
+//!   takes a half-written key for a flow.
 
+use aya_ebpf::helpers::generated::bpf_get_smp_processor_id;
 use router_common::{
-    BACKEND_DOWN, Backend, Decision, FILTER_F_NAT, FILTER_FLAGS, FILTER_NAT_REPLY, FILTER_SERVICE,
-    FILTER_WORDS, FlowEntry, FlowKey, MAGLEV_SIZE, MAX_POOLS, NO_BACKEND, NO_POOL,
-    POOL_F_ALL_DOWN_PASS, Reason, SVC_F_HASH_SOURCE, Service, flow_hash, hash::filter_bit_words,
+    BACKEND_DOWN, Backend, CachedFlow, Decision, FILTER_F_NAT, FILTER_FLAGS, FILTER_NAT_REPLY,
+    FILTER_SERVICE, FILTER_WORDS, FLOW_CACHE_ENTRIES, FLOW_CACHE_LEASE, FLOW_CACHE_WAYS, FlowEntry,
+    FlowKey, MAGLEV_SIZE, MAX_POOLS, NO_BACKEND, NO_POOL, POOL_F_ALL_DOWN_PASS, Reason,
+    SVC_F_HASH_SOURCE, Service, flow_hash,
+    hash::{filter_bit_words, flow_cache_set},
     maglev_index, source_hash,
 };
 
-use crate::maps::{BACKENDS, CONNTRACK, DECISIONS, MAGLEV, POOLS, SERVICE_FILTER, SERVICE_SLOTS};
+use crate::maps::{
+    BACKENDS, CONNTRACK, DECISIONS, FLOW_CACHE, MAGLEV, POOLS, SERVICE_FILTER, SERVICE_SLOTS,
+};
 
 /// A chosen backend.
 pub struct Choice {
@@ -61,6 +86,19 @@ fn addr_words(a: &[u8; 16]) -> [u32; 4] {
     unsafe { core::ptr::read(core::ptr::from_ref(a).cast::<[u32; 4]>()) }
 }
 
+/// An address of the flow being processed as two native-order words, loaded as words
+/// (`router_common::hash::addr_pair`).
+#[inline(always)]
+#[expect(
+    clippy::cast_ptr_alignment,
+    reason = "the flow's addresses are 8-aligned: `FlowKey` sits 8-aligned in the scratch map \
+              (parse.rs), its addresses at offsets 0 and 16"
+)]
+fn addr_pair(a: &[u8; 16]) -> [u64; 2] {
+    // SAFETY: 16 readable, 8-aligned bytes (see above); every bit pattern is a valid u64.
+    unsafe { core::ptr::read(core::ptr::from_ref(a).cast::<[u64; 2]>()) }
+}
+
 /// Whether bit `bit` of `SERVICE_FILTER` is set.
 #[inline(always)]
 fn filter_has(bit: u32) -> bool {
@@ -75,7 +113,7 @@ fn filter_has(bit: u32) -> bool {
 #[inline(always)]
 pub fn may_be_service(flow: &FlowKey) -> bool {
     filter_has(filter_bit_words(
-        addr_words(&flow.dst),
+        addr_pair(&flow.dst),
         flow.dport,
         flow.proto,
         flow.family,
@@ -93,7 +131,7 @@ pub fn may_be_nat_reply(flow: &FlowKey) -> bool {
         None => false,
     };
     nat && filter_has(filter_bit_words(
-        addr_words(&flow.src),
+        addr_pair(&flow.src),
         flow.sport,
         flow.proto,
         flow.family,
@@ -124,13 +162,13 @@ fn slot_serves(slot: &router_common::ServiceSlot, flow: &FlowKey) -> bool {
 /// `Err(false)` when it has none.
 #[inline(always)]
 pub fn tracked(flow: &FlowKey) -> Result<(Service, Choice), bool> {
-    let Some(entry) = CONNTRACK.get_ptr(flow) else {
-        return Err(false);
-    };
-    let FlowEntry {
+    let Some(FlowEntry {
         backend: id,
         service,
-    } = unsafe { *entry };
+    }) = flow_entry(flow)
+    else {
+        return Err(false);
+    };
     let Some(slot) = SERVICE_SLOTS.get(service) else {
         return Err(true);
     };
@@ -198,19 +236,202 @@ pub fn select(
         });
     };
     if track {
+        let entry = FlowEntry {
+            backend: id,
+            service: svc.id,
+        };
         // A failed insert (map full of pinned entries) only costs stickiness for this flow.
-        let _ = CONNTRACK.insert(
-            flow,
-            FlowEntry {
-                backend: id,
-                service: svc.id,
-            },
-            0,
-        );
+        // A new flow enters the cache with its second packet (a flood of one-packet flows
+        // never displaces the cached ones); a re-selected one is in it and gets its new
+        // entry there.
+        let inserted = CONNTRACK.insert(flow, entry, 0).is_ok();
+        if reselect {
+            if inserted {
+                cache_fill(flow, entry);
+            } else {
+                cache_forget(flow);
+            }
+        }
     }
     Ok(Choice {
         id,
         backend,
         reason,
     })
+}
+
+/// A flow key as five 64-bit words, loaded as words (`router_common::hash::flow_words`).
+#[inline(always)]
+#[expect(
+    clippy::cast_ptr_alignment,
+    reason = "the flow being processed is 8-aligned: `FlowKey` opens `Packet.flow` at offset 16 \
+              of the scratch map's value (parse.rs)"
+)]
+fn key_words(flow: &FlowKey) -> [u64; 5] {
+    // SAFETY: 40 readable, 8-aligned bytes (see above); every bit pattern is a valid u64.
+    unsafe { core::ptr::read(core::ptr::from_ref(flow).cast::<[u64; 5]>()) }
+}
+
+/// Index in `FLOW_CACHE` of way 0 of the set of the flow with key words `w`, in this CPU's
+/// region.
+#[inline(always)]
+fn cache_index(w: &[u64; 5]) -> u32 {
+    // SAFETY: a helper without arguments; XDP runs with migration disabled, so the CPU is the
+    // one this program runs on until it returns.
+    let cpu = unsafe { bpf_get_smp_processor_id() };
+    cpu.wrapping_mul(FLOW_CACHE_ENTRIES)
+        .wrapping_add(flow_cache_set(*w) * FLOW_CACHE_WAYS)
+}
+
+/// Cache entry `e` as its eight 64-bit words (key 0–4, entry 5, hit count and backend
+/// generation 6).
+#[inline(always)]
+#[expect(
+    clippy::cast_ptr_alignment,
+    reason = "map values are 8-aligned (and the cache's page-aligned), though `CachedFlow` \
+              alone is 4-aligned"
+)]
+fn words(e: *mut CachedFlow) -> *mut u64 {
+    e.cast::<u64>()
+}
+
+/// Whether cache entry `e` holds the flow with key words `w`.
+#[inline(always)]
+fn holds(e: *mut CachedFlow, w: &[u64; 5]) -> bool {
+    // SAFETY: `e` is a map value, 8-aligned, and its key is its first 40 bytes.
+    let k = unsafe { core::ptr::read(words(e).cast::<[u64; 5]>()) };
+    (k[0] ^ w[0]) | (k[1] ^ w[1]) | (k[2] ^ w[2]) | (k[3] ^ w[3]) | (k[4] ^ w[4]) == 0
+}
+
+/// A `FlowEntry` as the one 64-bit word it is stored as, so it is written with one store.
+#[inline(always)]
+fn entry_word(entry: FlowEntry) -> u64 {
+    // SAFETY: `FlowEntry` is two `u32`, eight bytes without padding.
+    unsafe { core::mem::transmute::<FlowEntry, u64>(entry) }
+}
+
+/// The generation of backend slot `id` (`Backend.generation`); 0 for a slot past the map.
+#[inline(always)]
+fn backend_generation(id: u32) -> u32 {
+    BACKENDS.get(id).map_or(0, |b| b.generation)
+}
+
+/// Word 6 of a cache entry: no hits, and the backend generation `generation`.
+#[inline(always)]
+fn hits_word(generation: u32) -> u64 {
+    // SAFETY: two `u32` are eight bytes; `CachedFlow.hits` comes first (offset 48), then
+    // `generation` (offset 52).
+    unsafe { core::mem::transmute::<[u32; 2], u64>([0, generation]) }
+}
+
+/// Writes cache entry `e`: key words `w`, `entry`, no hits, backend generation in `word6`
+/// ([`hits_word`]). The family word (the key's last) is cleared first and written last, so
+/// the entry matches no flow until it is whole.
+#[inline(always)]
+fn cache_write(e: *mut CachedFlow, w: &[u64; 5], entry: u64, word6: u64) {
+    let p = words(e);
+    // SAFETY: `e` is a 64-byte map value of this CPU's region: words 0–4 are the key, 5 the
+    // entry, 6 the hit count and backend generation.
+    unsafe {
+        core::ptr::write_volatile(p.add(4), 0);
+        core::ptr::write_volatile(p, w[0]);
+        core::ptr::write_volatile(p.add(1), w[1]);
+        core::ptr::write_volatile(p.add(2), w[2]);
+        core::ptr::write_volatile(p.add(3), w[3]);
+        core::ptr::write_volatile(p.add(5), entry);
+        core::ptr::write_volatile(p.add(6), word6);
+        core::ptr::write_volatile(p.add(4), w[4]);
+    }
+}
+
+/// Records `entry` for `flow` in this CPU's cache: over the flow's copy if its set holds one,
+/// else in way 0, after way 0's flow moved to way 1 (the set's older flow leaves).
+#[inline(always)]
+fn cache_fill(flow: &FlowKey, entry: FlowEntry) {
+    let w = key_words(flow);
+    fill_at(cache_index(&w), &w, entry);
+}
+
+/// [`cache_fill`] of the flow with key words `w` into the set whose way 0 is at `at`.
+#[inline(always)]
+fn fill_at(at: u32, w: &[u64; 5], entry: FlowEntry) {
+    let (Some(w0), Some(w1)) = (FLOW_CACHE.get_ptr_mut(at), FLOW_CACHE.get_ptr_mut(at + 1)) else {
+        return;
+    };
+    let word6 = hits_word(backend_generation(entry.backend));
+    let entry = entry_word(entry);
+    if holds(w1, w) && !holds(w0, w) {
+        cache_write(w1, w, entry, word6);
+        return;
+    }
+    if !holds(w0, w) {
+        // SAFETY: way 0 is a 64-byte map value of this CPU's region (see `cache_write`).
+        let (k, e, h) = unsafe {
+            (
+                core::ptr::read(words(w0).cast::<[u64; 5]>()),
+                core::ptr::read_volatile(words(w0).add(5)),
+                core::ptr::read_volatile(words(w0).add(6)),
+            )
+        };
+        cache_write(w1, &k, e, h);
+    }
+    cache_write(w0, w, entry, word6);
+}
+
+/// Empties this CPU's cache entry of `flow`, if it has one.
+#[inline(always)]
+fn cache_forget(flow: &FlowKey) {
+    let w = key_words(flow);
+    let at = cache_index(&w);
+    let mut way = 0;
+    while way < FLOW_CACHE_WAYS {
+        if let Some(e) = FLOW_CACHE.get_ptr_mut(at + way)
+            && holds(e, &w)
+        {
+            // SAFETY: a map value of this CPU's region (see `cache_write`).
+            unsafe { core::ptr::write_volatile(words(e).add(4), 0) };
+        }
+        way += 1;
+    }
+}
+
+/// The conntrack entry of `flow`, through this CPU's flow cache: the cached copy while its
+/// lease lasts and its backend's generation is unchanged, else `CONNTRACK`'s (which refills
+/// the cache, or empties the flow's entry there when the flow is no longer tracked).
+#[inline(always)]
+fn flow_entry(flow: &FlowKey) -> Option<FlowEntry> {
+    let w = key_words(flow);
+    let at = cache_index(&w);
+    let mut way = 0;
+    while way < FLOW_CACHE_WAYS {
+        let Some(e) = FLOW_CACHE.get_ptr_mut(at + way) else {
+            break;
+        };
+        if holds(e, &w) {
+            // SAFETY: a map value of this CPU's region (see `cache_write`).
+            unsafe {
+                let hits = (*e).hits + 1;
+                let copy = (*e).entry;
+                if hits < FLOW_CACHE_LEASE && (*e).generation == backend_generation(copy.backend) {
+                    (*e).hits = hits;
+                    return Some(copy);
+                }
+                let Some(c) = CONNTRACK.get_ptr(flow) else {
+                    core::ptr::write_volatile(words(e).add(4), 0);
+                    return None;
+                };
+                let entry = *c;
+                core::ptr::write_volatile(words(e).add(5), entry_word(entry));
+                core::ptr::write_volatile(
+                    words(e).add(6),
+                    hits_word(backend_generation(entry.backend)),
+                );
+                return Some(entry);
+            }
+        }
+        way += 1;
+    }
+    let entry = unsafe { *CONNTRACK.get_ptr(flow)? };
+    fill_at(at, &w, entry);
+    Some(entry)
 }

@@ -14,7 +14,7 @@ use aya::{
     Ebpf,
     programs::{TestRun as _, TestRunOptions, Xdp},
 };
-use router_common::{NH_F_RESOLVED, NextHop, Reason, Traffic};
+use router_common::{CachedFlow, NH_F_RESOLVED, NextHop, Reason, Traffic};
 use switchyard::{
     config::{Backend, Config, Pool, WhenAllDown},
     dataplane::{attach::ifindex, counters, load, maps::KernelMaps},
@@ -188,12 +188,31 @@ impl Lab {
         counters::sum(&self.maps.backend_stats, slot)
     }
 
-    /// Empties connection tracking, so the next packet of every flow is a fresh selection.
+    /// Empties connection tracking and the program's flow cache (its copies of conntrack
+    /// entries), so the next packet of every flow is a fresh selection.
     pub fn flush_conntrack(&mut self) {
         let keys: Vec<_> = self.maps.conntrack.keys().filter_map(Result::ok).collect();
         for k in keys {
             let _ = self.maps.conntrack.remove(&k);
         }
+        if let Ok(mut cache) = self.flow_cache() {
+            for i in 0..cache.len() {
+                let _ = cache.set(i, CachedFlow::default(), 0);
+            }
+        }
+    }
+
+    /// The program's flow cache (`router_common::maps::FLOW_CACHE`).
+    ///
+    /// # Errors
+    ///
+    /// When the object has no such map, or not of this type.
+    pub fn flow_cache(&mut self) -> Result<aya::maps::Array<&mut aya::maps::MapData, CachedFlow>> {
+        let map = self
+            .ebpf
+            .map_mut(router_common::maps::FLOW_CACHE)
+            .context("no flow cache in the object")?;
+        Ok(aya::maps::Array::try_from(map)?)
     }
 
     /// Applies `cfg` through the publisher, as the agent applies a change.

@@ -217,7 +217,7 @@ pub fn all() -> Vec<MapLayout> {
                 family: "4 or 6",
                 state: "0 down, 1 up, 2 draining",
                 hop: "live NEXT_HOPS half, 0 or 1",
-                _pad,
+                generation: "changes with the slot's state or address",
             }),
         },
         MapLayout {

@@ -13,7 +13,7 @@ use std::{
 };
 
 use aya::{Ebpf, EbpfLoader, programs::Xdp};
-use router_common::{ABI_VERSION, maps};
+use router_common::{ABI_VERSION, FLOW_CACHE_ENTRIES, maps};
 
 use super::{DataplaneError, layout, object};
 
@@ -131,6 +131,7 @@ pub fn load(pins: Option<&Path>) -> Result<Ebpf, DataplaneError> {
     for (name, path) in &paths {
         loader.map_pin_path(name, path.as_path());
     }
+    loader.map_max_entries(maps::FLOW_CACHE, flow_cache_entries());
     let mut ebpf = loader.load(data).map_err(|e| match e {
         aya::EbpfError::MapError(aya::maps::MapError::CreateError { ref io_error, .. })
             if io_error.kind() == std::io::ErrorKind::PermissionDenied =>
@@ -143,6 +144,14 @@ pub fn load(pins: Option<&Path>) -> Result<Ebpf, DataplaneError> {
     load_program(&mut ebpf, object::IPIP_PROGRAM)?;
     set_ipip_tx(&mut ebpf)?;
     Ok(ebpf)
+}
+
+/// Entries of the flow cache: [`FLOW_CACHE_ENTRIES`] for every possible CPU, as the program
+/// indexes it by CPU. When the possible CPUs cannot be read, one CPU's worth: the program then
+/// caches on CPU 0 only and the others use connection tracking alone.
+fn flow_cache_entries() -> u32 {
+    let cpus = aya::util::nr_cpus().map_or(1, |n| u32::try_from(n).unwrap_or(u32::MAX));
+    cpus.saturating_mul(FLOW_CACHE_ENTRIES)
 }
 
 /// Puts the loaded `switchyard_ipip` program into `IPIP_TX`, where the data plane tail-calls

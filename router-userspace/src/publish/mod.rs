@@ -117,12 +117,18 @@ impl BackendState {
                 (true, true, _) => BACKEND_UP,
             },
         };
+        let (addr, family) = (addr16(self.address), u32::from(family(self.address)));
+        let generation = match self.written {
+            Some(w) if (w.state, w.addr, w.family) == (state, addr, family) => w.generation,
+            Some(w) => w.generation.wrapping_add(1),
+            None => fresh_generation(self.slot, &addr, state),
+        };
         Backend {
-            addr: addr16(self.address),
-            family: u32::from(family(self.address)),
+            addr,
+            family,
             state,
             hop: self.half,
-            _pad: 0,
+            generation,
         }
     }
 
@@ -210,6 +216,25 @@ impl Default for Publisher {
     fn default() -> Self {
         Self::new()
     }
+}
+
+/// A backend generation for a slot whose earlier value this process does not know: a hash of
+/// the slot's value under a seed drawn once per process, so it repeats none a previous process
+/// wrote there (but for a chance of one in 2^32), and one process computes it alike for the
+/// same value (a restored publisher writes what the running one would).
+fn fresh_generation(slot: u32, addr: &[u8; 16], state: u32) -> u32 {
+    use std::hash::BuildHasher as _;
+    static SEED: std::sync::OnceLock<std::collections::hash_map::RandomState> =
+        std::sync::OnceLock::new();
+    let h = SEED
+        .get_or_init(std::collections::hash_map::RandomState::new)
+        .hash_one((slot, addr, state));
+    #[expect(
+        clippy::cast_possible_truncation,
+        reason = "any 32 bits of the hash will do"
+    )]
+    let g = h as u32;
+    g
 }
 
 /// An address as the maps hold it: network order, IPv4 in the first four bytes.

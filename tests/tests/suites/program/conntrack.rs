@@ -201,3 +201,296 @@ fn a_renumbering_agent_leaves_no_slot_that_still_serves_an_old_flow() -> Result<
     ];
     run(&mut lab, table)
 }
+
+/// The backend slot the publisher gave backend `b` (1-based) of the `web` pool.
+fn web_slot(lab: &router_tests::lab::Lab, b: usize) -> Result<u32> {
+    let addr = std::net::IpAddr::from(backend_v4(b));
+    lab.publisher.pools()["web"]
+        .backends
+        .iter()
+        .find(|x| x.address == addr)
+        .map(|x| x.slot)
+        .ok_or_else(|| anyhow::anyhow!("no slot for backend {b}"))
+}
+
+/// The conntrack key of a TCP flow from the IPv4 client's `sport` to the IPv4 VIP's port 80.
+fn web_flow(sport: u16) -> router_common::FlowKey {
+    router_common::FlowKey {
+        src: switchyard::publish::addr16(c4()),
+        dst: switchyard::publish::addr16(v4()),
+        sport: sport.to_be(),
+        dport: 80u16.to_be(),
+        proto: router_common::PROTO_TCP,
+        family: router_common::FAMILY_V4,
+        _pad: [0; 2],
+    }
+}
+
+/// A backend of `web` (1-based; all three are up there) other than `b`.
+fn another_web_backend(b: usize) -> usize {
+    b % 3 + 1
+}
+
+/// The flow cache's lease, as a row count.
+const LEASE: usize = router_common::FLOW_CACHE_LEASE as usize;
+
+/// Runs the rows after it on CPU `cpu` (`BPF_PROG_TEST_RUN` runs the program on the caller's
+/// CPU, and each CPU has its own flow cache).
+fn on_cpu(cpu: usize) -> Step {
+    step(&format!("on CPU {cpu}"), move |_, _| {
+        router_tests::bench::host::pin(0, cpu)
+    })
+}
+
+#[test]
+fn a_cached_flow_follows_its_rewritten_conntrack_entry_within_the_lease() -> Result<()> {
+    let Some(mut lab) = lab("fx-fc-rewrite") else {
+        return Ok(());
+    };
+    let port = 45_000;
+    let frame = packets::tcp(c4(), port, v4(), 80);
+    let mut table: Vec<Step> = vec![
+        on_cpu(0),
+        forwarded("first packet", frame.clone(), Reason::NewFlow)
+            .to(To::Record("flow".into()))
+            .into(),
+        // The second packet reads conntrack and enters the cache.
+        forwarded("second packet", frame.clone(), Reason::ConntrackHit)
+            .to(To::Same("flow".into()))
+            .into(),
+        // Another writer (another CPU, the agent, an operator with bpftool) moves the flow.
+        step("rewrite the flow's conntrack entry", move |lab, memo| {
+            let to = another_web_backend(memo.get("flow")?);
+            memo.set("moved", to);
+            let entry = router_common::FlowEntry {
+                backend: web_slot(lab, to)?,
+                service: lab.publisher.services()["web"].value.id,
+            };
+            lab.maps.conntrack.insert(web_flow(port), entry, 0)?;
+            Ok(())
+        }),
+    ];
+    // Within the lease, a packet may still take the cached backend; none goes anywhere else.
+    for k in 0..LEASE {
+        table.push(
+            forwarded(
+                &format!("within the lease {k}"),
+                frame.clone(),
+                Reason::ConntrackHit,
+            )
+            .to(To::Check(Box::new(|memo, now| {
+                ensure!(
+                    now == memo.get("flow")? || now == memo.get("moved")?,
+                    "a cached flow went to backend {now}"
+                );
+                Ok(())
+            })))
+            .into(),
+        );
+    }
+    for k in 0..3 {
+        table.push(
+            forwarded(
+                &format!("after the lease {k}"),
+                frame.clone(),
+                Reason::ConntrackHit,
+            )
+            .to(To::Same("moved".into()))
+            .into(),
+        );
+    }
+    run(&mut lab, table)
+}
+
+#[test]
+fn a_cached_flow_whose_conntrack_entry_is_deleted_is_selected_again_within_the_lease() -> Result<()>
+{
+    let Some(mut lab) = lab("fx-fc-delete") else {
+        return Ok(());
+    };
+    let port = 45_100;
+    let frame = packets::tcp(c4(), port, v4(), 80);
+    let mut table: Vec<Step> = vec![
+        on_cpu(0),
+        forwarded("first packet", frame.clone(), Reason::NewFlow)
+            .to(To::Record("flow".into()))
+            .into(),
+        forwarded("second packet", frame.clone(), Reason::ConntrackHit)
+            .to(To::Same("flow".into()))
+            .into(),
+        step("delete the flow's conntrack entry", move |lab, _| {
+            lab.maps.conntrack.remove(&web_flow(port))?;
+            Ok(())
+        }),
+        count("new flows", Reason::NewFlow),
+        // The cache still serves it: the deletion is seen at the end of the lease.
+        forwarded("served from the cache", frame.clone(), Reason::ConntrackHit)
+            .to(To::Same("flow".into()))
+            .into(),
+    ];
+    for k in 0..LEASE {
+        table.push(
+            forwarded(&format!("packet {k}"), frame.clone(), Reason::ConntrackHit)
+                .any_reason()
+                .to(To::Same("flow".into()))
+                .into(),
+        );
+    }
+    table.push(check(
+        "selected once more, and tracked again",
+        move |lab, memo| {
+            ensure!(
+                lab.reason(Reason::NewFlow) - memo.get("new flows")? as u64 == 1,
+                "the flow was not selected exactly once after its entry was deleted"
+            );
+            ensure!(
+                lab.maps.conntrack.get(&web_flow(port), 0).is_ok(),
+                "the flow is not tracked again"
+            );
+            Ok(())
+        },
+    ));
+    run(&mut lab, table)
+}
+
+#[test]
+fn a_reselected_flow_stays_on_its_new_backend_when_the_old_one_returns() -> Result<()> {
+    let Some(mut lab) = lab("fx-fc-reselect") else {
+        return Ok(());
+    };
+    let frame = packets::tcp(c4(), 45_200, v4(), 80);
+    let mut table: Vec<Step> = vec![
+        on_cpu(0),
+        forwarded("first packet", frame.clone(), Reason::NewFlow)
+            .to(To::Record("flow".into()))
+            .into(),
+        forwarded("cached", frame.clone(), Reason::ConntrackHit)
+            .to(To::Same("flow".into()))
+            .into(),
+        step("its backend goes down", |lab, memo| {
+            let b = memo.get("flow")?;
+            lab.set_health("web", &backend_v4(b).to_string(), false)
+        }),
+        forwarded("re-selected", frame.clone(), Reason::Reselected)
+            .to(To::Other("flow".into()))
+            .into(),
+        forwarded("on its new backend", frame.clone(), Reason::ConntrackHit)
+            .to(To::Record("new".into()))
+            .into(),
+        step("the old backend returns", |lab, memo| {
+            let b = memo.get("flow")?;
+            lab.set_health("web", &backend_v4(b).to_string(), true)
+        }),
+    ];
+    // Past a whole lease: neither the cached copy nor conntrack sends it back.
+    for k in 0..=LEASE {
+        table.push(
+            forwarded(&format!("packet {k}"), frame.clone(), Reason::ConntrackHit)
+                .to(To::Same("new".into()))
+                .into(),
+        );
+    }
+    run(&mut lab, table)
+}
+
+#[test]
+fn three_flows_of_one_cache_set_keep_their_backends() -> Result<()> {
+    let Some(mut lab) = lab("fx-fc-set") else {
+        return Ok(());
+    };
+    // Two ways per set: the third flow of a set displaces the oldest, which is read from
+    // conntrack again on its next packet.
+    let set =
+        |p: u16| router_common::hash::flow_cache_set(router_common::hash::flow_words(&web_flow(p)));
+    let first = 46_000u16;
+    let ports: Vec<u16> = std::iter::once(first)
+        .chain(
+            (first + 1..u16::MAX)
+                .filter(|p| set(*p) == set(first))
+                .take(2),
+        )
+        .collect();
+    ensure!(ports.len() == 3, "no three ports share a set");
+    let mut table: Vec<Step> = ports
+        .iter()
+        .map(|p| {
+            forwarded(
+                &format!("flow {p}"),
+                packets::tcp(c4(), *p, v4(), 80),
+                Reason::NewFlow,
+            )
+            .to(To::Record(format!("flow {p}")))
+            .into()
+        })
+        .collect();
+    table.push(count("hits", Reason::ConntrackHit));
+    for round in 0..4 {
+        for p in &ports {
+            table.push(
+                forwarded(
+                    &format!("round {round}, flow {p}"),
+                    packets::tcp(c4(), *p, v4(), 80),
+                    Reason::ConntrackHit,
+                )
+                .to(To::Same(format!("flow {p}")))
+                .into(),
+            );
+        }
+    }
+    table.push(check("every packet a conntrack hit", |lab, memo| {
+        ensure!(
+            lab.reason(Reason::ConntrackHit) - memo.get("hits")? as u64 == 12,
+            "conntrack hits not counted"
+        );
+        Ok(())
+    }));
+    run(&mut lab, table)
+}
+
+#[test]
+fn a_flow_re_selected_on_another_cpu_is_not_sent_back_by_an_old_copy() -> Result<()> {
+    let Some(mut lab) = lab("fx-fc-cpus") else {
+        return Ok(());
+    };
+    if router_tests::bench::host::cpu_count() < 2 {
+        eprintln!("fx-fc-cpus: skipped: one CPU");
+        return Ok(());
+    }
+    let frame = packets::tcp(c4(), 45_300, v4(), 80);
+    let mut table: Vec<Step> = vec![
+        on_cpu(0),
+        forwarded("first packet", frame.clone(), Reason::NewFlow)
+            .to(To::Record("flow".into()))
+            .into(),
+        forwarded("cached on CPU 0", frame.clone(), Reason::ConntrackHit)
+            .to(To::Same("flow".into()))
+            .into(),
+        step("its backend goes down", |lab, memo| {
+            let b = memo.get("flow")?;
+            lab.set_health("web", &backend_v4(b).to_string(), false)
+        }),
+        on_cpu(1),
+        forwarded("re-selected on CPU 1", frame.clone(), Reason::Reselected)
+            .to(To::Other("flow".into()))
+            .to(To::Record("new".into()))
+            .into(),
+        step("the old backend returns", |lab, memo| {
+            let b = memo.get("flow")?;
+            lab.set_health("web", &backend_v4(b).to_string(), true)
+        }),
+        on_cpu(0),
+    ];
+    // CPU 0's copy names the old backend, well within its lease: its generation changed.
+    for k in 0..3 {
+        table.push(
+            forwarded(
+                &format!("back on CPU 0, packet {k}"),
+                frame.clone(),
+                Reason::ConntrackHit,
+            )
+            .to(To::Same("new".into()))
+            .into(),
+        );
+    }
+    run(&mut lab, table)
+}
