@@ -11,9 +11,11 @@
 //! - a flow enters the cache with its second packet on a CPU, read from `CONNTRACK`: a flood of
 //!   one-packet flows does not displace the cached ones;
 //! - every [`FLOW_CACHE_LEASE`] packets of a flow on a CPU, its entry is read from `CONNTRACK`
-//!   again (and kept recent in its LRU), so the copy follows writers on other CPUs, the agent
-//!   and `bpftool` within that many packets; every other check of a tracked packet (its
-//!   service slot, its backend's state) is made on every packet, as without the cache;
+//!   again (and kept recent in its LRU), so the copy follows rewrites by other CPUs, the agent
+//!   and `bpftool` within that many packets. A flow `CONNTRACK` lost meanwhile (evicted, or
+//!   deleted) is written back from the copy: a flow the cache still serves stays where it is,
+//!   as it would have had its entry been kept recent. Every other check of a tracked packet
+//!   (its service slot, its backend's state) is made on every packet, as without the cache;
 //! - a copy is used only while its backend's generation (`Backend.generation`, which the agent
 //!   changes with every change of the slot's state) is the one it was made under: a flow that
 //!   another CPU re-selected while its backend was down is read from `CONNTRACK` again here
@@ -395,9 +397,13 @@ fn cache_forget(flow: &FlowKey) {
     }
 }
 
+/// `BPF_NOEXIST`: a map update that creates the entry only.
+const BPF_NOEXIST: u64 = 1;
+
 /// The conntrack entry of `flow`, through this CPU's flow cache: the cached copy while its
 /// lease lasts and its backend's generation is unchanged, else `CONNTRACK`'s (which refills
-/// the cache, or empties the flow's entry there when the flow is no longer tracked).
+/// the cache). A copy whose lease ended and whose flow `CONNTRACK` lost is written back there;
+/// a stale copy whose flow `CONNTRACK` lost is emptied, and the flow is selected again.
 #[inline(always)]
 fn flow_entry(flow: &FlowKey) -> Option<FlowEntry> {
     let w = key_words(flow);
@@ -412,15 +418,25 @@ fn flow_entry(flow: &FlowKey) -> Option<FlowEntry> {
             unsafe {
                 let hits = (*e).hits + 1;
                 let copy = (*e).entry;
-                if hits < FLOW_CACHE_LEASE && (*e).generation == backend_generation(copy.backend) {
+                let current = (*e).generation == backend_generation(copy.backend);
+                if hits < FLOW_CACHE_LEASE && current {
                     (*e).hits = hits;
                     return Some(copy);
                 }
-                let Some(c) = CONNTRACK.get_ptr(flow) else {
-                    core::ptr::write_volatile(words(e).add(4), 0);
-                    return None;
+                let entry = match CONNTRACK.get_ptr(flow) {
+                    Some(c) => *c,
+                    // A flow the cache serves lost its conntrack entry (evicted, or deleted by
+                    // another writer): it stays where it is and is tracked again, unless another
+                    // CPU tracked it meanwhile (then that entry holds).
+                    None if current => match CONNTRACK.insert(flow, copy, BPF_NOEXIST) {
+                        Ok(()) => copy,
+                        Err(_) => *CONNTRACK.get_ptr(flow)?,
+                    },
+                    None => {
+                        core::ptr::write_volatile(words(e).add(4), 0);
+                        return None;
+                    }
                 };
-                let entry = *c;
                 core::ptr::write_volatile(words(e).add(5), entry_word(entry));
                 core::ptr::write_volatile(
                     words(e).add(6),
