@@ -18,7 +18,7 @@ use aya_ebpf::{
     programs::XdpContext,
 };
 use router_common::{
-    FAMILY_V4, FlowKey, NH_F_RESOLVED, Reason, encap_source, flow_hash, next_hop_index,
+    FAMILY_V4, FlowKey, NH_F_RESOLVED, Reason, encap_source, hash::encap_hash, next_hop_index,
 };
 
 use crate::{
@@ -262,7 +262,7 @@ fn choose_source(pkt: &mut Packet) -> Result<(), Reason> {
     let src = encap_source(
         svc.encap_src,
         svc.encap_mask,
-        flow_hash(&pkt.flow),
+        encap_hash(crate::select::key_words(&pkt.flow)),
         pkt.flow.family != FAMILY_V4,
     );
     pkt.encap.src = src;

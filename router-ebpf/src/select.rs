@@ -269,7 +269,7 @@ pub fn select(
     reason = "the flow being processed is 8-aligned: `FlowKey` opens `Packet.flow` at offset 16 \
               of the scratch map's value (parse.rs)"
 )]
-fn key_words(flow: &FlowKey) -> [u64; 5] {
+pub fn key_words(flow: &FlowKey) -> [u64; 5] {
     // SAFETY: 40 readable, 8-aligned bytes (see above); every bit pattern is a valid u64.
     unsafe { core::ptr::read(core::ptr::from_ref(flow).cast::<[u64; 5]>()) }
 }

@@ -317,13 +317,16 @@ struct Extras {
     tun_hit: Vec<f64>,
     tun_new: Vec<f64>,
     dsr_hit: Vec<f64>,
+    /// The ipip hit repeated through the reset wrapper, and the wrapper's own cost.
+    tun_wrapped: Vec<f64>,
+    wrapper: Vec<f64>,
 }
 
 impl Extras {
     fn measure(
         &mut self,
         lab: &mut Lab,
-        baseline: &Baseline,
+        baseline: &mut Baseline,
         f: &ExtraFrames,
         repeat: u32,
     ) -> Result<()> {
@@ -373,6 +376,23 @@ impl Extras {
         self.tun_new.push(once[0]);
         self.tun_hit.push(once[1]);
         self.dsr_hit.push(once[2]);
+        // The tracked ipip flow repeated through the reset wrapper (the Katran harness's
+        // method), beside the wrapper in front of the baseline on the same frame.
+        baseline.set_reset_target(lab.program()?.fd()?)?;
+        let wrapped = lab
+            .topo
+            .lb()
+            .run(|| repeated(baseline.reset()?, &f.tun, ingress, repeat, XDP_REDIRECT))??;
+        let base_fd = baseline.program()?.fd()?.try_clone()?;
+        baseline.set_reset_target(&base_fd)?;
+        let (through, alone) = lab.topo.lb().run(|| -> Result<(f64, f64)> {
+            Ok((
+                repeated(baseline.reset()?, &f.tun, ingress, repeat, XDP_TX)?,
+                repeated(baseline.program()?, &f.tun, ingress, repeat, XDP_TX)?,
+            ))
+        })??;
+        self.tun_wrapped.push(wrapped);
+        self.wrapper.push(through - alone);
         Ok(())
     }
 
@@ -387,6 +407,25 @@ impl Extras {
         let (th, tn) = (
             Summary::of(&est(&self.tun_hit)),
             Summary::of(&est(&self.tun_new)),
+        );
+        let hit: Vec<f64> = (0..self.tun_wrapped.len())
+            .map(|i| self.tun_wrapped[i] - self.wrapper[i])
+            .collect();
+        let (wh, ww, wc) = (
+            Summary::of(&hit),
+            Summary::of(&self.tun_wrapped),
+            Summary::of(&self.wrapper),
+        );
+        println!(
+            "\nIPv4 TCP, ipip — conntrack hit, repeat {repeat}, through the reset wrapper (it undoes the previous run's encapsulation)"
+        );
+        println!(
+            "  conntrack hit                       switchyard {:7.1} ({:.1}–{:.1})",
+            wh.median, wh.min, wh.max
+        );
+        println!(
+            "    = reset → switchyard {:.1} ({:.1}–{:.1}) − the wrapper's cost {:.1} ({:.1}–{:.1}), (reset → baseline) − baseline",
+            ww.median, ww.min, ww.max, wc.median, wc.min, wc.max
         );
         println!(
             "\nIPv4 TCP, ipip — steady state (est.: dsr-l2 hit at repeat {repeat} + ipip − dsr-l2, both run once per frame)"
@@ -457,7 +496,7 @@ fn main() -> Result<()> {
 
     let mut lab = Lab::new("bench-xdp", BACKENDS, &config()?).context("building the lab")?;
     println!("topology {}", lab.topo.tag());
-    let baseline = Baseline::load()?;
+    let mut baseline = Baseline::load()?;
     let families = [
         Frames {
             name: "IPv4 TCP, dsr-l2",
@@ -481,7 +520,7 @@ fn main() -> Result<()> {
         for (f, r) in families.iter().zip(rows.iter_mut()) {
             measure_round(&mut lab, &baseline, f, repeat, r).with_context(|| f.name.to_string())?;
         }
-        extras.measure(&mut lab, &baseline, &extra, repeat)?;
+        extras.measure(&mut lab, &mut baseline, &extra, repeat)?;
     }
     for (f, r) in families.iter().zip(&rows) {
         report(f, r, repeat);

@@ -9,6 +9,14 @@
 //! a service. It comes after `baseline` in the object, which stays the object's first program
 //! (the Katran harness runs the first one).
 //!
+//! A third program, `reset`, is the reset wrapper of the repeated `ipip` rows (the method of
+//! the Katran harness in `../shared/bench/katran/`): `BPF_PROG_TEST_RUN` with `repeat` runs a
+//! program on one buffer without restoring it, and an encapsulation grows the frame on every
+//! run. The wrapper strips the outer IPv4 header a previous run pushed (protocol 4), writes
+//! back the bench frames' Ethernet header, and tail-calls the program in `RESET_TARGET[0]`.
+//! It does the same work whatever the frame (the head adjustment always runs), so its cost is
+//! `(reset → baseline) − baseline`, measured beside it.
+//!
 //! It is measured next to Switchyard's program under `BPF_PROG_TEST_RUN`
 //! (`cargo bench -p router-tests --bench xdp`, docs/performance.md): the ratio of the two says
 //! what classification, connection tracking, Maglev selection, the FIB lookup and counting
@@ -28,7 +36,8 @@ use core::mem::size_of;
 
 use aya_ebpf::{
     bindings::xdp_action,
-    btf_maps::HashMap,
+    btf_maps::{HashMap, ProgramArray},
+    helpers::generated::bpf_xdp_adjust_head,
     macros::{btf_map, xdp},
     programs::XdpContext,
 };
@@ -156,3 +165,54 @@ fn panic(_info: &core::panic::PanicInfo) -> ! {
 #[unsafe(link_section = "license")]
 #[unsafe(no_mangle)]
 static LICENSE: [u8; 4] = *b"GPL\0";
+
+/// The program the reset wrapper tail-calls, at index 0 (set by the bench).
+#[btf_map]
+static RESET_TARGET: ProgramArray<1> = ProgramArray::new();
+
+/// The Ethernet header of the bench's client frames (`router_tests::addrs`): to the lb's
+/// client-side MAC, from the client's, IPv4.
+const FRAME_ETH: [u8; 14] = [
+    0x02, 0x53, 0x59, 0x00, 0x00, 0xfe, 0x02, 0x53, 0x59, 0x00, 0x00, 0x01, 0x08, 0x00,
+];
+
+/// IP protocol number of IPv4-in-IPv4 (RFC 2003).
+const PROTO_IPIP: u8 = 4;
+
+#[xdp]
+#[expect(
+    clippy::needless_pass_by_value,
+    reason = "the `#[xdp]` macro calls the entry with an owned `XdpContext`"
+)]
+pub fn reset(ctx: XdpContext) -> u32 {
+    let Some(delta) = outer_ipip(&ctx) else {
+        return xdp_action::XDP_ABORTED;
+    };
+    // SAFETY: the context is the program's own; the helper checks the new head.
+    if unsafe { bpf_xdp_adjust_head(ctx.ctx, delta) } != 0 {
+        return xdp_action::XDP_ABORTED;
+    }
+    let Some(eth) = ptr_at::<[u8; 14]>(&ctx, 0) else {
+        return xdp_action::XDP_ABORTED;
+    };
+    // SAFETY: `ptr_at` checked the 14 bytes against the frame's end.
+    unsafe { core::ptr::write_volatile(eth, FRAME_ETH) };
+    // SAFETY: index 0 of a program array; returns only if the slot is empty.
+    unsafe { RESET_TARGET.tail_call(&ctx, 0) };
+    xdp_action::XDP_ABORTED
+}
+
+/// How far the frame's head moves to drop an outer IPv4-in-IPv4 header: 20 bytes, or 0 for a
+/// frame without one; `None` for a frame too short to tell.
+#[inline(always)]
+fn outer_ipip(ctx: &XdpContext) -> Option<i32> {
+    let eth: *const EthHdr = ptr_at(ctx, 0)?;
+    let ip: *const Ipv4Hdr = ptr_at(ctx, EthHdr::LEN)?;
+    // SAFETY: both checked against the frame's end.
+    let (ether_type, proto) = unsafe { (u16::from_be((*eth).ether_type), (*ip).proto) };
+    Some(if ether_type == ETH_P_IP && proto == PROTO_IPIP {
+        20
+    } else {
+        0
+    })
+}

@@ -64,7 +64,8 @@ pub fn time(prog: &Xdp, frame: &[u8], ingress: u32, repeat: u32) -> Result<Timed
 }
 
 /// The baseline program (`router-ebpf/src/bin/baseline.rs`: parse Ethernet and IPv4/IPv6,
-/// swap the MACs, `XDP_TX`), loaded and verified; it has no maps.
+/// swap the MACs, `XDP_TX`), loaded and verified, with the object's `lookup` yardstick and
+/// `reset` wrapper.
 pub struct Baseline {
     ebpf: Ebpf,
 }
@@ -78,7 +79,7 @@ impl Baseline {
     /// refuses the program.
     pub fn load() -> Result<Self> {
         let mut ebpf = Ebpf::load(object::baseline()?).context("loading the baseline object")?;
-        for name in [BASELINE_PROGRAM, LOOKUP_PROGRAM] {
+        for name in [BASELINE_PROGRAM, LOOKUP_PROGRAM, RESET_PROGRAM] {
             let prog: &mut Xdp = ebpf
                 .program_mut(name)
                 .with_context(|| format!("the baseline object has no program {name}"))?
@@ -108,6 +109,33 @@ impl Baseline {
         self.named(LOOKUP_PROGRAM)
     }
 
+    /// Makes the reset wrapper ([`Baseline::reset`]) tail-call the program `target`.
+    ///
+    /// # Errors
+    ///
+    /// When `target` cannot be put into the wrapper's program array.
+    pub fn set_reset_target(&mut self, target: &aya::programs::ProgramFd) -> Result<()> {
+        let map = self
+            .ebpf
+            .map_mut(RESET_TARGET)
+            .context("the baseline object has no reset target map")?;
+        let mut array = aya::maps::ProgramArray::try_from(map)?;
+        array.set(0, target, 0)?;
+        Ok(())
+    }
+
+    /// The reset wrapper (`reset` in `router-ebpf/src/bin/baseline.rs`): undoes a previous
+    /// run's IPv4-in-IPv4 encapsulation and tail-calls its target
+    /// ([`Baseline::set_reset_target`]), which lets an encapsulating program run with `repeat`
+    /// on one buffer.
+    ///
+    /// # Errors
+    ///
+    /// Never once [`Baseline::load`] succeeded.
+    pub fn reset(&self) -> Result<&Xdp> {
+        self.named(RESET_PROGRAM)
+    }
+
     fn named(&self, name: &str) -> Result<&Xdp> {
         Ok(self
             .ebpf
@@ -119,3 +147,6 @@ impl Baseline {
 
 /// Name of the one-lookup yardstick inside the baseline object.
 pub const LOOKUP_PROGRAM: &str = "lookup";
+/// Name of the reset wrapper inside the baseline object, and of its program array.
+pub const RESET_PROGRAM: &str = "reset";
+const RESET_TARGET: &str = "RESET_TARGET";

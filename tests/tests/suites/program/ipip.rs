@@ -250,8 +250,9 @@ fn ipip_puts_an_outer_header_of_the_inner_family_in_front_of_the_packet() -> Res
     Ok(())
 }
 
-/// The outer source of the TCP flow `client:port → vip:7080`, computed here from the flow hash
-/// the way decision 0013 says: the range's host bits (the low 32 at most) are the hash's.
+/// The outer source of the TCP flow `client:port → vip:7080`, computed here from the flow's
+/// `encap_hash` the way decision 0013 says: the range's host bits (the low 32 at most) are the
+/// hash's.
 fn expected_source(client: IpAddr, port: u16, vip: IpAddr) -> IpAddr {
     let key = router_common::FlowKey {
         src: switchyard::publish::addr16(client),
@@ -262,7 +263,7 @@ fn expected_source(client: IpAddr, port: u16, vip: IpAddr) -> IpAddr {
         family: if vip.is_ipv4() { 4 } else { 6 },
         _pad: [0; 2],
     };
-    let hash = router_common::flow_hash(&key);
+    let hash = router_common::hash::encap_hash(router_common::hash::flow_words(&key));
     match vip {
         IpAddr::V4(_) => {
             let base = u32::from(RANGE_V4);
