@@ -126,12 +126,7 @@ pub const fn flow_cache_set(w: [u64; 5]) -> u32 {
 #[must_use]
 #[inline(always)]
 pub const fn encap_hash(w: [u64; 5]) -> u32 {
-    #[expect(
-        clippy::cast_possible_truncation,
-        reason = "the top 32 bits of the product"
-    )]
-    let h = (words_hash(w) >> 32) as u32;
-    h
+    (words_hash(w) >> 32) as u32
 }
 
 /// Multiply-shift over the five words of a flow key: each product's top bits depend on every

@@ -358,6 +358,9 @@ pub struct NextHop {
     /// Destination MAC (the backend's or its gateway's) then source MAC (the egress
     /// interface's): the first 12 bytes of the Ethernet header.
     pub macs: [u8; 12],
+    /// The egress interface's MTU (`IFLA_MTU`), in bytes of IP packet, as the agent last read
+    /// it: an `ipip` packet that would not fit once encapsulated gets an ICMP error instead.
+    pub mtu: u32,
 }
 
 /// Key of `FRAGMENTS`: one fragmented datagram (RFC 791 §2.3 / RFC 8200 §4.5 identification).
@@ -580,9 +583,10 @@ mod tests {
         assert_eq!(offset_of!(NatEntry, ifindex), 20);
         assert_eq!(offset_of!(NatEntry, macs), 24);
 
-        assert_eq!(size_of::<NextHop>(), 20);
+        assert_eq!(size_of::<NextHop>(), 24);
         assert_eq!(offset_of!(NextHop, flags), 4);
         assert_eq!(offset_of!(NextHop, macs), 8);
+        assert_eq!(offset_of!(NextHop, mtu), 20);
 
         assert_eq!(size_of::<FragKey>(), 40);
         assert_eq!(offset_of!(FragKey, id), 32);

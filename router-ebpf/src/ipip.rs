@@ -3,18 +3,19 @@
 //!
 //! The frame keeps its Ethernet header (and VLAN tags); an outer IP header of the inner
 //! packet's family is put in front of the inner packet, which is left byte for byte as it
-//! came. The outer header: destination the backend, source from the service's range by the
-//! flow hash (so a flow keeps one source and flows spread over the range, for receive-side
+//! came. The outer header: destination the backend, source from the service's range by a hash
+//! of the 5-tuple (so a flow keeps one source and flows spread over the range, for receive-side
 //! scaling on the backends), TTL / hop limit and TOS / traffic class (DSCP and ECN, RFC 6040's
 //! normal mode) copied from the inner header, an IPv6 flow label copied from the inner one,
 //! and IPv4's DF set: the outer is never fragmented. A packet that would exceed the egress
-//! interface's MTU (`bpf_check_mtu`) once encapsulated is not sent: an ICMP
+//! interface's MTU (`NextHop.mtu`, which the agent reads with the next hop and follows) once
+//! encapsulated is not sent: an ICMP
 //! fragmentation-needed (RFC 1191) or `ICMPv6` packet-too-big (RFC 4443 §3.2) goes back to the
 //! client from the virtual IP instead, quoting the packet, with the MTU left for the inner
 //! packet.
 
 use aya_ebpf::{
-    helpers::generated::{bpf_check_mtu, bpf_csum_diff, bpf_xdp_adjust_head, bpf_xdp_adjust_tail},
+    helpers::generated::{bpf_csum_diff, bpf_xdp_adjust_head, bpf_xdp_adjust_tail},
     programs::XdpContext,
 };
 use router_common::{
@@ -48,8 +49,6 @@ const QUOTE_V6: usize = 1280 - V6_HDR - ICMP_HDR;
 const MACS: usize = 12;
 /// The `EtherType` and up to two VLAN tags, in 16-bit words.
 const MAX_L2_WORDS: usize = 5;
-/// `bpf_check_mtu`'s answer for a packet that does not fit (uapi `BPF_MTU_CHK_RET_FRAG_NEEDED`).
-const MTU_FRAG_NEEDED: i64 = 1;
 /// Checksum chunk (`bpf_csum_diff` takes at most 512 bytes).
 const CHUNK: usize = 256;
 // The ICMP errors' checksummed bytes: whole chunks, then the tails `icmp_v4`/`icmp_v6` name.
@@ -311,14 +310,10 @@ fn encapsulate(ctx: &XdpContext, pkt: &mut Packet) -> Result<u32, Reason> {
     } else {
         inner.get(3).to_ne_bytes()[1]
     };
-    #[expect(
-        clippy::cast_possible_truncation,
-        reason = "a datagram of at most 65,535 bytes plus a header"
-    )]
-    let mut mtu = (len + hdr) as u32;
-    let fits = unsafe { bpf_check_mtu(ctx.ctx.cast(), hop.ifindex, &raw mut mtu, 0, 0) };
-    if fits == MTU_FRAG_NEEDED {
-        // `mtu` is now the egress MTU. An ICMP error gets no error (RFC 1122 §3.2.2).
+    // The egress MTU as the agent last read it (`NextHop.mtu`): no helper call per packet.
+    let mtu = hop.mtu;
+    if len + hdr > mtu as usize {
+        // An ICMP error gets no error (RFC 1122 §3.2.2).
         if pkt.is_icmp() {
             return Err(Reason::TooBigDrop);
         }

@@ -249,7 +249,7 @@ impl Lab {
 }
 
 /// Backend `i`'s resolved next hop: out of `ifindex` (the lb's veth towards it), to its MAC,
-/// from the lb side's.
+/// from the lb side's, at veth's default MTU (the lab leaves it).
 #[must_use]
 pub fn next_hop(ifindex: u32, i: usize) -> NextHop {
     let mut macs = [0u8; 12];
@@ -259,6 +259,7 @@ pub fn next_hop(ifindex: u32, i: usize) -> NextHop {
         ifindex,
         flags: NH_F_RESOLVED,
         macs,
+        mtu: 1500,
     }
 }
 

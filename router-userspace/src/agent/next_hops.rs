@@ -102,6 +102,7 @@ fn judge(
                 ifindex: nh.ifindex,
                 flags: router_common::NH_F_RESOLVED,
                 macs,
+                mtu: nh.mtu,
             };
             let status = NextHopStatus {
                 state: "resolved".into(),

@@ -229,6 +229,7 @@ pub fn all() -> Vec<MapLayout> {
                 ifindex: "egress interface",
                 flags: "NH_F_RESOLVED 1; 0 = no next hop (packets dropped: no_next_hop)",
                 macs: "destination MAC (backend or gateway), then the egress interface's MAC",
+                mtu: "the egress interface's MTU, bytes (ipip's too-big check)",
             }),
         },
         MapLayout {

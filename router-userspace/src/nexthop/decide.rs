@@ -165,6 +165,7 @@ mod tests {
             smac: [2, 0x53, 0x59, 0, 1, 0xfe],
             dmac: [2, 0x53, 0x59, 0, 1, dmac_last],
             gateway: None,
+            mtu: 1500,
         }
     }
 

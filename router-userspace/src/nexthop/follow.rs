@@ -305,6 +305,7 @@ impl Follower {
                 smac,
                 dmac,
                 gateway,
+                mtu: link.mtu,
             }),
             Verdict::Pending => Observation::Pending {
                 reason: format!("resolving neighbour {neighbour} on {on}"),

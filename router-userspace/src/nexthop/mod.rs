@@ -77,6 +77,8 @@ pub struct NextHop {
     pub dmac: [u8; 6],
     /// `Some(gateway)` for a routed backend, `None` for one on a shared segment.
     pub gateway: Option<IpAddr>,
+    /// The egress interface's MTU, in bytes.
+    pub mtu: u32,
 }
 
 /// Formats a MAC as `02:53:59:00:01:01`.

@@ -52,6 +52,8 @@ pub(crate) struct LinkView {
     pub(crate) up: bool,
     /// `IFF_LOWER_UP` (carrier).
     pub(crate) carrier: bool,
+    /// `IFLA_MTU`; 1,500 (Ethernet's) when the kernel sends none.
+    pub(crate) mtu: u32,
 }
 
 /// The positive errno of a kernel refusal, if `e` is one.
@@ -124,6 +126,9 @@ pub(crate) async fn route(handle: &Handle, addr: IpAddr) -> Result<RouteView, Ne
     })
 }
 
+/// Ethernet's MTU (RFC 894), for a link whose `IFLA_MTU` is missing.
+const ETHERNET_MTU: u32 = 1500;
+
 /// The interface `ifindex`, or `None` when it does not exist.
 pub(crate) async fn link(handle: &Handle, ifindex: u32) -> Result<Option<LinkView>, NextHopError> {
     let mut answers = handle.link().get().match_index(ifindex).execute();
@@ -143,11 +148,13 @@ pub(crate) async fn link(handle: &Handle, ifindex: u32) -> Result<Option<LinkVie
         mac: None,
         up: link.header.flags.contains(LinkFlags::Up),
         carrier: link.header.flags.contains(LinkFlags::LowerUp),
+        mtu: ETHERNET_MTU,
     };
     for attr in link.attributes {
         match attr {
             LinkAttribute::IfName(name) => view.name = name,
             LinkAttribute::Address(a) => view.mac = <[u8; 6]>::try_from(a.as_slice()).ok(),
+            LinkAttribute::Mtu(m) => view.mtu = m,
             _ => {}
         }
     }

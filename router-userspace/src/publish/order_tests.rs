@@ -412,6 +412,7 @@ fn hop(tag: u8) -> NextHop {
         ifindex: 7,
         flags: NH_F_RESOLVED,
         macs: [2, 0, 0, 0, 0, tag, 2, 0, 0, 0, 0, 0xfe],
+        mtu: 1500,
     }
 }
 

@@ -187,6 +187,7 @@ fn direct(i: usize, ifindex: u32) -> NextHop {
         smac: lb_backend_side_mac(i),
         dmac: backend_mac(i),
         gateway: None,
+        mtu: 1500,
     }
 }
 
@@ -397,6 +398,32 @@ fn a_backend_mac_change_is_followed() {
             .all(|(_, e)| matches!(e.resolution, Resolution::Resolved(_))),
         "the change went through Unresolved: {seen:#?}"
     );
+}
+
+#[test]
+fn an_egress_mtu_change_is_followed() {
+    if require_root_and_bpf("an_egress_mtu_change_is_followed").is_err() {
+        return;
+    }
+    let topo = topology();
+    let lb = topo.lb();
+    let mut running = Running::start(lb);
+    let targets = [ip(backend_v4(1)), ip(backend_v6(1))];
+    running.set_targets(&targets);
+    let before = direct(1, ifindex(lb, &lb_backend_if(1)));
+    running.wait_until("b1 resolves", RESOLVE_DEADLINE, |s| {
+        targets.iter().all(|a| resolved_to(s, *a, &before))
+    });
+    // The MTU ipip's too-big check uses comes with the next hop, and follows the interface.
+    let after = NextHop {
+        mtu: 1400,
+        ..before.clone()
+    };
+    lb.ip(&["link", "set", "dev", &lb_backend_if(1), "mtu", "1400"])
+        .unwrap();
+    running.wait_until("the new MTU is reported", Duration::from_mins(1), |s| {
+        targets.iter().all(|a| resolved_to(s, *a, &after))
+    });
 }
 
 #[test]
