@@ -21,6 +21,10 @@
 //! | `IPIP_TX` | program array | 0 → the `switchyard_ipip` program | agent → program (tail call) | 1 |
 //! | `CONFIG` | array | 0 → [`Config`] | agent → program, `status` | 1 |
 //!
+//! Not pinned and not part of the layout: `FLOW_CACHE`, the program's per-CPU copies of
+//! `CONNTRACK` entries ([`CachedFlow`], [`FLOW_CACHE_ENTRIES`] per possible CPU), and its
+//! scratch space.
+//!
 //! [`ServiceKey`]: crate::ServiceKey
 //! [`Service`]: crate::Service
 //! [`ServiceSlot`]: crate::ServiceSlot
@@ -39,6 +43,8 @@
 //! [`FragEntry`]: crate::FragEntry
 //! [`Traffic`]: crate::Traffic
 //! [`Config`]: crate::Config
+//! [`CachedFlow`]: crate::CachedFlow
+//! [`FLOW_CACHE_ENTRIES`]: crate::FLOW_CACHE_ENTRIES
 //! [`Reason`]: crate::Reason
 //! [`Reason::COUNT`]: crate::Reason::COUNT
 //! [`MAX_SERVICES`]: crate::MAX_SERVICES
