@@ -210,7 +210,9 @@ impl Publisher {
             weight,
             hop,
             half: 1,
-            written: None,
+            // What the slot's previous backend left (its generation continues), if this
+            // process freed it.
+            written: self.freed.remove(&slot),
         })
     }
 
@@ -240,6 +242,9 @@ impl Publisher {
         mut gone: BackendState,
     ) -> Result<(), PublishError> {
         gone.write(dp, gone.entry(None))?;
+        if let Some(last) = gone.written {
+            self.freed.insert(gone.slot, last);
+        }
         self.backend_slots.free(gone.slot);
         Ok(())
     }

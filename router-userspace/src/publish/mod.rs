@@ -198,6 +198,9 @@ pub struct Publisher {
     service_slots: Slots,
     pool_slots: Slots,
     backend_slots: Slots,
+    /// The last entry written to each backend slot this process freed: the next backend in the
+    /// slot continues its generation, so no copy made under an earlier one becomes valid.
+    freed: BTreeMap<u32, Backend>,
     groups: BTreeMap<String, GroupState>,
     /// Each backend address's resolved next hop as last reported
     /// ([`Publisher::set_next_hops`]), for the slots it takes later.
@@ -279,6 +282,7 @@ impl Publisher {
             service_slots: Slots::new(MAX_SERVICES),
             pool_slots: Slots::new(MAX_POOLS),
             backend_slots: Slots::new(MAX_BACKENDS),
+            freed: BTreeMap::new(),
             groups: BTreeMap::new(),
             hops: BTreeMap::new(),
             health: Health::new(),

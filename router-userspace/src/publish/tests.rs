@@ -390,3 +390,59 @@ fn the_filter_holds_every_service_and_nat_reply_source_before_services_name_them
         "no NAT service is left: no reply probe"
     );
 }
+
+#[test]
+fn a_slot_never_gets_back_a_generation_it_had() {
+    // The program trusts a flow cache copy only under the generation it was made under: a
+    // backend that goes down and comes back, or another backend in its slot, must not match.
+    let mut dp = MemoryDataplane::default();
+    let mut p = Publisher::new();
+    let cfg = config(
+        vec![service("web", 80, Target::Pool("dc1".into()))],
+        vec![checked(pool("dc1", &[("198.18.1.11", 100)]))],
+    );
+    p.apply(&mut dp, &cfg).unwrap();
+    let slot = p.pools()["dc1"].backends[0].slot;
+    let mut seen = vec![dp.backends[&slot].generation];
+    for healthy in [false, true, false, true] {
+        assert!(
+            p.set_health(&mut dp, "dc1", "198.18.1.11".parse().unwrap(), healthy)
+                .unwrap()
+        );
+        let g = dp.backends[&slot].generation;
+        assert!(!seen.contains(&g), "generation {g} again, after {seen:?}");
+        seen.push(g);
+    }
+    // A reapply of the same config keeps it: nothing changed.
+    p.apply(&mut dp, &cfg).unwrap();
+    assert_eq!(dp.backends[&slot].generation, *seen.last().unwrap());
+    // The next backend in a slot this process freed continues the slot's generation.
+    let last = dp.backends[&slot];
+    let next = BackendState {
+        address: "198.18.1.99".parse().unwrap(),
+        slot,
+        weight: 100,
+        hop: None,
+        half: 1,
+        written: Some(last),
+    };
+    assert_eq!(next.entry(None).generation, last.generation.wrapping_add(1));
+}
+
+#[test]
+fn a_freed_slot_is_remembered_for_the_backend_that_takes_it() {
+    let mut dp = MemoryDataplane::default();
+    let mut p = Publisher::new();
+    let one = config(
+        vec![service("web", 80, Target::Pool("dc1".into()))],
+        vec![pool("dc1", &[("198.18.1.11", 100)])],
+    );
+    p.apply(&mut dp, &one).unwrap();
+    let slot = p.pools()["dc1"].backends[0].slot;
+    let other = config(
+        vec![service("web", 80, Target::Pool("dc1".into()))],
+        vec![pool("dc1", &[("198.18.1.12", 100)])],
+    );
+    p.apply(&mut dp, &other).unwrap();
+    assert_eq!(p.freed.get(&slot), Some(&dp.backends[&slot]));
+}
