@@ -231,6 +231,25 @@ fn another_web_backend(b: usize) -> usize {
     b % 3 + 1
 }
 
+/// The flow's first packet: a new flow, its backend remembered as "flow".
+fn first_packet(frame: &[u8]) -> Step {
+    forwarded("first packet", frame.to_vec(), Reason::NewFlow)
+        .to(To::Record("flow".into()))
+        .into()
+}
+
+/// Its second packet: a conntrack hit on the same backend, which puts the flow in this CPU's
+/// flow cache.
+fn second_packet(frame: &[u8]) -> Step {
+    forwarded(
+        "second packet, cached",
+        frame.to_vec(),
+        Reason::ConntrackHit,
+    )
+    .to(To::Same("flow".into()))
+    .into()
+}
+
 /// The flow cache's lease, as a row count.
 const LEASE: usize = router_common::FLOW_CACHE_LEASE as usize;
 
@@ -251,13 +270,8 @@ fn a_cached_flow_follows_its_rewritten_conntrack_entry_within_the_lease() -> Res
     let frame = packets::tcp(c4(), port, v4(), 80);
     let mut table: Vec<Step> = vec![
         on_cpu(0),
-        forwarded("first packet", frame.clone(), Reason::NewFlow)
-            .to(To::Record("flow".into()))
-            .into(),
-        // The second packet reads conntrack and enters the cache.
-        forwarded("second packet", frame.clone(), Reason::ConntrackHit)
-            .to(To::Same("flow".into()))
-            .into(),
+        first_packet(&frame),
+        second_packet(&frame),
         // Another writer (another CPU, the agent, an operator with bpftool) moves the flow.
         step("rewrite the flow's conntrack entry", move |lab, memo| {
             let to = another_web_backend(memo.get("flow")?);
@@ -312,12 +326,8 @@ fn a_cached_flow_whose_conntrack_entry_is_lost_stays_on_its_backend_and_is_track
     let frame = packets::tcp(c4(), port, v4(), 80);
     let mut table: Vec<Step> = vec![
         on_cpu(0),
-        forwarded("first packet", frame.clone(), Reason::NewFlow)
-            .to(To::Record("flow".into()))
-            .into(),
-        forwarded("second packet", frame.clone(), Reason::ConntrackHit)
-            .to(To::Same("flow".into()))
-            .into(),
+        first_packet(&frame),
+        second_packet(&frame),
         // Evicted while the cache served it, or deleted by an operator.
         step("delete the flow's conntrack entry", move |lab, _| {
             lab.maps.conntrack.remove(&web_flow(port))?;
@@ -355,12 +365,8 @@ fn a_reselected_flow_stays_on_its_new_backend_when_the_old_one_returns() -> Resu
     let frame = packets::tcp(c4(), 45_200, v4(), 80);
     let mut table: Vec<Step> = vec![
         on_cpu(0),
-        forwarded("first packet", frame.clone(), Reason::NewFlow)
-            .to(To::Record("flow".into()))
-            .into(),
-        forwarded("cached", frame.clone(), Reason::ConntrackHit)
-            .to(To::Same("flow".into()))
-            .into(),
+        first_packet(&frame),
+        second_packet(&frame),
         step("its backend goes down", |lab, memo| {
             let b = memo.get("flow")?;
             lab.set_health("web", &backend_v4(b).to_string(), false)
@@ -453,12 +459,8 @@ fn a_flow_re_selected_on_another_cpu_is_not_sent_back_by_an_old_copy() -> Result
     let frame = packets::tcp(c4(), 45_300, v4(), 80);
     let mut table: Vec<Step> = vec![
         on_cpu(0),
-        forwarded("first packet", frame.clone(), Reason::NewFlow)
-            .to(To::Record("flow".into()))
-            .into(),
-        forwarded("cached on CPU 0", frame.clone(), Reason::ConntrackHit)
-            .to(To::Same("flow".into()))
-            .into(),
+        first_packet(&frame),
+        second_packet(&frame),
         step("its backend goes down", |lab, memo| {
             let b = memo.get("flow")?;
             lab.set_health("web", &backend_v4(b).to_string(), false)
