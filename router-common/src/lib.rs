@@ -290,8 +290,9 @@ pub struct FlowEntry {
 pub const FLOW_CACHE_SETS: u32 = 1 << 12;
 /// Entries per set of the flow cache: the newer of two flows of one set is in way 0.
 pub const FLOW_CACHE_WAYS: u32 = 2;
-/// Entries of the flow cache per CPU; the map holds this many for every possible CPU (the
-/// agent sets its size when it loads the object), CPU `c`'s from `c · FLOW_CACHE_ENTRIES`.
+/// Entries of the flow cache per CPU; the map holds this many for every CPU up to the highest
+/// online one (the agent sets its size when it loads the object), CPU `c`'s from
+/// `c · FLOW_CACHE_ENTRIES`.
 pub const FLOW_CACHE_ENTRIES: u32 = FLOW_CACHE_SETS * FLOW_CACHE_WAYS;
 /// Packets a cached flow is forwarded on before its conntrack entry is read again: the cache
 /// follows any other writer of `CONNTRACK` (another CPU, the agent, an operator's `bpftool`)

@@ -22,7 +22,7 @@
 //! | `CONFIG` | array | 0 → [`Config`] | agent → program, `status` | 1 |
 //!
 //! Not pinned and not part of the layout: `FLOW_CACHE`, the program's per-CPU copies of
-//! `CONNTRACK` entries ([`CachedFlow`], [`FLOW_CACHE_ENTRIES`] per possible CPU), and its
+//! `CONNTRACK` entries ([`CachedFlow`], [`FLOW_CACHE_ENTRIES`] per online CPU), and its
 //! scratch space.
 //!
 //! [`ServiceKey`]: crate::ServiceKey
@@ -90,7 +90,7 @@ pub const IPIP_TX: &str = "IPIP_TX";
 /// Generation and ABI version.
 pub const CONFIG: &str = "CONFIG";
 
-/// The program's per-CPU flow cache (`CachedFlow` entries, `FLOW_CACHE_ENTRIES` per possible
+/// The program's per-CPU flow cache (`CachedFlow` entries, `FLOW_CACHE_ENTRIES` per online
 /// CPU): internal to one loaded program, like its scratch space. Not pinned and not in
 /// [`ALL`]; the agent only sizes it at load.
 pub const FLOW_CACHE: &str = "FLOW_CACHE";

@@ -60,7 +60,7 @@ pub static CONNTRACK: LruHashMap<FlowKey, FlowEntry, { CONNTRACK_SIZE as usize }
     LruHashMap::new();
 
 /// The flow cache: copies of `CONNTRACK` entries, [`FLOW_CACHE_ENTRIES`] per CPU, CPU `c`'s
-/// from `c · FLOW_CACHE_ENTRIES` (the agent sizes the map for every possible CPU when it loads
+/// from `c · FLOW_CACHE_ENTRIES` (the agent sizes the map for the CPUs online when it loads
 /// the object; a CPU past its end has no cache and uses `CONNTRACK` alone). Each CPU reads and
 /// writes only its own entries. Page-aligned values (`BPF_F_MMAPABLE`) give each 64-byte
 /// entry one cache line. Not part of the ABI: neither pinned nor read by the agent.

@@ -146,11 +146,15 @@ pub fn load(pins: Option<&Path>) -> Result<Ebpf, DataplaneError> {
     Ok(ebpf)
 }
 
-/// Entries of the flow cache: [`FLOW_CACHE_ENTRIES`] for every possible CPU, as the program
-/// indexes it by CPU. When the possible CPUs cannot be read, one CPU's worth: the program then
-/// caches on CPU 0 only and the others use connection tracking alone.
+/// Entries of the flow cache: [`FLOW_CACHE_ENTRIES`] for every CPU up to the highest online
+/// one, as the program indexes it by CPU id. Possible CPUs can far outnumber online ones (a
+/// VM's hotplug slots); a CPU past the map's end (brought online later) has no cache and uses
+/// connection tracking alone, as does every CPU but 0 when the online CPUs cannot be read.
 fn flow_cache_entries() -> u32 {
-    let cpus = aya::util::nr_cpus().map_or(1, |n| u32::try_from(n).unwrap_or(u32::MAX));
+    let cpus = aya::util::online_cpus()
+        .ok()
+        .and_then(|ids| ids.into_iter().max())
+        .map_or(1, |max| max.saturating_add(1));
     cpus.saturating_mul(FLOW_CACHE_ENTRIES)
 }
 

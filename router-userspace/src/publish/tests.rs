@@ -446,3 +446,51 @@ fn a_freed_slot_is_remembered_for_the_backend_that_takes_it() {
     p.apply(&mut dp, &other).unwrap();
     assert_eq!(p.freed.get(&slot), Some(&dp.backends[&slot]));
 }
+
+#[test]
+fn an_address_that_gets_its_old_slot_back_does_not_get_its_old_generation() {
+    // Slots are taken round robin: with every other slot in use, a backend that left its pool
+    // and comes back takes its old slot again. A copy the program's flow cache made the first
+    // time must not match it.
+    let mut dp = MemoryDataplane::default();
+    let mut p = Publisher::new();
+    let web = |addrs: &[(&str, u32)]| {
+        config(
+            vec![service("web", 80, Target::Pool("web".into()))],
+            vec![pool("web", addrs)],
+        )
+    };
+    p.apply(&mut dp, &web(&[("10.0.0.1", 1), ("10.0.0.2", 1)]))
+        .unwrap();
+    let slot = p.pools()["web"].backends[0].slot;
+    let mut seen = vec![dp.backends[&slot].generation];
+    p.apply(&mut dp, &web(&[("10.0.0.2", 1)])).unwrap();
+    seen.push(dp.backends[&slot].generation);
+    let fillers: Vec<String> = (0..MAX_BACKENDS as usize - 2)
+        .map(|i| format!("10.{}.{}.{}", 1 + i / 65536, (i / 256) % 256, i % 256))
+        .collect();
+    let with_fillers = |addrs: &[(&str, u32)]| {
+        let f: Vec<(&str, u32)> = fillers.iter().map(|a| (a.as_str(), 0)).collect();
+        let mut cfg = web(addrs);
+        cfg.pools.push(pool("filler", &f));
+        cfg
+    };
+    p.apply(&mut dp, &with_fillers(&[("10.0.0.2", 1)])).unwrap();
+    p.apply(&mut dp, &with_fillers(&[("10.0.0.2", 1), ("10.0.0.1", 1)]))
+        .unwrap();
+    let back = p.pools()["web"]
+        .backends
+        .iter()
+        .find(|b| b.address.to_string() == "10.0.0.1")
+        .unwrap()
+        .slot;
+    assert_eq!(
+        back, slot,
+        "the test needs the address back in its old slot"
+    );
+    let now = dp.backends[&slot].generation;
+    assert!(
+        !seen.contains(&now),
+        "generation {now} again, after {seen:?}"
+    );
+}
