@@ -16,8 +16,11 @@
 //!   deleted) is written back from the copy: a flow the cache still serves stays where it is,
 //!   as it would have had its entry been kept recent. Every other check of a tracked packet
 //!   (its service slot, its backend's state) is made on every packet, as without the cache;
+//! - a copy that no longer applies (its slot no longer holds the flow's service, its backend
+//!   is not usable) is checked against `CONNTRACK` before the flow is re-selected: another CPU
+//!   may have re-selected it already;
 //! - a copy is used only while its backend's generation (`Backend.generation`, which the agent
-//!   changes with every change of the slot's state) is the one it was made under: a flow that
+//!   changes with every change of the slot's state, address or family) is the one it was made under: a flow that
 //!   another CPU re-selected while its backend was down is read from `CONNTRACK` again here
 //!   when the backend returns;
 //! - when both ways hold one flow, way 0 holds the newer copy and is read first;
@@ -164,24 +167,44 @@ fn slot_serves(slot: &router_common::ServiceSlot, flow: &FlowKey) -> bool {
 /// `Err(false)` when it has none.
 #[inline(always)]
 pub fn tracked(flow: &FlowKey) -> Result<(Service, Choice), bool> {
-    let Some(FlowEntry {
-        backend: id,
-        service,
-    }) = flow_entry(flow)
-    else {
+    let Some((entry, cached)) = flow_entry(flow) else {
         return Err(false);
     };
-    let Some(slot) = SERVICE_SLOTS.get(service) else {
-        return Err(true);
-    };
-    if !slot_serves(slot, flow) {
+    if let Some(hit) = applies(flow, entry) {
+        return Ok(hit);
+    }
+    if !cached {
         return Err(true);
     }
-    let svc = slot.service;
-    let Some(backend) = usable_backend(id) else {
+    // A copy that no longer applies may be older than conntrack: another CPU may have
+    // re-selected the flow. Conntrack decides, and the copy follows it.
+    let Some(c) = CONNTRACK.get_ptr(flow) else {
         return Err(true);
     };
-    Ok((
+    let fresh = unsafe { *c };
+    if fresh == entry {
+        return Err(true);
+    }
+    let hit = applies(flow, fresh).ok_or(true)?;
+    cache_fill(flow, fresh);
+    Ok(hit)
+}
+
+/// The service and backend a tracked flow's entry sends it to, if the entry still applies: its
+/// service slot holds the flow's key and its backend is usable.
+#[inline(always)]
+fn applies(flow: &FlowKey, entry: FlowEntry) -> Option<(Service, Choice)> {
+    let FlowEntry {
+        backend: id,
+        service,
+    } = entry;
+    let slot = SERVICE_SLOTS.get(service)?;
+    if !slot_serves(slot, flow) {
+        return None;
+    }
+    let svc = slot.service;
+    let backend = usable_backend(id)?;
+    Some((
         svc,
         Choice {
             id,
@@ -400,12 +423,12 @@ fn cache_forget(flow: &FlowKey) {
 /// `BPF_NOEXIST`: a map update that creates the entry only.
 const BPF_NOEXIST: u64 = 1;
 
-/// The conntrack entry of `flow`, through this CPU's flow cache: the cached copy while its
-/// lease lasts and its backend's generation is unchanged, else `CONNTRACK`'s (which refills
-/// the cache). A copy whose lease ended and whose flow `CONNTRACK` lost is written back there;
+/// The conntrack entry of `flow`, through this CPU's flow cache, and whether it is the cached
+/// copy: the copy while its lease lasts and its backend's generation is unchanged, else
+/// `CONNTRACK`'s (which refills the cache). A copy whose lease ended and whose flow `CONNTRACK` lost is written back there;
 /// a stale copy whose flow `CONNTRACK` lost is emptied, and the flow is selected again.
 #[inline(always)]
-fn flow_entry(flow: &FlowKey) -> Option<FlowEntry> {
+fn flow_entry(flow: &FlowKey) -> Option<(FlowEntry, bool)> {
     let w = key_words(flow);
     let at = cache_index(&w);
     let mut way = 0;
@@ -421,7 +444,7 @@ fn flow_entry(flow: &FlowKey) -> Option<FlowEntry> {
                 let current = (*e).generation == backend_generation(copy.backend);
                 if hits < FLOW_CACHE_LEASE && current {
                     (*e).hits = hits;
-                    return Some(copy);
+                    return Some((copy, true));
                 }
                 let entry = match CONNTRACK.get_ptr(flow) {
                     Some(c) => *c,
@@ -442,12 +465,12 @@ fn flow_entry(flow: &FlowKey) -> Option<FlowEntry> {
                     words(e).add(6),
                     hits_word(backend_generation(entry.backend)),
                 );
-                return Some(entry);
+                return Some((entry, false));
             }
         }
         way += 1;
     }
     let entry = unsafe { *CONNTRACK.get_ptr(flow)? };
     fill_at(at, &w, entry);
-    Some(entry)
+    Some((entry, false))
 }

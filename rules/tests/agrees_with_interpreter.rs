@@ -95,7 +95,11 @@ fn bool_expr() -> impl Strategy<Value = Expr> {
     ];
     leaf.prop_recursive(6, 48, 2, |inner| {
         prop_oneof![
-            2 => inner.clone().prop_map(|e| node(ExprKind::Not(Box::new(e)))),
+            // At most two NOTs in a row: the parser refuses more than four (MAX_NOTS).
+            2 => inner.clone().prop_map(|e| match &e.kind {
+                ExprKind::Not(inside) if matches!(inside.kind, ExprKind::Not(_)) => e,
+                _ => node(ExprKind::Not(Box::new(e))),
+            }),
             3 => prop::collection::vec(inner.clone(), 2..4)
                 .prop_map(|operands| node(ExprKind::And(operands))),
             3 => prop::collection::vec(inner.clone(), 2..4)

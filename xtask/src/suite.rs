@@ -37,12 +37,18 @@ enum Event {
 /// Runs the suite; exits as `cargo test` did.
 pub fn run(ws: &Workspace, extra: &[String]) -> Result<ExitCode> {
     println!(
-        "xtask: CI=true cargo test --workspace --exclude router-ebpf --features xtask/lab {}",
+        "xtask: CI=true cargo test --no-fail-fast --workspace --exclude router-ebpf --features xtask/lab {}",
         extra.join(" ")
     );
     let mut child = ws
         .cargo()
-        .args(["test", "--workspace", "--exclude", "router-ebpf"])
+        .args([
+            "test",
+            "--no-fail-fast",
+            "--workspace",
+            "--exclude",
+            "router-ebpf",
+        ])
         .args(["--features", "xtask/lab"])
         .args(ws.profile_args())
         .args(extra)

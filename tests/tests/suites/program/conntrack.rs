@@ -490,3 +490,41 @@ fn a_flow_re_selected_on_another_cpu_is_not_sent_back_by_an_old_copy() -> Result
     }
     run(&mut lab, table)
 }
+
+#[test]
+fn a_flow_re_selected_on_another_cpu_after_its_service_moved_slot_is_tracked_here() -> Result<()> {
+    let Some(mut lab) = lab("fx-fc-moved") else {
+        return Ok(());
+    };
+    if router_tests::bench::host::cpu_count() < 2 {
+        eprintln!("fx-fc-moved: skipped: one CPU");
+        return Ok(());
+    }
+    let frame = packets::tcp(c4(), 45_500, v4(), 80);
+    let without_web = {
+        let mut cfg = super::fixture_config();
+        cfg.services.retain(|s| s.name != "web");
+        cfg
+    };
+    let table: Vec<Step> = vec![
+        on_cpu(0),
+        first_packet(&frame),
+        second_packet(&frame),
+        // CPU 0's copy names the service's old slot.
+        step(
+            "the service leaves and comes back in another slot",
+            move |lab, _| {
+                lab.apply(&without_web)?;
+                lab.apply(&super::fixture_config())
+            },
+        ),
+        on_cpu(1),
+        forwarded("re-selected on CPU 1", frame.clone(), Reason::Reselected).into(),
+        on_cpu(0),
+        // Conntrack has the flow in the new slot: CPU 0's stale copy is not a reason to
+        // select it again.
+        forwarded("tracked on CPU 0", frame.clone(), Reason::ConntrackHit).into(),
+        forwarded("and then", frame, Reason::ConntrackHit).into(),
+    ];
+    run(&mut lab, table)
+}
