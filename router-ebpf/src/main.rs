@@ -9,6 +9,8 @@
 //! from maps the agent writes (`NEXT_HOPS`) or the program records (`NAT_REVERSE`).
 #![no_std]
 #![no_main]
+// Inline BPF assembly: the parser's word loads from packet memory (`parse::packet_load!`).
+#![feature(asm_experimental_arch)]
 // The `#[xdp]` macro generates the exported entry symbol without its doc comment.
 #![allow(missing_docs)]
 #![expect(

@@ -193,38 +193,75 @@ pub fn parse(ctx: &XdpContext, pkt: &mut Packet) -> Result<(), Reason> {
     }
 }
 
-/// Stores an address given as four native-order words into a flow field with four 32-bit
+/// Stores an address given as two native-order 64-bit words into a flow field with two 64-bit
 /// stores. Assigning a `[u8; 16]` (from the packet, or built from an IPv4 address) became a call
-/// to the BPF target's byte-at-a-time `memmove` or `memset`. `field` must be 4-aligned.
+/// to the BPF target's byte-at-a-time `memmove` or `memset`. The stores are as wide as the
+/// loads that read the address back (the filter and flow-cache hashes read 64-bit words): a
+/// load that spans two narrower stores still in flight cannot be forwarded from them and
+/// stalls. `field` must be 8-aligned.
 #[inline(always)]
 #[expect(
     clippy::cast_ptr_alignment,
-    reason = "callers pass the flow's addresses, which are 4-aligned (see the SAFETY comment)"
+    reason = "callers pass the flow's addresses, which are 8-aligned (see the SAFETY comment)"
 )]
-fn set_addr(field: &mut [u8; 16], words: [u32; 4]) {
-    let w = core::ptr::from_mut(field).cast::<u32>();
-    for (i, word) in words.into_iter().enumerate() {
-        // SAFETY: the flow's addresses are 4-aligned (`FlowKey` sits 8-aligned in `Packet`, its
-        // addresses at offsets 0 and 16) and 16 bytes long; `i` < 4.
-        unsafe { core::ptr::write_volatile(w.add(i), word) };
+fn set_addr(field: &mut [u8; 16], words: [u64; 2]) {
+    let w = core::ptr::from_mut(field).cast::<u64>();
+    // SAFETY: the flow's addresses are 8-aligned (`FlowKey` sits 8-aligned in `Packet`, its
+    // addresses at offsets 0 and 16) and 16 bytes long.
+    unsafe {
+        core::ptr::write_volatile(w, words[0]);
+        core::ptr::write_volatile(w.add(1), words[1]);
     }
 }
 
-/// An IPv4 address in the flow's layout (first four bytes, then zeros), as words.
-#[inline(always)]
-fn v4_addr(a: [u8; 4]) -> [u32; 4] {
-    [u32::from_ne_bytes(a), 0, 0, 0]
+/// A load of `$ty` from packet memory at `$p`, written out as one BPF instruction.
+///
+/// Packet memory has no alignment LLVM can rely on, so a plain read of a `[u8; 4]` becomes four
+/// byte loads, three shifts and three ors. The kernel permits misaligned packet loads wherever
+/// the architecture has efficient unaligned access (x86-64, arm64: no `BPF_F_STRICT_ALIGNMENT`);
+/// the instruction is written out so LLVM can neither split it nor assume an alignment.
+macro_rules! packet_load {
+    ($p:expr, $ty:ty, $width:literal) => {{
+        let v: $ty;
+        // SAFETY (callers): `$p` points into the packet and the bytes loaded were checked
+        // against `data_end`; the load neither writes nor touches the stack.
+        core::arch::asm!(
+            concat!("{v} = *(", $width, " *)({p} + 0)"),
+            v = lateout(reg) v,
+            p = in(reg) $p,
+            options(pure, readonly, nostack, preserves_flags),
+        );
+        v
+    }};
 }
 
-/// An IPv6 address as native-order words (byte loads: packet memory has no alignment).
+/// An IPv4 address of a checked header, in the flow's layout (first four bytes, then zeros), as
+/// native-order 64-bit words.
 #[inline(always)]
-fn v6_addr(a: &[u8; 16]) -> [u32; 4] {
-    [
-        u32::from_ne_bytes([a[0], a[1], a[2], a[3]]),
-        u32::from_ne_bytes([a[4], a[5], a[6], a[7]]),
-        u32::from_ne_bytes([a[8], a[9], a[10], a[11]]),
-        u32::from_ne_bytes([a[12], a[13], a[14], a[15]]),
-    ]
+fn v4_addr(a: &[u8; 4]) -> [u64; 2] {
+    // SAFETY: `a` lies in a header `ptr_at` checked.
+    let w: u32 = unsafe { packet_load!(a.as_ptr(), u32, "u32") };
+    [u64::from(w), 0]
+}
+
+/// An IPv6 address of a checked header as native-order 64-bit words.
+#[inline(always)]
+fn v6_addr(a: &[u8; 16]) -> [u64; 2] {
+    let p = a.as_ptr();
+    // SAFETY: `a` lies in a header `ptr_at` checked; both words are inside its 16 bytes.
+    unsafe {
+        [
+            packet_load!(p, u64, "u64"),
+            packet_load!(p.add(8), u64, "u64"),
+        ]
+    }
+}
+
+/// A 16-bit big-endian field of a checked header.
+#[inline(always)]
+fn be16(f: &[u8; 2]) -> u16 {
+    // SAFETY: `f` lies in a header `ptr_at` checked.
+    u16::from_be(unsafe { packet_load!(f.as_ptr(), u16, "u16") })
 }
 
 /// Smallest TCP header.
@@ -260,8 +297,30 @@ fn ports(ctx: &XdpContext, off: usize, need: usize, end: usize) -> Result<(u16, 
     if off + need > end {
         return Err(Reason::MalformedPass);
     }
-    let p = unsafe { *p };
-    Ok((p[0], p[1]))
+    // SAFETY: `ptr_at` checked the four bytes.
+    let w: u32 = unsafe { packet_load!(p.cast::<u8>(), u32, "u32") };
+    let b = w.to_ne_bytes();
+    Ok((
+        u16::from_ne_bytes([b[0], b[1]]),
+        u16::from_ne_bytes([b[2], b[3]]),
+    ))
+}
+
+/// Stores a flow's ports, protocol and family (the key's last eight bytes, padding zero) with
+/// one 64-bit store, as wide as the load of the flow-cache hash that reads them back (see
+/// [`set_addr`]).
+#[inline(always)]
+#[expect(
+    clippy::cast_ptr_alignment,
+    reason = "`sport` sits 8-aligned: `FlowKey` is 8-aligned in `Packet`, `sport` at offset 32"
+)]
+fn set_tail(f: &mut FlowKey, sport: u16, dport: u16, proto: u8, family: u8) {
+    const _: () = assert!(core::mem::offset_of!(FlowKey, sport) == 32);
+    const _: () = assert!(size_of::<FlowKey>() == 40);
+    let (s, d) = (sport.to_ne_bytes(), dport.to_ne_bytes());
+    let word = u64::from_ne_bytes([s[0], s[1], d[0], d[1], proto, family, 0, 0]);
+    // SAFETY: the last eight bytes of the key, 8-aligned (see above).
+    unsafe { core::ptr::write_volatile((&raw mut f.sport).cast::<u64>(), word) };
 }
 
 #[inline(always)]
@@ -273,13 +332,13 @@ fn parse_ipv4(ctx: &XdpContext, l3: usize, pkt: &mut Packet) -> Result<(), Reaso
         return Err(Reason::MalformedPass);
     }
     // The datagram must hold its header and fit in the frame; what follows it is padding.
-    let total = u16::from_be_bytes(ip.tot_len) as usize;
+    let total = be16(&ip.tot_len) as usize;
     let end = l3 + total;
     if total < ihl || end > frame_len(ctx) {
         return Err(Reason::MalformedPass);
     }
     let l4 = l3 + ihl;
-    let frags = u16::from_be_bytes(ip.frags);
+    let frags = be16(&ip.frags);
     let more = frags & 0x2000 != 0;
     let offset = frags & 0x1fff;
     let frag = if offset != 0 {
@@ -292,7 +351,7 @@ fn parse_ipv4(ctx: &XdpContext, l3: usize, pkt: &mut Packet) -> Result<(), Reaso
     pkt.frag_id = if frag == frag::NONE {
         0
     } else {
-        u32::from(u16::from_be_bytes(ip.id))
+        u32::from(be16(&ip.id))
     };
     pkt.l3 = l3;
     pkt.l4 = l4;
@@ -300,15 +359,16 @@ fn parse_ipv4(ctx: &XdpContext, l3: usize, pkt: &mut Packet) -> Result<(), Reaso
     match ip.proto {
         PROTO_TCP | PROTO_UDP => {
             let f = &mut pkt.flow;
-            set_addr(&mut f.src, v4_addr(ip.src_addr));
-            set_addr(&mut f.dst, v4_addr(ip.dst_addr));
-            f.proto = ip.proto;
-            f.family = FAMILY_V4;
+            set_addr(&mut f.src, v4_addr(&ip.src_addr));
+            set_addr(&mut f.dst, v4_addr(&ip.dst_addr));
             // A first fragment carries the ports: the service is looked up with them (the
             // datagram is then balanced on addresses and the service port).
-            if frag != frag::LATER {
-                (f.sport, f.dport) = ports(ctx, l4, l4_len(ip.proto), end)?;
-            }
+            let (sport, dport) = if frag == frag::LATER {
+                (0, 0)
+            } else {
+                ports(ctx, l4, l4_len(ip.proto), end)?
+            };
+            set_tail(f, sport, dport, ip.proto, FAMILY_V4);
             Ok(())
         }
         PROTO_ICMP if frag == frag::NONE => {
@@ -348,12 +408,9 @@ fn icmpv4_inner(
     // The quote holds the original header and at least 64 bits of its data (RFC 792).
     let (sport, dport) = ports(ctx, inner_l3 + ihl, ICMP_QUOTED_DATA, end)?;
     // The quoted packet left the virtual IP towards the client: reverse it.
-    set_addr(&mut f.src, v4_addr(ip.dst_addr));
-    set_addr(&mut f.dst, v4_addr(ip.src_addr));
-    f.sport = dport;
-    f.dport = sport;
-    f.proto = ip.proto;
-    f.family = FAMILY_V4;
+    set_addr(&mut f.src, v4_addr(&ip.dst_addr));
+    set_addr(&mut f.dst, v4_addr(&ip.src_addr));
+    set_tail(f, dport, sport, ip.proto, FAMILY_V4);
     Ok(())
 }
 
@@ -365,7 +422,7 @@ fn parse_ipv6(ctx: &XdpContext, l3: usize, pkt: &mut Packet) -> Result<(), Reaso
         return Err(Reason::MalformedPass);
     }
     // The payload must fit in the frame (a jumbogram cannot be an Ethernet frame).
-    let end = l3 + Ipv6Hdr::LEN + u16::from_be_bytes(ip.payload_len) as usize;
+    let end = l3 + Ipv6Hdr::LEN + be16(&ip.payload_len) as usize;
     if end > frame_len(ctx) {
         return Err(Reason::MalformedPass);
     }
@@ -428,13 +485,14 @@ fn parse_ipv6(ctx: &XdpContext, l3: usize, pkt: &mut Packet) -> Result<(), Reaso
             let f = &mut pkt.flow;
             set_addr(&mut f.src, v6_addr(&ip.src_addr));
             set_addr(&mut f.dst, v6_addr(&ip.dst_addr));
-            f.proto = next;
-            f.family = FAMILY_V6;
             // A first fragment carries the ports: the service is looked up with them (the
             // datagram is then balanced on addresses and the service port).
-            if frag != frag::LATER {
-                (f.sport, f.dport) = ports(ctx, off, l4_len(next), end)?;
-            }
+            let (sport, dport) = if frag == frag::LATER {
+                (0, 0)
+            } else {
+                ports(ctx, off, l4_len(next), end)?
+            };
+            set_tail(f, sport, dport, next, FAMILY_V6);
             Ok(())
         }
         PROTO_ICMPV6 if frag == frag::NONE => {
@@ -476,10 +534,7 @@ fn icmpv6_inner(
     let (sport, dport) = ports(ctx, inner_l3 + Ipv6Hdr::LEN, ICMP_QUOTED_DATA, end)?;
     set_addr(&mut f.src, v6_addr(&ip.dst_addr));
     set_addr(&mut f.dst, v6_addr(&ip.src_addr));
-    f.sport = dport;
-    f.dport = sport;
-    f.proto = ip.next_hdr;
-    f.family = FAMILY_V6;
+    set_tail(f, dport, sport, ip.next_hdr, FAMILY_V6);
     Ok(())
 }
 
