@@ -193,24 +193,39 @@ pub fn parse(ctx: &XdpContext, pkt: &mut Packet) -> Result<(), Reason> {
     }
 }
 
-/// Stores an address given as two native-order 64-bit words into a flow field with two 64-bit
-/// stores. Assigning a `[u8; 16]` (from the packet, or built from an IPv4 address) became a call
-/// to the BPF target's byte-at-a-time `memmove` or `memset`. The stores are as wide as the
-/// loads that read the address back (the filter and flow-cache hashes read 64-bit words): a
-/// load that spans two narrower stores still in flight cannot be forwarded from them and
-/// stalls. `field` must be 8-aligned.
+/// Writes the whole flow key `f` with five 64-bit stores: the addresses as native-order words
+/// ([`v4_addr`], [`v6_addr`]), then ports, protocol and family in the last word (padding zero).
+/// Assigning the `[u8; 16]` fields instead became a call to the BPF target's byte-at-a-time
+/// `memmove` or `memset`. The stores are as wide as the loads that read the key back (the filter
+/// and flow-cache hashes read 64-bit words): a load that spans two narrower stores still in
+/// flight cannot be forwarded from them and stalls.
 #[inline(always)]
 #[expect(
     clippy::cast_ptr_alignment,
-    reason = "callers pass the flow's addresses, which are 8-aligned (see the SAFETY comment)"
+    reason = "the flow is 8-aligned: `FlowKey` sits 8-aligned in `Packet` (see `Packet::reset`)"
 )]
-fn set_addr(field: &mut [u8; 16], words: [u64; 2]) {
-    let w = core::ptr::from_mut(field).cast::<u64>();
-    // SAFETY: the flow's addresses are 8-aligned (`FlowKey` sits 8-aligned in `Packet`, its
-    // addresses at offsets 0 and 16) and 16 bytes long.
+fn set_flow(
+    f: &mut FlowKey,
+    src: [u64; 2],
+    dst: [u64; 2],
+    sport: u16,
+    dport: u16,
+    proto: u8,
+    family: u8,
+) {
+    const _: () = assert!(core::mem::offset_of!(FlowKey, dst) == 16);
+    const _: () = assert!(core::mem::offset_of!(FlowKey, sport) == 32);
+    const _: () = assert!(size_of::<FlowKey>() == 40);
+    let (s, d) = (sport.to_ne_bytes(), dport.to_ne_bytes());
+    let tail = u64::from_ne_bytes([s[0], s[1], d[0], d[1], proto, family, 0, 0]);
+    let w = core::ptr::from_mut(f).cast::<u64>();
+    // SAFETY: the key's 40 bytes, 8-aligned (see above).
     unsafe {
-        core::ptr::write_volatile(w, words[0]);
-        core::ptr::write_volatile(w.add(1), words[1]);
+        core::ptr::write_volatile(w, src[0]);
+        core::ptr::write_volatile(w.add(1), src[1]);
+        core::ptr::write_volatile(w.add(2), dst[0]);
+        core::ptr::write_volatile(w.add(3), dst[1]);
+        core::ptr::write_volatile(w.add(4), tail);
     }
 }
 
@@ -306,23 +321,6 @@ fn ports(ctx: &XdpContext, off: usize, need: usize, end: usize) -> Result<(u16, 
     ))
 }
 
-/// Stores a flow's ports, protocol and family (the key's last eight bytes, padding zero) with
-/// one 64-bit store, as wide as the load of the flow-cache hash that reads them back (see
-/// [`set_addr`]).
-#[inline(always)]
-#[expect(
-    clippy::cast_ptr_alignment,
-    reason = "`sport` sits 8-aligned: `FlowKey` is 8-aligned in `Packet`, `sport` at offset 32"
-)]
-fn set_tail(f: &mut FlowKey, sport: u16, dport: u16, proto: u8, family: u8) {
-    const _: () = assert!(core::mem::offset_of!(FlowKey, sport) == 32);
-    const _: () = assert!(size_of::<FlowKey>() == 40);
-    let (s, d) = (sport.to_ne_bytes(), dport.to_ne_bytes());
-    let word = u64::from_ne_bytes([s[0], s[1], d[0], d[1], proto, family, 0, 0]);
-    // SAFETY: the last eight bytes of the key, 8-aligned (see above).
-    unsafe { core::ptr::write_volatile((&raw mut f.sport).cast::<u64>(), word) };
-}
-
 #[inline(always)]
 fn parse_ipv4(ctx: &XdpContext, l3: usize, pkt: &mut Packet) -> Result<(), Reason> {
     let ip: *const Ipv4Hdr = ptr_at(ctx, l3).ok_or(Reason::MalformedPass)?;
@@ -358,9 +356,6 @@ fn parse_ipv4(ctx: &XdpContext, l3: usize, pkt: &mut Packet) -> Result<(), Reaso
     pkt.frag = frag;
     match ip.proto {
         PROTO_TCP | PROTO_UDP => {
-            let f = &mut pkt.flow;
-            set_addr(&mut f.src, v4_addr(&ip.src_addr));
-            set_addr(&mut f.dst, v4_addr(&ip.dst_addr));
             // A first fragment carries the ports: the service is looked up with them (the
             // datagram is then balanced on addresses and the service port).
             let (sport, dport) = if frag == frag::LATER {
@@ -368,7 +363,15 @@ fn parse_ipv4(ctx: &XdpContext, l3: usize, pkt: &mut Packet) -> Result<(), Reaso
             } else {
                 ports(ctx, l4, l4_len(ip.proto), end)?
             };
-            set_tail(f, sport, dport, ip.proto, FAMILY_V4);
+            set_flow(
+                &mut pkt.flow,
+                v4_addr(&ip.src_addr),
+                v4_addr(&ip.dst_addr),
+                sport,
+                dport,
+                ip.proto,
+                FAMILY_V4,
+            );
             Ok(())
         }
         PROTO_ICMP if frag == frag::NONE => {
@@ -408,9 +411,15 @@ fn icmpv4_inner(
     // The quote holds the original header and at least 64 bits of its data (RFC 792).
     let (sport, dport) = ports(ctx, inner_l3 + ihl, ICMP_QUOTED_DATA, end)?;
     // The quoted packet left the virtual IP towards the client: reverse it.
-    set_addr(&mut f.src, v4_addr(&ip.dst_addr));
-    set_addr(&mut f.dst, v4_addr(&ip.src_addr));
-    set_tail(f, dport, sport, ip.proto, FAMILY_V4);
+    set_flow(
+        f,
+        v4_addr(&ip.dst_addr),
+        v4_addr(&ip.src_addr),
+        dport,
+        sport,
+        ip.proto,
+        FAMILY_V4,
+    );
     Ok(())
 }
 
@@ -482,9 +491,6 @@ fn parse_ipv6(ctx: &XdpContext, l3: usize, pkt: &mut Packet) -> Result<(), Reaso
         // A later fragment follows its first whatever header opens the fragmentable part:
         // IPv6 fragments are identified by addresses and identification alone.
         _ if frag == frag::LATER || next == PROTO_TCP || next == PROTO_UDP => {
-            let f = &mut pkt.flow;
-            set_addr(&mut f.src, v6_addr(&ip.src_addr));
-            set_addr(&mut f.dst, v6_addr(&ip.dst_addr));
             // A first fragment carries the ports: the service is looked up with them (the
             // datagram is then balanced on addresses and the service port).
             let (sport, dport) = if frag == frag::LATER {
@@ -492,7 +498,15 @@ fn parse_ipv6(ctx: &XdpContext, l3: usize, pkt: &mut Packet) -> Result<(), Reaso
             } else {
                 ports(ctx, off, l4_len(next), end)?
             };
-            set_tail(f, sport, dport, next, FAMILY_V6);
+            set_flow(
+                &mut pkt.flow,
+                v6_addr(&ip.src_addr),
+                v6_addr(&ip.dst_addr),
+                sport,
+                dport,
+                next,
+                FAMILY_V6,
+            );
             Ok(())
         }
         PROTO_ICMPV6 if frag == frag::NONE => {
@@ -532,9 +546,15 @@ fn icmpv6_inner(
         return Err(Reason::NoService);
     }
     let (sport, dport) = ports(ctx, inner_l3 + Ipv6Hdr::LEN, ICMP_QUOTED_DATA, end)?;
-    set_addr(&mut f.src, v6_addr(&ip.dst_addr));
-    set_addr(&mut f.dst, v6_addr(&ip.src_addr));
-    set_tail(f, dport, sport, ip.next_hdr, FAMILY_V6);
+    set_flow(
+        f,
+        v6_addr(&ip.dst_addr),
+        v6_addr(&ip.src_addr),
+        dport,
+        sport,
+        ip.next_hdr,
+        FAMILY_V6,
+    );
     Ok(())
 }
 

@@ -101,7 +101,7 @@ fn addr_words(a: &[u8; 16]) -> [u32; 4] {
 )]
 fn addr_pair(a: &[u8; 16]) -> [u64; 2] {
     // Volatile: two 64-bit loads of the key in place, as wide as the stores that wrote it
-    // (`parse::set_addr`), rather than a copy through the stack.
+    // (`parse::set_flow`), rather than a copy through the stack.
     // SAFETY: 16 readable, 8-aligned bytes (see above); every bit pattern is a valid u64.
     let p = core::ptr::from_ref(a).cast::<u64>();
     unsafe {
