@@ -343,8 +343,13 @@ impl Runtime {
     /// Starts the probes of the running config (backends and state probes), each backend from
     /// the verdict the health table has for it, and has the resolver follow its backends.
     pub(super) fn start_probes(&mut self) {
+        let addresses = super::backend_addresses(&self.config);
+        // What status says of an address no pool has any more is forgotten with it, as the
+        // health table forgets its next hop: one that comes back shows the resolver's next
+        // report.
+        self.next_hops.retain(|a, _| addresses.contains(a));
         if let Some(resolver) = &self.resolver {
-            resolver.set_targets(super::backend_addresses(&self.config));
+            resolver.set_targets(addresses);
         }
         let health = self.publisher.health();
         let targets = probe::targets(&self.config, |pool, address| {

@@ -132,7 +132,13 @@ impl Follower {
 
     /// Resolves every target and sends the changes; false when the receiver is gone.
     async fn round(&mut self) -> bool {
-        let targets = lock(&self.shared.targets).clone();
+        let (targets, added) = {
+            let mut t = lock(&self.shared.targets);
+            (t.set.clone(), std::mem::take(&mut t.added))
+        };
+        for target in &added {
+            self.last.remove(target);
+        }
         if !self.adopted && !targets.is_empty() {
             match netlink::ours(&self.handle).await {
                 Ok(earlier) => {

@@ -194,9 +194,18 @@ pub enum NextHopError {
 }
 
 struct Shared {
-    targets: Mutex<BTreeSet<IpAddr>>,
+    targets: Mutex<Targets>,
     status: Mutex<BTreeMap<IpAddr, TargetStatus>>,
     wake: Notify,
+}
+
+/// The addresses to follow, and those added since the last round read them.
+#[derive(Debug, Default)]
+struct Targets {
+    set: BTreeSet<IpAddr>,
+    /// Reported by the next round whatever was reported of them before: the caller forgot a
+    /// target it removed, even when it added it back before any round saw it gone.
+    added: BTreeSet<IpAddr>,
 }
 
 /// The running follower. Dropping it stops the task (entries it created stay; they are
@@ -210,7 +219,7 @@ pub struct Resolver {
 impl fmt::Debug for Resolver {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Resolver")
-            .field("targets", &*lock(&self.shared.targets))
+            .field("targets", &lock(&self.shared.targets).set)
             .finish_non_exhaustive()
     }
 }
@@ -250,7 +259,7 @@ pub fn spawn(tx: mpsc::Sender<Vec<NextHopEvent>>) -> Result<Resolver, NextHopErr
     runtime.spawn(connection);
     runtime.spawn(events_connection);
     let shared = Arc::new(Shared {
-        targets: Mutex::new(BTreeSet::new()),
+        targets: Mutex::new(Targets::default()),
         status: Mutex::new(BTreeMap::new()),
         wake: Notify::new(),
     });
@@ -273,9 +282,15 @@ pub fn spawn(tx: mpsc::Sender<Vec<NextHopEvent>>) -> Result<Resolver, NextHopErr
 impl Resolver {
     /// Replaces the set of addresses to resolve and follow; a round runs at once, so new
     /// ones are resolved (and removed ones dropped from [`Resolver::snapshot`]) without
-    /// waiting for the resync.
+    /// waiting for the resync. Every address added is reported by the next round, even one
+    /// removed and added back before any round saw it gone: a caller forgets what it knew of
+    /// the targets it removes.
     pub fn set_targets(&self, targets: BTreeSet<IpAddr>) {
-        *lock(&self.shared.targets) = targets;
+        let mut t = lock(&self.shared.targets);
+        let added: Vec<IpAddr> = targets.difference(&t.set).copied().collect();
+        t.added.extend(added);
+        t.set = targets;
+        drop(t);
         self.shared.wake.notify_one();
     }
 

@@ -25,7 +25,8 @@ use tokio::sync::mpsc;
 const RESOLVE_DEADLINE: Duration = Duration::from_secs(10);
 
 enum Command {
-    SetTargets(BTreeSet<IpAddr>),
+    /// Each set in turn, with no await in between: no round of the resolver runs between them.
+    SetTargets(Vec<BTreeSet<IpAddr>>),
     Snapshot(std_mpsc::Sender<BTreeMap<IpAddr, Resolution>>),
 }
 
@@ -64,7 +65,11 @@ impl Running {
                     loop {
                         tokio::select! {
                             command = command_rx.recv() => match command {
-                                Some(Command::SetTargets(t)) => resolver.set_targets(t),
+                                Some(Command::SetTargets(sets)) => {
+                                    for t in sets {
+                                        resolver.set_targets(t);
+                                    }
+                                }
                                 Some(Command::Snapshot(reply)) => {
                                     let _ = reply.send(resolver.snapshot());
                                 }
@@ -97,8 +102,14 @@ impl Running {
     }
 
     fn set_targets(&self, targets: &[IpAddr]) {
+        self.set_targets_in_turn(&[targets]);
+    }
+
+    /// Sets each of `sets` in turn, faster than a round: the resolver sees only the last.
+    fn set_targets_in_turn(&self, sets: &[&[IpAddr]]) {
+        let sets = sets.iter().map(|t| t.iter().copied().collect()).collect();
         self.commands
-            .send(Command::SetTargets(targets.iter().copied().collect()))
+            .send(Command::SetTargets(sets))
             .expect("resolver thread alive");
     }
 
@@ -607,4 +618,39 @@ fn a_later_resolver_removes_the_entries_an_earlier_one_left_for_backends_gone_si
     );
     let line = neigh_line(lb, b1, &lb_backend_if(1));
     assert!(line.contains("managed"), "b1's entry went too: {line:?}");
+}
+
+/// A target removed and added back before any round saw it gone (two applies faster than a
+/// round: a config without the backend, then one with it again) is reported again: the agent
+/// forgot its next hop when it removed it, and would otherwise wait for a report forever.
+#[test]
+fn a_target_removed_and_added_back_within_a_round_is_reported_again() {
+    if require(
+        "a_target_removed_and_added_back_within_a_round_is_reported_again",
+        &[],
+    )
+    .is_err()
+    {
+        return;
+    }
+    let topo = topology();
+    let lb = topo.lb();
+    let (b1, b2) = (ip(backend_v4(1)), ip(backend_v4(2)));
+    let hops: Vec<NextHop> = (1..=2)
+        .map(|i| direct(i, ifindex(lb, &lb_backend_if(i))))
+        .collect();
+    let mut running = Running::start(lb);
+    running.set_targets(&[b1, b2]);
+    running.wait_until("both resolve", RESOLVE_DEADLINE, |s| {
+        resolved_to(s, b1, &hops[0]) && resolved_to(s, b2, &hops[1])
+    });
+    running.set_targets_in_turn(&[&[], &[b1, b2]]);
+    let seen = running.events_within(RESYNC * 3);
+    for (addr, hop) in [(b1, &hops[0]), (b2, &hops[1])] {
+        assert!(
+            seen.iter()
+                .any(|e| e.address == addr && e.resolution == Resolution::Resolved(hop.clone())),
+            "{addr} is not reported again: {seen:#?}"
+        );
+    }
 }
