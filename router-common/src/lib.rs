@@ -25,14 +25,22 @@ pub use reason::{Reason, Verdict};
 
 /// Version of the map layout. Maps are pinned under `<pin_path>/v<ABI_VERSION>/`; an agent
 /// refuses to adopt pinned maps of another version rather than reading them with the wrong shape.
-pub const ABI_VERSION: u32 = 6;
+pub const ABI_VERSION: u32 = 7;
 
 /// Entries in one Maglev lookup table: a prime, as the Maglev paper (§3.4) requires, large
 /// enough that each of a few hundred backends gets hundreds of slots.
 pub const MAGLEV_SIZE: u32 = 65_537;
+/// Maglev entries in one `MAGLEV` map value: four backend slots of 16 bits, eight bytes, the
+/// kernel's stride between array values (`round_up(value_size, 8)`), so the entries of a table
+/// lie side by side, 2 bytes each.
+pub const MAGLEV_LANES: u32 = 4;
+/// `MAGLEV` map values per Maglev table: [`MAGLEV_SIZE`] entries, [`MAGLEV_LANES`] to a value
+/// (the last value's last three lanes are unused). 128 KiB a table.
+pub const MAGLEV_VALUES: u32 = MAGLEV_SIZE.div_ceil(MAGLEV_LANES);
+/// A Maglev entry that names no backend (an empty pool).
+pub const MAGLEV_EMPTY: u16 = u16::MAX;
 /// Pool slots. Each pool owns two Maglev tables (the double buffer), so the `MAGLEV` map holds
-/// `MAX_POOLS * 2 * MAGLEV_SIZE` entries (4-byte values the kernel stores 8 bytes apart:
-/// 64 MiB for 64 pools).
+/// `MAX_POOLS * 2 * MAGLEV_VALUES` values (16 MiB for 64 pools).
 pub const MAX_POOLS: u32 = 64;
 /// Backend slots, shared by all pools. A change holds the slots of its new backends beside the
 /// running ones until it is live, so this is twice a large configuration (5,000 backends) with
@@ -194,10 +202,12 @@ pub struct Pool {
     pub flags: u32,
 }
 
-/// Index in the `MAGLEV` map of entry `slot` (`0..MAGLEV_SIZE`) of half `half` (0 or 1; only
-/// its low bit is used) of pool slot `pool`'s double-buffered table. `pool` must be below
-/// [`MAX_POOLS`] and `slot` below [`MAGLEV_SIZE`] for the index to fall inside the map; the
-/// result is not checked (the map lookup is).
+/// Position among the `MAGLEV` map's 16-bit entries of entry `slot` (`0..MAGLEV_SIZE`) of half
+/// `half` (0 or 1; only its low bit is used) of pool slot `pool`'s double-buffered table: the
+/// entry is lane `position % MAGLEV_LANES` of map value `position / MAGLEV_LANES`, at byte
+/// `2 · position` of the mapped array. `pool` must be below [`MAX_POOLS`] and `slot` below
+/// [`MAGLEV_SIZE`] for the position to fall inside the map; the result is not checked (the
+/// map lookup is).
 #[must_use]
 #[expect(
     clippy::inline_always,
@@ -205,8 +215,40 @@ pub struct Pool {
 )]
 #[inline(always)]
 pub const fn maglev_index(pool: u32, half: u32, slot: u32) -> u32 {
-    (pool * 2 + (half & 1)) * MAGLEV_SIZE + slot
+    (pool * 2 + (half & 1)) * (MAGLEV_VALUES * MAGLEV_LANES) + slot
 }
+
+/// The backend slot a 16-bit Maglev entry names, or [`NO_BACKEND`] for [`MAGLEV_EMPTY`].
+#[must_use]
+#[expect(
+    clippy::inline_always,
+    reason = "called by the XDP program per packet: inlined, it costs no BPF-to-BPF call"
+)]
+#[inline(always)]
+pub const fn maglev_backend(entry: u16) -> u32 {
+    if entry == MAGLEV_EMPTY {
+        NO_BACKEND
+    } else {
+        entry as u32
+    }
+}
+
+/// The 16-bit Maglev entry of backend slot `id` ([`NO_BACKEND`] gives [`MAGLEV_EMPTY`]), or
+/// `None` for a slot that does not fit (at or past [`MAGLEV_EMPTY`]; every slot below
+/// [`MAX_BACKENDS`] fits).
+#[must_use]
+pub fn maglev_entry(id: u32) -> Option<u16> {
+    if id == NO_BACKEND {
+        Some(MAGLEV_EMPTY)
+    } else {
+        u16::try_from(id).ok().filter(|&e| e != MAGLEV_EMPTY)
+    }
+}
+
+const _: () = assert!(
+    MAX_BACKENDS < MAGLEV_EMPTY as u32,
+    "backend slots fit a Maglev entry"
+);
 
 /// Backend state: in use and healthy; tracked flows stay, new flows may be sent to it.
 pub const BACKEND_UP: u32 = 1;
@@ -658,12 +700,25 @@ mod tests {
 
     #[test]
     fn maglev_index_is_disjoint_per_pool_and_half() {
+        let table = MAGLEV_VALUES * MAGLEV_LANES;
+        assert!(table >= MAGLEV_SIZE && table - MAGLEV_SIZE < MAGLEV_LANES);
         assert_eq!(maglev_index(0, 0, 0), 0);
-        assert_eq!(maglev_index(0, 1, 0), MAGLEV_SIZE);
-        assert_eq!(maglev_index(1, 0, 5), 2 * MAGLEV_SIZE + 5);
+        assert_eq!(maglev_index(0, 1, 0), table);
+        assert_eq!(maglev_index(1, 0, 5), 2 * table + 5);
+        assert!(maglev_index(0, 0, MAGLEV_SIZE - 1) < maglev_index(0, 1, 0));
         assert_eq!(
-            maglev_index(MAX_POOLS - 1, 1, MAGLEV_SIZE - 1),
-            MAX_POOLS * 2 * MAGLEV_SIZE - 1
+            maglev_index(MAX_POOLS - 1, 1, MAGLEV_SIZE - 1) / MAGLEV_LANES,
+            MAX_POOLS * 2 * MAGLEV_VALUES - 1
         );
+    }
+
+    #[test]
+    fn maglev_entries_round_trip_backend_slots_and_refuse_what_does_not_fit() {
+        for id in [0, 1, MAX_BACKENDS - 1, NO_BACKEND] {
+            assert_eq!(maglev_entry(id).map(maglev_backend), Some(id));
+        }
+        assert_eq!(maglev_entry(NO_BACKEND), Some(MAGLEV_EMPTY));
+        assert_eq!(maglev_entry(u32::from(MAGLEV_EMPTY)), None);
+        assert_eq!(maglev_entry(NO_BACKEND - 1), None);
     }
 }

@@ -8,7 +8,7 @@
 //! | `SERVICE_FILTER` | array | word → 64 bits of the filter ([`filter_bit`]), then a flag word | agent → program | [`FILTER_ENTRIES`] |
 //! | `DECISIONS` | array | slot → decision word `u64` ([`Decision`]) | agent → program | [`MAX_DECISIONS`] |
 //! | `POOLS` | array | pool slot → [`Pool`] | agent → program | [`MAX_POOLS`] |
-//! | `MAGLEV` | array | [`maglev_index`] → backend slot `u32` | agent → program | `MAX_POOLS·2·MAGLEV_SIZE` |
+//! | `MAGLEV` | array | [`maglev_index`] `/ MAGLEV_LANES` → four 16-bit backend slots | agent → program | `MAX_POOLS·2·MAGLEV_VALUES` |
 //! | `BACKENDS` | array | backend slot → [`Backend`] | agent → program | [`MAX_BACKENDS`] |
 //! | `NEXT_HOPS` | array | [`next_hop_index`] → [`NextHop`] | agent → program | `MAX_BACKENDS·2` |
 //! | `CONNTRACK` | LRU hash | [`FlowKey`] → [`FlowEntry`] | program → program, agent (read) | [`CONNTRACK_SIZE`] |

@@ -11,9 +11,9 @@ use aya_ebpf::{
 };
 use router_common::{
     Backend, CONNTRACK_SIZE, CachedFlow, Config, FILTER_ENTRIES, FLOW_CACHE_ENTRIES, FRAGMENT_SIZE,
-    FlowEntry, FlowKey, FragEntry, FragKey, MAGLEV_SIZE, MAX_BACKENDS, MAX_DECISIONS, MAX_POOLS,
-    MAX_SERVICES, MAX_TX_PORTS, NatEntry, NextHop, Pool, Reason, Service, ServiceKey, ServiceSlot,
-    Traffic, Verdict,
+    FlowEntry, FlowKey, FragEntry, FragKey, MAGLEV_LANES, MAGLEV_VALUES, MAX_BACKENDS,
+    MAX_DECISIONS, MAX_POOLS, MAX_SERVICES, MAX_TX_PORTS, NatEntry, NextHop, Pool, Reason, Service,
+    ServiceKey, ServiceSlot, Traffic, Verdict,
 };
 
 /// Services by `(VIP, port, protocol, family)`.
@@ -40,10 +40,14 @@ pub static POOLS: Array<Pool, { MAX_POOLS as usize }> = Array::new();
 /// instead of 65,537 update syscalls), then flips the pool's `active` word with one update.
 const BPF_F_MMAPABLE: usize = 1 << 10;
 
-/// Every pool's two Maglev tables: backend slots, indexed by `router_common::maglev_index`.
+/// Every pool's two Maglev tables: 16-bit backend slots, four to a value
+/// (`router_common::MAGLEV_LANES`), at the positions `router_common::maglev_index` gives.
 #[btf_map]
-pub static MAGLEV: Array<u32, { (MAX_POOLS * 2 * MAGLEV_SIZE) as usize }, BPF_F_MMAPABLE> =
-    Array::new();
+pub static MAGLEV: Array<
+    [u16; MAGLEV_LANES as usize],
+    { (MAX_POOLS * 2 * MAGLEV_VALUES) as usize },
+    BPF_F_MMAPABLE,
+> = Array::new();
 
 /// Backends by slot: address, family, state.
 #[btf_map]

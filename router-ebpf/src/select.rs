@@ -31,10 +31,10 @@ use aya_ebpf::helpers::generated::bpf_get_smp_processor_id;
 use router_common::{
     BACKEND_DOWN, Backend, CachedFlow, Decision, FILTER_F_NAT, FILTER_FLAGS, FILTER_NAT_REPLY,
     FILTER_SERVICE, FILTER_WORDS, FLOW_CACHE_ENTRIES, FLOW_CACHE_LEASE, FLOW_CACHE_WAYS, FlowEntry,
-    FlowKey, MAGLEV_SIZE, MAX_POOLS, NO_BACKEND, NO_POOL, POOL_F_ALL_DOWN_PASS, Reason,
-    SVC_F_HASH_SOURCE, Service, flow_hash,
+    FlowKey, MAGLEV_LANES, MAGLEV_SIZE, MAX_POOLS, NO_BACKEND, NO_POOL, POOL_F_ALL_DOWN_PASS,
+    Reason, SVC_F_HASH_SOURCE, Service, flow_hash,
     hash::{filter_bit_words, flow_cache_set},
-    maglev_index, source_hash,
+    maglev_backend, maglev_index, source_hash,
 };
 
 use crate::maps::{
@@ -72,9 +72,9 @@ fn maglev_lookup(pool: u16, hash: u32) -> u32 {
     let Some(p) = POOLS.get(pool) else {
         return NO_BACKEND;
     };
-    let index = maglev_index(pool, p.active, hash % MAGLEV_SIZE);
-    match MAGLEV.get(index) {
-        Some(id) => *id,
+    let at = maglev_index(pool, p.active, hash % MAGLEV_SIZE);
+    match MAGLEV.get(at / MAGLEV_LANES) {
+        Some(lanes) => maglev_backend(lanes[(at % MAGLEV_LANES) as usize]),
         None => NO_BACKEND,
     }
 }

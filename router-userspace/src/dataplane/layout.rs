@@ -126,7 +126,7 @@ macro_rules! record {
 )]
 pub fn all() -> Vec<MapLayout> {
     use router_common::{
-        CONNTRACK_SIZE, FILTER_ENTRIES, FRAGMENT_SIZE, MAGLEV_SIZE, MAX_BACKENDS, MAX_DECISIONS,
+        CONNTRACK_SIZE, FILTER_ENTRIES, FRAGMENT_SIZE, MAGLEV_VALUES, MAX_BACKENDS, MAX_DECISIONS,
         MAX_POOLS, MAX_SERVICES, MAX_TX_PORTS, Reason, Verdict,
     };
     let flow_key = || {
@@ -203,9 +203,11 @@ pub fn all() -> Vec<MapLayout> {
         MapLayout {
             name: maps::MAGLEV,
             kind: "array (mmapable)",
-            entries: MAX_POOLS * 2 * MAGLEV_SIZE,
-            key: Layout::scalar::<u32>("(pool·2 + half)·65537 + entry"),
-            value: Layout::scalar::<u32>("backend slot; 4294967295 = none"),
+            entries: MAX_POOLS * 2 * MAGLEV_VALUES,
+            key: Layout::scalar::<u32>("(pool·2 + half)·16385 + entry / 4"),
+            value: Layout::scalar::<[u16; 4]>(
+                "backend slot of each entry, lane entry % 4; 65535 = none",
+            ),
         },
         MapLayout {
             name: maps::BACKENDS,

@@ -8,17 +8,23 @@ use aya::{
 };
 use memmap2::{MmapMut, MmapOptions};
 use router_common::{
-    Backend, Config, FlowEntry, FlowKey, MAGLEV_SIZE, MAX_POOLS, NextHop, Pool, Service,
-    ServiceKey, ServiceSlot, Traffic, maglev_index, maps,
+    Backend, Config, FlowEntry, FlowKey, MAGLEV_LANES, MAGLEV_SIZE, MAGLEV_VALUES, MAX_POOLS,
+    NextHop, Pool, Service, ServiceKey, ServiceSlot, Traffic, maglev_backend, maglev_entry,
+    maglev_index, maps,
 };
 
 use super::{Dataplane, DataplaneError};
 
-/// Bytes between entries of the mapped `MAGLEV` array: the kernel stores array values at
-/// `round_up(value_size, 8)` (kernel/bpf/arraymap.c), so each 4-byte entry takes 8.
-const MAGLEV_STRIDE: usize = 8;
+/// Bytes of one entry of the mapped `MAGLEV` array. Its values, four entries each, are 8 bytes,
+/// the kernel's stride between array values (`round_up(value_size, 8)`, kernel/bpf/arraymap.c),
+/// so the entries lie side by side at `2 · maglev_index(…)`.
+const MAGLEV_ENTRY_BYTES: usize = 2;
 /// Bytes of the whole mapped `MAGLEV` array.
-const MAGLEV_BYTES: usize = (MAX_POOLS as usize) * 2 * (MAGLEV_SIZE as usize) * MAGLEV_STRIDE;
+const MAGLEV_BYTES: usize = (MAX_POOLS as usize)
+    * 2
+    * (MAGLEV_VALUES as usize)
+    * (MAGLEV_LANES as usize)
+    * MAGLEV_ENTRY_BYTES;
 
 /// Every map of the program, typed.
 pub struct KernelMaps {
@@ -212,12 +218,13 @@ impl KernelMaps {
             .map_err(|e| DataplaneError::map(maps::DECISIONS, e))
     }
 
-    /// Entry `entry` of half `half` of pool `pool`'s Maglev table.
+    /// The backend slot entry `entry` of half `half` of pool `pool`'s Maglev table names
+    /// ([`router_common::NO_BACKEND`] for none).
     #[must_use]
     pub fn table_entry(&self, pool: u32, half: u32, entry: u32) -> Option<u32> {
-        let at = maglev_index(pool, half, entry) as usize * MAGLEV_STRIDE;
-        let b = self.maglev.get(at..at + 4)?;
-        Some(u32::from_ne_bytes([b[0], b[1], b[2], b[3]]))
+        let at = maglev_index(pool, half, entry) as usize * MAGLEV_ENTRY_BYTES;
+        let b = self.maglev.get(at..at + MAGLEV_ENTRY_BYTES)?;
+        Some(maglev_backend(u16::from_ne_bytes([b[0], b[1]])))
     }
 }
 
@@ -235,8 +242,19 @@ impl Dataplane for KernelMaps {
     }
 
     fn write_table(&mut self, pool: u32, half: u32, table: &[u32]) -> Result<(), DataplaneError> {
-        let start = maglev_index(pool, half, 0) as usize * MAGLEV_STRIDE;
-        let end = start + table.len().min(MAGLEV_SIZE as usize) * MAGLEV_STRIDE;
+        let start = maglev_index(pool, half, 0) as usize * MAGLEV_ENTRY_BYTES;
+        let end = start + table.len().min(MAGLEV_SIZE as usize) * MAGLEV_ENTRY_BYTES;
+        // Every entry is checked before the first is written: a table is copied whole or not
+        // at all.
+        let entries = table
+            .iter()
+            .map(|&id| {
+                maglev_entry(id).ok_or_else(|| DataplaneError::Unrepresentable {
+                    name: maps::MAGLEV,
+                    what: format!("backend slot {id} does not fit a 16-bit Maglev entry"),
+                })
+            })
+            .collect::<Result<Vec<u16>, _>>()?;
         let Some(dst) = self.maglev.get_mut(start..end) else {
             return Err(DataplaneError::map(
                 maps::MAGLEV,
@@ -246,8 +264,8 @@ impl Dataplane for KernelMaps {
                 },
             ));
         };
-        for (chunk, entry) in dst.chunks_exact_mut(MAGLEV_STRIDE).zip(table) {
-            chunk[..4].copy_from_slice(&entry.to_ne_bytes());
+        for (chunk, entry) in dst.chunks_exact_mut(MAGLEV_ENTRY_BYTES).zip(entries) {
+            chunk.copy_from_slice(&entry.to_ne_bytes());
         }
         Ok(())
     }

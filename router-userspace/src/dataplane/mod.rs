@@ -50,6 +50,14 @@ pub enum DataplaneError {
         #[source]
         source: Box<aya::maps::MapError>,
     },
+    /// A value the map's layout cannot hold; nothing of it was written.
+    #[error("map {name}: {what}")]
+    Unrepresentable {
+        /// Map name.
+        name: &'static str,
+        /// What does not fit.
+        what: String,
+    },
     /// A map the object should define is missing.
     #[error("the XDP object has no map {0}")]
     MissingMap(&'static str),

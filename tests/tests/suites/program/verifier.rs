@@ -7,7 +7,9 @@ use std::fs;
 
 use anyhow::{Context as _, Result, ensure};
 use aya::maps::{Array, Map, MapData};
-use router_common::{MAGLEV_SIZE, maglev_index, maps};
+use router_common::{
+    MAGLEV_LANES, MAGLEV_SIZE, MAX_BACKENDS, NO_BACKEND, maglev_backend, maglev_index, maps,
+};
 use router_tests::privileged;
 use switchyard::dataplane::{Dataplane as _, load, maps::KernelMaps};
 
@@ -67,8 +69,11 @@ fn the_object_defines_every_map_of_the_abi() -> Result<()> {
     Ok(())
 }
 
-/// Regression: tables are written through a memory mapping of `MAGLEV`; the kernel lays array
-/// values out 8 bytes apart, and a 4-byte stride once put every table in the wrong place.
+/// Tables are written through a memory mapping of `MAGLEV`, 16-bit entries side by side in
+/// 8-byte values (the kernel's stride between array values); read back through the syscall,
+/// each entry is in the lane and value `maglev_index` names, `NO_BACKEND` is the empty entry,
+/// and the neighbouring tables are untouched. A table with a slot that does not fit an entry
+/// is refused whole.
 #[test]
 fn maglev_tables_written_through_the_mapping_read_back_through_the_syscall() -> Result<()> {
     if privileged::require_root_and_bpf("maglev mapping").is_err() {
@@ -79,27 +84,45 @@ fn maglev_tables_written_through_the_mapping_read_back_through_the_syscall() -> 
         let mut ebpf = load::load(Some(&dir))?;
         let mut kernel = KernelMaps::take(&mut ebpf)?;
         let table: Vec<u32> = (0..MAGLEV_SIZE)
-            .map(|i| i.wrapping_mul(2_654_435_761))
+            .map(|i| {
+                if i % 7 == 3 {
+                    NO_BACKEND
+                } else {
+                    i.wrapping_mul(2_654_435_761) % MAX_BACKENDS
+                }
+            })
             .collect();
         kernel.write_table(5, 1, &table)?;
         let pinned = MapData::from_pin(dir.join(maps::MAGLEV))?;
-        let array: Array<MapData, u32> = Array::try_from(Map::Array(pinned))?;
-        for i in [0, 1, 2, 3, 1000, MAGLEV_SIZE / 2, MAGLEV_SIZE - 1] {
-            let got = array.get(&maglev_index(5, 1, i), 0)?;
+        let array: Array<MapData, [u16; 4]> = Array::try_from(Map::Array(pinned))?;
+        let entry = |pool, half, i| -> Result<u16> {
+            let at = maglev_index(pool, half, i);
+            Ok(array.get(&(at / MAGLEV_LANES), 0)?[(at % MAGLEV_LANES) as usize])
+        };
+        for i in [0, 1, 2, 3, 4, 10, 1000, MAGLEV_SIZE / 2, MAGLEV_SIZE - 1] {
+            let got = entry(5, 1, i)?;
             ensure!(
-                got == table[i as usize],
+                maglev_backend(got) == table[i as usize],
                 "entry {i}: kernel has {got}, wrote {}",
                 table[i as usize]
             );
+            ensure!(
+                kernel.table_entry(5, 1, i) == Some(table[i as usize]),
+                "entry {i} through the mapping"
+            );
         }
         // Its neighbours were not touched.
+        ensure!(entry(5, 0, MAGLEV_SIZE - 1)? == 0, "half 0 was written");
+        ensure!(entry(6, 0, 0)? == 0, "pool 6 was written");
+        let mut too_big = table.clone();
+        too_big[MAGLEV_SIZE as usize - 1] = u32::from(u16::MAX);
         ensure!(
-            array.get(&maglev_index(5, 0, MAGLEV_SIZE - 1), 0)? == 0,
-            "half 0 was written"
+            kernel.write_table(5, 1, &too_big).is_err(),
+            "a slot past 16 bits was taken"
         );
         ensure!(
-            array.get(&maglev_index(6, 0, 0), 0)? == 0,
-            "pool 6 was written"
+            kernel.table_entry(5, 1, MAGLEV_SIZE - 1) == Some(table[MAGLEV_SIZE as usize - 1]),
+            "a refused table was written in part"
         );
         Ok(())
     })();
