@@ -120,6 +120,25 @@ pub struct SourceRange {
     pub prefix: u8,
 }
 
+impl SourceRange {
+    /// Whether `address` lies in the range (an address of the other family never does).
+    #[must_use]
+    pub fn contains(&self, address: IpAddr) -> bool {
+        let host_bits = |bits: u32| bits - u32::from(self.prefix).min(bits);
+        match (self.network, address) {
+            (IpAddr::V4(n), IpAddr::V4(a)) => {
+                let mask = u32::MAX.checked_shl(host_bits(32)).unwrap_or(0);
+                u32::from(n) & mask == u32::from(a) & mask
+            }
+            (IpAddr::V6(n), IpAddr::V6(a)) => {
+                let mask = u128::MAX.checked_shl(host_bits(128)).unwrap_or(0);
+                u128::from(n) & mask == u128::from(a) & mask
+            }
+            _ => false,
+        }
+    }
+}
+
 impl std::fmt::Display for SourceRange {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{}/{}", self.network, self.prefix)
@@ -357,4 +376,28 @@ pub struct SwitchPolicy {
     pub cooldown: Duration,
     /// Returning to a higher-priority rule needs this much continuous truth.
     pub failback_after: Duration,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::SourceRange;
+
+    #[test]
+    fn a_source_range_contains_the_addresses_under_its_prefix_of_its_family() {
+        let range = |s: &str, prefix| SourceRange {
+            network: s.parse().unwrap(),
+            prefix,
+        };
+        let v4 = range("198.18.1.8", 29);
+        assert!(v4.contains("198.18.1.8".parse().unwrap()));
+        assert!(v4.contains("198.18.1.15".parse().unwrap()));
+        assert!(!v4.contains("198.18.1.16".parse().unwrap()));
+        assert!(!v4.contains("::ffff:198.18.1.9".parse().unwrap()));
+        assert!(range("0.0.0.0", 0).contains("203.0.113.1".parse().unwrap()));
+        assert!(range("198.18.1.9", 32).contains("198.18.1.9".parse().unwrap()));
+        let v6 = range("2001:db8:1::", 64);
+        assert!(v6.contains("2001:db8:1::11".parse().unwrap()));
+        assert!(!v6.contains("2001:db8:2::11".parse().unwrap()));
+        assert!(range("::", 0).contains("2001:db8::1".parse().unwrap()));
+    }
 }

@@ -125,6 +125,7 @@ pub(crate) fn validate(parsed: &Parsed, report: &mut Report) -> Option<Config> {
     let users = references(parsed, &pools, &services, report);
     families(parsed, &pools, &services, &users, report);
     backends_are_not_vips(parsed, &pools, &services, report);
+    encap_sources_are_unused(parsed, &pools, &services, report);
     pool::limits(parsed, report);
     let state: Vec<state::Draft> = parsed
         .state
@@ -623,6 +624,74 @@ fn families(
             );
             let rel = key_path(&index_path("backends", *b), "address");
             it.err(report, &rel, message, Some(hint));
+        }
+    }
+}
+
+/// Reports every `encap_source` range that holds a virtual IP or a backend's address. A
+/// backend drops a packet whose source is one of its own addresses as a martian (RFC 1812
+/// §5.3.7; Linux `ip_route_input`), and every backend holds the VIP on its loopback: an outer
+/// source from such a range is traffic lost without a trace, for the flows hashed onto it.
+fn encap_sources_are_unused(
+    parsed: &Parsed,
+    pools: &[pool::Draft],
+    services: &[ServiceDraft],
+    report: &mut Report,
+) {
+    let hint = Some(
+        "the outer source addresses must be addresses no host uses, such as a range set aside \
+         for the balancers (the network between them and the backends must let it through)"
+            .to_owned(),
+    );
+    for (it, draft) in parsed.services.iter().zip(services) {
+        let Some(Forward::Ipip(range)) = draft.value.as_ref().map(|s| s.forward) else {
+            continue;
+        };
+        let vips = parsed
+            .services
+            .iter()
+            .zip(services)
+            .filter_map(|(other, s)| {
+                let vip = s.vip.filter(|&v| range.contains(v))?;
+                let name = s.name.as_deref().unwrap_or("?");
+                let at = other.location(report, "vip");
+                Some((
+                    vip,
+                    format!("{vip}, the virtual IP of service {name:?} ({at})"),
+                ))
+            });
+        let backends = parsed.pools.iter().zip(pools).flat_map(|(other, p)| {
+            p.backends.iter().filter_map(|(b, address)| {
+                if !range.contains(*address) {
+                    return None;
+                }
+                let name = p.name.as_deref().unwrap_or("?");
+                let at = other.location(report, &key_path(&index_path("backends", *b), "address"));
+                Some((
+                    *address,
+                    format!("{address}, a backend of pool {name:?} ({at})"),
+                ))
+            })
+        });
+        // One message per range: the first address it holds, where it is, and how many others
+        // (an address counted once, however many services or pools name it).
+        let mut held: Vec<(IpAddr, String)> = Vec::new();
+        for (address, text) in vips.chain(backends) {
+            if held.iter().all(|(a, _)| *a != address) {
+                held.push((address, text));
+            }
+        }
+        if let Some((_, first)) = held.first() {
+            let more = match held.len() {
+                1 => String::new(),
+                n => format!(" and {} more", n - 1),
+            };
+            it.err(
+                report,
+                "encap_source",
+                format!("encap_source {range} holds {first}{more}"),
+                hint.clone(),
+            );
         }
     }
 }
