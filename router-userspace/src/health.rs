@@ -18,6 +18,21 @@ use std::{
 
 use crate::config::Config;
 
+/// An operator's drain of one backend in one pool (`switchyard ctl backend drain`), as
+/// `HAProxy`'s `set server … state drain` and IPVS's weight 0 do it: new flows avoid the
+/// backend, its tracked flows stay.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Drain {
+    /// Not drained.
+    #[default]
+    Off,
+    /// No new flows; tracked flows stay on it.
+    Draining,
+    /// The drain's timeout passed: its tracked flows are re-selected as well (as for a backend
+    /// that is down), until the drain ends.
+    Evicted,
+}
+
 /// One backend of one pool.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct BackendHealth {
@@ -28,13 +43,15 @@ pub struct BackendHealth {
     pub healthy: bool,
     /// Whether its next hop is resolved (always, when nobody manages next hops).
     pub reachable: bool,
+    /// The operator's drain.
+    pub drain: Drain,
 }
 
 impl BackendHealth {
-    /// Takes new flows: healthy and reachable.
+    /// Takes new flows: healthy, reachable and not drained.
     #[must_use]
     pub fn usable(&self) -> bool {
-        self.healthy && self.reachable
+        self.healthy && self.reachable && self.drain == Drain::Off
     }
 }
 
@@ -62,12 +79,18 @@ impl Health {
     }
 
     /// Makes the table hold `cfg`'s pools. A backend that stays in its pool keeps its verdict
-    /// while the pool has a health check; a new backend, and every backend of a pool without a
-    /// check, is healthy. An address whose earlier pool is gone keeps the verdict it had there
-    /// (a renamed pool keeps its backends' verdicts). Next-hop reports of addresses no pool
-    /// has any more are forgotten: an address that comes back waits for a new report.
+    /// while the pool has a health check, and its drain; a new backend, and every backend of a
+    /// pool without a check, is healthy. An address whose earlier pool is gone keeps the
+    /// verdict it had there (a renamed pool keeps its backends' verdicts). Next-hop reports of
+    /// addresses no pool has any more are forgotten: an address that comes back waits for a
+    /// new report.
     pub fn configure(&mut self, cfg: &Config) {
         let old = std::mem::take(&mut self.pools);
+        let drain = |pool: &str, address: IpAddr| {
+            old.get(pool)
+                .and_then(|p| p.backends.iter().find(|b| b.address == address))
+                .map_or(Drain::Off, |b| b.drain)
+        };
         let verdict = |pool: &str, address: IpAddr| {
             old.get(pool)
                 .and_then(|p| p.backends.iter().find(|b| b.address == address))
@@ -93,6 +116,7 @@ impl Health {
                     address: b.address,
                     healthy: !checked || verdict(&p.name, b.address).unwrap_or(true),
                     reachable: self.reachable(b.address),
+                    drain: drain(&p.name, b.address),
                 })
                 .collect();
             self.pools.insert(p.name.clone(), Pool { backends });
@@ -111,6 +135,7 @@ impl Health {
             address,
             healthy,
             reachable,
+            drain: Drain::Off,
         });
     }
 
@@ -151,6 +176,20 @@ impl Health {
         let changed = b.healthy != healthy;
         b.healthy = healthy;
         changed
+    }
+
+    /// Drains `address` in `pool`, or ends its drain ([`Drain::Off`]). Returns whether it
+    /// changed, `None` when the pool has no such backend.
+    pub fn set_drain(&mut self, pool: &str, address: IpAddr, drain: Drain) -> Option<bool> {
+        let b = self
+            .pools
+            .get_mut(pool)?
+            .backends
+            .iter_mut()
+            .find(|b| b.address == address)?;
+        let changed = b.drain != drain;
+        b.drain = drain;
+        Some(changed)
     }
 
     /// A next-hop report for `address` (`true` resolved), in every pool that has it. Returns

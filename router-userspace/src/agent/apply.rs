@@ -157,6 +157,7 @@ impl Runtime {
             took_us,
         };
         self.record(fragments, source, generation, hash, outcome, reply);
+        self.forget_removed_drains();
         self.start_probes();
         self.probes.clear();
         Ok(())

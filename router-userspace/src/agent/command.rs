@@ -3,7 +3,10 @@
 //! and the operator's `state set` and overrides alike — so the order of two changes is the order
 //! they reached the loop. A [`Query`] reads a snapshot of the runtime between two commands.
 
-use std::time::Instant;
+use std::{
+    net::IpAddr,
+    time::{Duration, Instant},
+};
 
 use rules::engine::{AuditRecord, OverrideRequest};
 use tokio::sync::oneshot;
@@ -31,6 +34,15 @@ pub struct Published {
     pub word: u64,
     /// From the triggering event to the completed write, µs.
     pub latency_us: u64,
+}
+
+/// What `ctl backend` asks of one backend.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DrainOp {
+    /// Drain it; evict it once the timeout (if any) passes.
+    Drain(Option<Duration>),
+    /// End its drain.
+    Undrain,
 }
 
 /// One change to the running agent.
@@ -92,6 +104,17 @@ pub enum Command {
         event: Instant,
         /// The switch written, if the override switched the group.
         reply: Reply<Option<Published>>,
+    },
+    /// `ctl backend drain` or `ctl backend undrain`.
+    Drain {
+        /// The pool.
+        pool: String,
+        /// The backend's address.
+        address: IpAddr,
+        /// What to do.
+        op: DrainOp,
+        /// Whether the maps changed.
+        reply: Reply<bool>,
     },
     /// A read.
     Query(Query),

@@ -24,6 +24,7 @@ use tokio::sync::mpsc;
 
 pub mod apply;
 pub mod command;
+mod drains;
 mod next_hops;
 mod queries;
 mod rates;
@@ -278,6 +279,7 @@ pub async fn run(opts: Options) -> Result<(), AgentError> {
         next_hops: BTreeMap::new(),
         egress,
         sampler: rates::RateSampler::default(),
+        drains: drains::Drains::new(),
     };
     next_hops::first_round(&mut rt, &cfg, &mut hop_rx).await;
     if let Err(e) = rt.start(fragments) {
@@ -299,6 +301,7 @@ pub async fn run(opts: Options) -> Result<(), AgentError> {
             commands,
             recorder,
             metrics,
+            pin_dir: pin_dir.clone(),
         },
     ));
     let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));

@@ -11,8 +11,8 @@ use crate::{
         ctl::StateEntry,
         metrics::{BackendRow, Scrape},
         status::{
-            BackendStatus, InterfaceStatus, NextHopStatus, PoolStatus, ServiceStatus, Status,
-            protocol,
+            BackendStatus, DrainStatus, InterfaceStatus, NextHopStatus, PoolStatus, ServiceStatus,
+            Status, protocol,
         },
     },
     config,
@@ -68,6 +68,15 @@ impl Runtime {
                                     NextHopStatus::resolving("resolving".into())
                                 }),
                             ),
+                            drain: self.drains.get(&(name.clone(), b.address)).map(|d| {
+                                DrainStatus {
+                                    since: d.since,
+                                    until: d.until.map(|(_, secs)| secs),
+                                    evicted: d.evicted,
+                                    slot: b.slot,
+                                    open_flows: None,
+                                }
+                            }),
                         })
                         .collect(),
                 })
@@ -154,6 +163,7 @@ impl Runtime {
                         slot: b.slot,
                         healthy: h.is_some_and(|h| h.healthy),
                         reachable: h.is_some_and(|h| h.reachable),
+                        drain: h.map(|h| h.drain).unwrap_or_default(),
                     }
                 })
             })

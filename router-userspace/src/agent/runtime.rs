@@ -90,6 +90,8 @@ pub struct Runtime {
     pub(super) egress: BTreeMap<u32, String>,
     /// Counter rates between two samples.
     pub(super) sampler: RateSampler,
+    /// Operators' drains.
+    pub(super) drains: super::drains::Drains,
 }
 
 impl Runtime {
@@ -98,7 +100,10 @@ impl Runtime {
         match command {
             Command::Health(ev) => self.on_health(&ev),
             Command::NextHops(events) => self.on_next_hops(events),
-            Command::Deadline => self.decide(&[], false, "timer", Instant::now()),
+            Command::Deadline => {
+                self.expire_drains();
+                self.decide(&[], false, "timer", Instant::now());
+            }
             Command::Sample => self.sample(),
             Command::ApplyDirectory {
                 source,
@@ -135,6 +140,14 @@ impl Runtime {
             } => {
                 let _ = reply.send(self.set_override(&group, request, event));
             }
+            Command::Drain {
+                pool,
+                address,
+                op,
+                reply,
+            } => {
+                let _ = reply.send(self.set_drain(&pool, address, op));
+            }
             Command::Query(q) => self.answer(q),
         }
     }
@@ -144,9 +157,14 @@ impl Runtime {
     /// input).
     #[must_use]
     pub fn next_deadline(&self) -> Option<Instant> {
-        self.driver
+        let decision = self
+            .driver
             .next_deadline()
-            .and_then(|d| self.started.checked_add(d))
+            .and_then(|d| self.started.checked_add(d));
+        match (decision, self.next_drain_deadline()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     /// Engine time now.
@@ -329,15 +347,16 @@ impl Runtime {
             Ok(false) => return,
             Err(e) => error!("pool {pool} backend {address}: writing health failed: {e}"),
         }
+        self.health_changed(&pool, &format!("pool {pool} backend {address}"), event);
+    }
+
+    /// After the health table changed in `pool`: the state store derives its variables again,
+    /// and the groups that read them decide.
+    pub(super) fn health_changed(&mut self, pool: &str, cause: &str, event: Instant) {
         let slots = self
             .store
-            .refresh_health(self.publisher.health(), std::slice::from_ref(&pool));
-        self.decide(
-            &slots,
-            false,
-            &format!("pool {pool} backend {address}"),
-            event,
-        );
+            .refresh_health(self.publisher.health(), &[pool.to_owned()]);
+        self.decide(&slots, false, cause, event);
     }
 
     /// Starts the probes of the running config (backends and state probes), each backend from

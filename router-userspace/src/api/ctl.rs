@@ -6,6 +6,8 @@
 //! | `POST /state` | `{"name","value"}` | `state set` (push variables only, typed) |
 //! | `POST /override` | `{"group","to","reason","ttl"?,"force"?}` | sets an override |
 //! | `DELETE /override/{group}` | | clears it |
+//! | `POST /backend/drain` | `{"pool","address","timeout"?}` | drains a backend |
+//! | `POST /backend/undrain` | `{"pool","address"}` | ends its drain |
 //! | `GET /decisions` | `?group=G` | the audit trail |
 //! | `GET /explain/{group}` | | explain |
 //! | `POST /what-if` | `{"group","set":["var=value",…]}` | explain on a hypothetical state |
@@ -24,7 +26,7 @@ use rules::engine::{Action, OverrideRequest};
 use serde::{Deserialize, Serialize};
 
 use super::{Api, answer, bad};
-use crate::agent::command::{self, Command};
+use crate::agent::command::{self, Command, DrainOp};
 
 /// One variable in `GET /state`.
 #[derive(Debug, Serialize, Deserialize)]
@@ -143,6 +145,52 @@ pub async fn set_override(State(api): State<Api>, Json(req): Json<SetOverride>) 
 /// `DELETE /override/{group}`.
 pub async fn clear_override(State(api): State<Api>, Path(group): Path<String>) -> Response {
     override_op(&api, group, None).await
+}
+
+/// `POST /backend/drain` and `POST /backend/undrain` body.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct DrainRequest {
+    /// The pool.
+    pub pool: String,
+    /// The backend's address.
+    pub address: String,
+    /// Drain only: after this long (`5m`), its remaining tracked flows are re-selected too.
+    #[serde(default)]
+    pub timeout: Option<String>,
+}
+
+async fn drain_op(api: &Api, req: DrainRequest, drain: bool) -> Response {
+    let Ok(address) = req.address.parse() else {
+        return bad(format!("{:?} is not an IP address", req.address));
+    };
+    let op = match (&req.timeout, drain) {
+        (None, true) => DrainOp::Drain(None),
+        (None, false) => DrainOp::Undrain,
+        (Some(t), true) => match humantime::parse_duration(t) {
+            Ok(d) => DrainOp::Drain(Some(d)),
+            Err(e) => return bad(format!("timeout {t:?}: {e}")),
+        },
+        (Some(_), false) => return bad("undrain takes no timeout"),
+    };
+    let r = api
+        .ask(|reply| Command::Drain {
+            pool: req.pool,
+            address,
+            op,
+            reply,
+        })
+        .await;
+    answer(r.map(|r| r.map(|changed| serde_json::json!({ "changed": changed }))))
+}
+
+/// `POST /backend/drain`.
+pub async fn drain(State(api): State<Api>, Json(req): Json<DrainRequest>) -> Response {
+    drain_op(&api, req, true).await
+}
+
+/// `POST /backend/undrain`.
+pub async fn undrain(State(api): State<Api>, Json(req): Json<DrainRequest>) -> Response {
+    drain_op(&api, req, false).await
 }
 
 /// `GET /decisions` query.

@@ -8,6 +8,7 @@
 //! | `switchyard_backend_packets_total`, `…_bytes_total` | counter | `pool`, `backend` |
 //! | `switchyard_backend_healthy` | gauge (0/1) | `pool`, `backend` |
 //! | `switchyard_backend_next_hop_resolved` | gauge (0/1) | `pool`, `backend` |
+//! | `switchyard_backend_drained` | gauge (0 no, 1 draining, 2 evicted) | `pool`, `backend` |
 //! | `switchyard_next_hop_unresolved_total` | counter | `backend` |
 //! | `switchyard_health_check_duration_seconds` | histogram | `pool` |
 //! | `switchyard_map_write_duration_seconds` | histogram | |
@@ -104,6 +105,8 @@ pub struct BackendRow {
     pub healthy: bool,
     /// Whether its next hop is resolved.
     pub reachable: bool,
+    /// The operator's drain.
+    pub drain: crate::health::Drain,
 }
 
 /// What the runtime hands `/metrics` at scrape time.
@@ -220,7 +223,7 @@ impl Collector for ScrapeCollector {
     }
 }
 
-/// The program's counters and each backend's state.
+/// The program's counters by reason and by service, then [`backends`].
 fn dataplane(scrape: &Scrape, encoder: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
     let snap = &scrape.counters;
     let (mut pk, mut by) = (Vec::new(), Vec::new());
@@ -269,8 +272,14 @@ fn dataplane(scrape: &Scrape, encoder: &mut DescriptorEncoder) -> Result<(), std
         MetricType::Counter,
         &by,
     )?;
+    backends(scrape, encoder)
+}
 
+/// Each backend's counters and state.
+fn backends(scrape: &Scrape, encoder: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
+    let snap = &scrape.counters;
     let (mut pk, mut by, mut up, mut hop) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let mut drained = Vec::new();
     for b in &scrape.backends {
         let labels = vec![("pool", b.pool.clone()), ("backend", b.address.to_string())];
         let t = snap
@@ -282,7 +291,13 @@ fn dataplane(scrape: &Scrape, encoder: &mut DescriptorEncoder) -> Result<(), std
         pk.push((labels.clone(), t.packets));
         by.push((labels.clone(), t.bytes));
         up.push((labels.clone(), u64::from(b.healthy)));
-        hop.push((labels, u64::from(b.reachable)));
+        hop.push((labels.clone(), u64::from(b.reachable)));
+        let drain = match b.drain {
+            crate::health::Drain::Off => 0,
+            crate::health::Drain::Draining => 1,
+            crate::health::Drain::Evicted => 2,
+        };
+        drained.push((labels, drain));
     }
     family(
         encoder,
@@ -311,6 +326,14 @@ fn dataplane(scrape: &Scrape, encoder: &mut DescriptorEncoder) -> Result<(), std
         "1 if the backend's next hop is resolved (0: no new flows)",
         MetricType::Gauge,
         &hop,
+    )?;
+    family(
+        encoder,
+        "backend_drained",
+        "The operator's drain: 0 none, 1 draining (no new flows), 2 evicted (its flows \
+         re-selected too)",
+        MetricType::Gauge,
+        &drained,
     )
 }
 

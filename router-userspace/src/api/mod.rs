@@ -33,6 +33,9 @@ pub struct Api {
     pub recorder: Recorder,
     /// The agent's metric families.
     pub metrics: metrics::Metrics,
+    /// Where the maps are pinned (read off the event loop: the tracked flows of drained
+    /// backends).
+    pub pin_dir: std::path::PathBuf,
 }
 
 impl Api {
@@ -84,6 +87,8 @@ pub async fn serve(listener: tokio::net::TcpListener, api: Api) {
         .route("/state", get(ctl::get_state).post(ctl::set_state))
         .route("/override", post(ctl::set_override))
         .route("/override/{group}", delete(ctl::clear_override))
+        .route("/backend/drain", post(ctl::drain))
+        .route("/backend/undrain", post(ctl::undrain))
         .route("/decisions", get(ctl::decisions_log))
         .route("/explain/{group}", get(ctl::explain))
         .route("/what-if", post(ctl::what_if))
@@ -100,9 +105,46 @@ pub async fn serve(listener: tokio::net::TcpListener, api: Api) {
 }
 
 async fn status(State(api): State<Api>) -> Response {
-    match api.query(Query::Status).await {
-        Ok(s) => Json(s).into_response(),
-        Err(r) => r,
+    let mut status = match api.query(Query::Status).await {
+        Ok(s) => s,
+        Err(r) => return r,
+    };
+    open_flows_of_drains(&api, &mut status).await;
+    Json(status).into_response()
+}
+
+/// Counts the tracked flows of every drained backend in `status`, from connection tracking,
+/// on a blocking thread: a pass over the table takes up to a second, and the event loop
+/// decides failovers meanwhile.
+async fn open_flows_of_drains(api: &Api, status: &mut status::Status) {
+    let slots: Vec<u32> = status
+        .pools
+        .iter()
+        .flat_map(|p| &p.backends)
+        .filter_map(|b| b.drain.as_ref().map(|d| d.slot))
+        .collect();
+    if slots.is_empty() {
+        return;
+    }
+    let pin_dir = api.pin_dir.clone();
+    let counted =
+        tokio::task::spawn_blocking(move || crate::dataplane::counters::flows_of(&pin_dir, &slots))
+            .await;
+    let counts = match counted {
+        Ok(Ok(counts)) => counts,
+        Ok(Err(e)) => {
+            log::warn!("counting the tracked flows of drained backends: {e}");
+            return;
+        }
+        Err(_) => return,
+    };
+    for d in status
+        .pools
+        .iter_mut()
+        .flat_map(|p| p.backends.iter_mut())
+        .filter_map(|b| b.drain.as_mut())
+    {
+        d.open_flows = counts.get(&d.slot).copied();
     }
 }
 

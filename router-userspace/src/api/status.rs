@@ -161,6 +161,25 @@ pub struct BackendStatus {
     /// Its next hop.
     #[serde(default)]
     pub next_hop: Option<NextHopStatus>,
+    /// The operator's drain, while it lasts.
+    #[serde(default)]
+    pub drain: Option<DrainStatus>,
+}
+
+/// A drained backend in `/status` (`switchyard ctl backend drain`).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct DrainStatus {
+    /// Since when (seconds since the Unix epoch).
+    pub since: u64,
+    /// When its timeout passes (seconds since the Unix epoch), if it has one.
+    pub until: Option<u64>,
+    /// The timeout passed: its remaining tracked flows are re-selected too.
+    pub evicted: bool,
+    /// Its backend slot (the `backend` field of its `CONNTRACK` entries).
+    pub slot: u32,
+    /// Tracked flows still on it, counted from connection tracking when the status was taken
+    /// (`None` when the table could not be read).
+    pub open_flows: Option<u64>,
 }
 
 /// `tcp` or `udp`.

@@ -23,6 +23,12 @@ pub enum Ctl {
         #[command(subcommand)]
         op: OverrideOp,
     },
+    /// `backend drain POOL ADDRESS [--timeout 5m]` / `backend undrain POOL ADDRESS`.
+    Backend {
+        /// `drain` or `undrain`.
+        #[command(subcommand)]
+        op: BackendOp,
+    },
     /// The audit trail.
     Decisions {
         /// Only this group.
@@ -96,6 +102,29 @@ pub enum OverrideOp {
     Clear {
         /// The decision group.
         group: String,
+    },
+}
+
+/// `ctl backend …`.
+#[derive(Debug, Subcommand)]
+pub enum BackendOp {
+    /// New flows avoid the backend; its tracked flows stay (`status` counts them). Lasts
+    /// until `undrain`, an apply that removes the backend from the pool, or the agent's exit.
+    Drain {
+        /// The pool.
+        pool: String,
+        /// The backend's address.
+        address: String,
+        /// After this long (`5m`), its remaining tracked flows are re-selected too.
+        #[arg(long)]
+        timeout: Option<String>,
+    },
+    /// Ends a drain: the backend takes new flows again (when healthy).
+    Undrain {
+        /// The pool.
+        pool: String,
+        /// The backend's address.
+        address: String,
     },
 }
 
@@ -219,6 +248,39 @@ pub async fn run(dir: &Path, api: Option<&str>, cmd: Ctl) -> Result<()> {
         } => {
             call(&target, c.delete(format!("{base}/override/{group}"))).await?;
             println!("override cleared on {group}");
+        }
+        Ctl::Backend { op } => {
+            let (path, pool, address, body) = match op {
+                BackendOp::Drain {
+                    pool,
+                    address,
+                    timeout,
+                } => {
+                    let body = json!({ "pool": pool, "address": address, "timeout": timeout });
+                    ("drain", pool, address, body)
+                }
+                BackendOp::Undrain { pool, address } => {
+                    let body = json!({ "pool": pool, "address": address });
+                    ("undrain", pool, address, body)
+                }
+            };
+            let v = call(
+                &target,
+                c.post(format!("{base}/backend/{path}")).json(&body),
+            )
+            .await?;
+            let changed = v["changed"].as_bool().unwrap_or(false);
+            match (path, changed) {
+                ("drain", true) => println!(
+                    "pool {pool} backend {address}: draining (no new flows; tracked flows \
+                     stay, `switchyard status` counts them)"
+                ),
+                ("drain", false) => {
+                    println!("pool {pool} backend {address}: already draining (timeout set anew)");
+                }
+                (_, true) => println!("pool {pool} backend {address}: drain ended"),
+                (_, false) => println!("pool {pool} backend {address}: was not drained"),
+            }
         }
         Ctl::Decisions { group } => {
             // Group names are letters, digits, `-` and `_`: no escaping needed.

@@ -251,7 +251,11 @@ pub fn render(s: &Status) -> String {
             let probe = b.probe.as_ref().map_or("not checked".to_owned(), |p| {
                 format!("{} in {} µs", p.detail, p.latency_us)
             });
-            let state = if b.healthy { "up" } else { "DOWN" };
+            let state = match (&b.drain, b.healthy) {
+                (Some(_), _) => "DRAIN",
+                (None, true) => "up",
+                (None, false) => "DOWN",
+            };
             let _ = writeln!(
                 o,
                 "    {:<24} weight {:<5} {:<4}  {probe}",
@@ -271,9 +275,30 @@ pub fn render(s: &Status) -> String {
                 }
                 None => {}
             }
+            if let Some(d) = &b.drain {
+                let _ = writeln!(o, "      {}", drain_line(d, s.time));
+            }
         }
     }
     o
+}
+
+/// A drained backend's line in `status`, as seen at `now` (seconds since the Unix epoch).
+fn drain_line(d: &crate::api::status::DrainStatus, now: u64) -> String {
+    let flows = d
+        .open_flows
+        .map_or("tracked flows not counted".to_owned(), |n| {
+            format!("{n} tracked flows")
+        });
+    let until = match (d.evicted, d.until) {
+        (true, _) => ", timeout passed: its flows are re-selected".to_owned(),
+        (false, Some(u)) => format!(", evicted in {} s", u.saturating_sub(now)),
+        (false, None) => String::new(),
+    };
+    format!(
+        "drained by the operator {} ({flows}{until}): no new flows",
+        ago(now, d.since)
+    )
 }
 
 /// `then` (seconds since the Unix epoch) as seen at `now`: `12 s ago`.

@@ -57,3 +57,29 @@ pub fn snapshot(
     }
     snap
 }
+
+/// Tracked flows (`CONNTRACK` entries) naming each of `slots`, read from the map pinned under
+/// `pin_dir`: one pass over the table (a syscall or two per entry: about a second for the
+/// table's 262,144 entries), so it runs off the agent's event loop. Entries the LRU evicts or
+/// adds during the pass may be missed or counted.
+///
+/// # Errors
+///
+/// When the pinned map cannot be opened.
+pub fn flows_of(
+    pin_dir: &std::path::Path,
+    slots: &[u32],
+) -> Result<std::collections::BTreeMap<u32, u64>, aya::maps::MapError> {
+    use aya::maps::{HashMap, Map};
+    use router_common::{FlowEntry, FlowKey, maps};
+
+    let data = MapData::from_pin(pin_dir.join(maps::CONNTRACK))?;
+    let table: HashMap<MapData, FlowKey, FlowEntry> = HashMap::try_from(Map::LruHashMap(data))?;
+    let mut counts: std::collections::BTreeMap<u32, u64> = slots.iter().map(|&s| (s, 0)).collect();
+    for (_, entry) in table.iter().flatten() {
+        if let Some(n) = counts.get_mut(&entry.backend) {
+            *n += 1;
+        }
+    }
+    Ok(counts)
+}

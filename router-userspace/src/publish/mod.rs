@@ -37,7 +37,7 @@ use router_common::{
 use crate::{
     config::{self, Protocol},
     dataplane::{Dataplane, DataplaneError},
-    health::{BackendHealth, Health},
+    health::{BackendHealth, Drain, Health},
     maglev::MaglevError,
 };
 
@@ -103,18 +103,20 @@ impl BackendState {
     /// unannounced) resets no connection; its health check decides whether it is gone.
     #[expect(
         clippy::match_same_arms,
-        reason = "a table read top to bottom: unhealthy, then unreachable with a last next hop \
-                  and without one, then by weight"
+        reason = "a table read top to bottom: unhealthy, evicted by a drain's timeout, then \
+                  unreachable with a last next hop and without one, then drained, then by weight"
     )]
     fn entry(&self, health: Option<BackendHealth>) -> Backend {
         let state = match health {
             None => BACKEND_DOWN,
-            Some(h) => match (h.healthy, h.reachable, self.weight) {
-                (false, _, _) => BACKEND_DOWN,
-                (true, false, _) if self.hop.is_some() => BACKEND_DRAINING,
-                (true, false, _) => BACKEND_DOWN,
-                (true, true, 0) => BACKEND_DRAINING,
-                (true, true, _) => BACKEND_UP,
+            Some(h) => match (h.healthy, h.reachable, h.drain, self.weight) {
+                (false, _, _, _) => BACKEND_DOWN,
+                (_, _, Drain::Evicted, _) => BACKEND_DOWN,
+                (true, false, _, _) if self.hop.is_some() => BACKEND_DRAINING,
+                (true, false, _, _) => BACKEND_DOWN,
+                (true, true, Drain::Draining, _) => BACKEND_DRAINING,
+                (true, true, _, 0) => BACKEND_DRAINING,
+                (true, true, _, _) => BACKEND_UP,
             },
         };
         let (addr, family) = (addr16(self.address), u32::from(family(self.address)));
@@ -345,6 +347,40 @@ impl Publisher {
             tables::refresh(dp, pool, p, &self.health)?;
         }
         Ok(true)
+    }
+
+    /// Drains `address` in `pool` (or ends its drain) and rewrites the pool's table and
+    /// entries in the safe order of [`tables::refresh`]. Returns whether anything changed,
+    /// `None` when the pool has no such backend.
+    ///
+    /// # Errors
+    ///
+    /// [`PublishError`] when a map write fails; the publisher then holds what it wrote.
+    pub fn set_drain(
+        &mut self,
+        dp: &mut dyn Dataplane,
+        pool: &str,
+        address: IpAddr,
+        drain: Drain,
+    ) -> Result<Option<bool>, PublishError> {
+        let changed = self.health.set_drain(pool, address, drain);
+        if changed == Some(true)
+            && let Some(p) = self.pools.get_mut(pool)
+        {
+            tables::refresh(dp, pool, p, &self.health)?;
+        }
+        Ok(changed)
+    }
+
+    /// The backend slot of `address` in `pool`, as published.
+    #[must_use]
+    pub fn backend_slot(&self, pool: &str, address: IpAddr) -> Option<u32> {
+        self.pools
+            .get(pool)?
+            .backends
+            .iter()
+            .find(|b| b.address == address)
+            .map(|b| b.slot)
     }
 
     /// Records next hops (`Some` resolved, `None` unresolved) and writes them into every slot

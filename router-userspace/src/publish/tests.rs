@@ -232,6 +232,75 @@ fn weight_zero_drains_health_survives_reapply() {
 }
 
 #[test]
+fn an_operators_drain_leaves_the_table_keeps_tracked_flows_and_survives_reapply() {
+    let (mut p, mut dp, cfg) = checked_pool_with_one_backend_down();
+    let a: IpAddr = "198.18.1.11".parse().unwrap();
+    let slot = |p: &Publisher| p.backend_slot("dc1", a).unwrap();
+    let live = |p: &Publisher, dp: &MemoryDataplane| {
+        let pool = &p.pools()["dc1"];
+        owners(&dp.tables[&(pool.slot, pool.active)])
+    };
+    assert_eq!(
+        p.set_drain(&mut dp, "dc1", a, Drain::Draining).unwrap(),
+        Some(true)
+    );
+    // Tracked flows stay (draining, not down); no table names it: the pool's other backend is
+    // down, so the table is empty.
+    assert_eq!(dp.backends[&slot(&p)].state, BACKEND_DRAINING);
+    assert_eq!(
+        live(&p, &dp).keys().copied().collect::<Vec<_>>(),
+        [NO_BACKEND]
+    );
+    assert!(!p.health().usable("dc1", a));
+    assert_eq!(
+        p.set_drain(&mut dp, "dc1", a, Drain::Draining).unwrap(),
+        Some(false)
+    );
+    p.apply(&mut dp, &cfg).unwrap();
+    assert_eq!(
+        dp.backends[&slot(&p)].state,
+        BACKEND_DRAINING,
+        "kept by an apply"
+    );
+    p.set_drain(&mut dp, "dc1", a, Drain::Evicted).unwrap();
+    assert_eq!(
+        dp.backends[&slot(&p)].state,
+        BACKEND_DOWN,
+        "its tracked flows re-selected"
+    );
+    p.set_drain(&mut dp, "dc1", a, Drain::Off).unwrap();
+    assert_eq!(dp.backends[&slot(&p)].state, BACKEND_UP);
+    assert_eq!(
+        live(&p, &dp).keys().copied().collect::<Vec<_>>(),
+        [slot(&p)],
+        "back in the table"
+    );
+    assert_eq!(
+        p.set_drain(
+            &mut dp,
+            "dc1",
+            "198.18.1.99".parse().unwrap(),
+            Drain::Draining
+        )
+        .unwrap(),
+        None,
+        "no such backend"
+    );
+}
+
+#[test]
+fn a_drain_ends_with_its_backend_leaving_the_pool() {
+    let (mut p, mut dp, mut cfg) = checked_pool_with_one_backend_down();
+    let a: IpAddr = "198.18.1.11".parse().unwrap();
+    p.set_drain(&mut dp, "dc1", a, Drain::Draining).unwrap();
+    let kept = cfg.pools[0].backends.remove(0);
+    p.apply(&mut dp, &cfg).unwrap();
+    cfg.pools[0].backends.insert(0, kept);
+    p.apply(&mut dp, &cfg).unwrap();
+    assert_eq!(p.health().get("dc1", a).map(|b| b.drain), Some(Drain::Off));
+}
+
+#[test]
 fn removing_the_health_check_brings_down_backends_up() {
     let (mut p, mut dp, mut cfg) = checked_pool_with_one_backend_down();
     cfg.pools[0].health_check = None;

@@ -1,9 +1,10 @@
 //! The whole system in network namespaces: the real `switchyard attach` in the lb namespace,
 //! real TCP/UDP servers in the backend namespaces, real clients in the client namespace —
-//! balancing, health checks, state-driven failover, hitless operation under load, and hosts
-//! configured as an operator configures real ones.
+//! balancing, health checks, an operator's drain, state-driven failover, hitless operation
+//! under load, and hosts configured as an operator configures real ones.
 
 mod balance;
+mod drain;
 mod failover;
 mod health;
 mod hitless;
