@@ -256,6 +256,22 @@ pub const BACKEND_UP: u32 = 1;
 pub const BACKEND_DRAINING: u32 = 2;
 /// Backend state: unhealthy or removed: tracked flows are re-selected.
 pub const BACKEND_DOWN: u32 = 0;
+/// Backend state: healthy, but an operator's drain timed out: tracked flows are re-selected, as
+/// for [`BACKEND_DOWN`]. Its own value so that an agent resuming the maps does not take it for
+/// a failed health check (a restart ends the drain).
+pub const BACKEND_EVICTED: u32 = 3;
+
+/// Whether a backend in `state` keeps its tracked flows ([`BACKEND_UP`] or
+/// [`BACKEND_DRAINING`]); every other value, known or not, re-selects them.
+#[must_use]
+#[expect(
+    clippy::inline_always,
+    reason = "called by the XDP program per packet: inlined, it costs no BPF-to-BPF call"
+)]
+#[inline(always)]
+pub const fn keeps_flows(state: u32) -> bool {
+    state == BACKEND_UP || state == BACKEND_DRAINING
+}
 
 /// The value of the `BACKENDS` map, indexed by backend slot.
 #[repr(C)]

@@ -29,12 +29,12 @@
 
 use aya_ebpf::helpers::generated::bpf_get_smp_processor_id;
 use router_common::{
-    BACKEND_DOWN, Backend, CachedFlow, Decision, FILTER_F_NAT, FILTER_FLAGS, FILTER_NAT_REPLY,
-    FILTER_SERVICE, FILTER_WORDS, FLOW_CACHE_ENTRIES, FLOW_CACHE_LEASE, FLOW_CACHE_WAYS, FlowEntry,
-    FlowKey, MAGLEV_LANES, MAGLEV_SIZE, MAX_POOLS, NO_BACKEND, NO_POOL, POOL_F_ALL_DOWN_PASS,
-    Reason, SVC_F_HASH_SOURCE, Service, flow_hash,
+    Backend, CachedFlow, Decision, FILTER_F_NAT, FILTER_FLAGS, FILTER_NAT_REPLY, FILTER_SERVICE,
+    FILTER_WORDS, FLOW_CACHE_ENTRIES, FLOW_CACHE_LEASE, FLOW_CACHE_WAYS, FlowEntry, FlowKey,
+    MAGLEV_LANES, MAGLEV_SIZE, MAX_POOLS, NO_BACKEND, NO_POOL, POOL_F_ALL_DOWN_PASS, Reason,
+    SVC_F_HASH_SOURCE, Service, flow_hash,
     hash::{filter_bit_words, flow_cache_set},
-    maglev_backend, maglev_index, source_hash,
+    keeps_flows, maglev_backend, maglev_index, source_hash,
 };
 
 use crate::maps::{
@@ -51,15 +51,11 @@ pub struct Choice {
     pub reason: Reason,
 }
 
-/// The backend in `slot`, if the slot is in use and not down.
+/// The backend in `slot`, if it keeps its tracked flows (up or draining).
 #[inline(always)]
 pub fn usable_backend(slot: u32) -> Option<Backend> {
     let b = BACKENDS.get(slot)?;
-    if b.state == BACKEND_DOWN {
-        None
-    } else {
-        Some(*b)
-    }
+    if keeps_flows(b.state) { Some(*b) } else { None }
 }
 
 /// The backend the live Maglev table of `pool` holds for `hash`, or `NO_BACKEND`.

@@ -246,6 +246,23 @@ impl Lab {
             .set_health(&mut self.maps, pool, address.parse()?, healthy)?;
         Ok(())
     }
+
+    /// An operator's drain of `address` in `pool`, written as the agent writes it.
+    ///
+    /// # Errors
+    ///
+    /// When `address` is not an address of `pool`, or a map write fails.
+    pub fn set_drain(
+        &mut self,
+        pool: &str,
+        address: &str,
+        drain: switchyard::health::Drain,
+    ) -> Result<()> {
+        self.publisher
+            .set_drain(&mut self.maps, pool, address.parse()?, drain)?
+            .ok_or_else(|| anyhow::anyhow!("pool {pool} has no backend {address}"))?;
+        Ok(())
+    }
 }
 
 /// Backend `i`'s resolved next hop: out of `ifindex` (the lb's veth towards it), to its MAC,
@@ -277,5 +294,6 @@ pub fn pool(name: &str, addrs: Vec<std::net::IpAddr>, when_all_down: WhenAllDown
             .collect(),
         health_check: None,
         when_all_down,
+        slow_start: None,
     }
 }

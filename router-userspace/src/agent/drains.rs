@@ -37,6 +37,20 @@ impl Runtime {
         op: DrainOp,
     ) -> Result<bool, String> {
         let event = Instant::now();
+        // A timeout is checked before anything is written: one past what the clock can hold
+        // is refused.
+        let until = match op {
+            DrainOp::Drain(Some(t)) => {
+                let Some(at) = event.checked_add(t) else {
+                    return Err(format!(
+                        "timeout {} is too long",
+                        humantime::format_duration(t)
+                    ));
+                };
+                Some((at, now_secs().saturating_add(t.as_secs())))
+            }
+            DrainOp::Drain(None) | DrainOp::Undrain => None,
+        };
         let state = match op {
             DrainOp::Drain(_) => Drain::Draining,
             DrainOp::Undrain => Drain::Off,
@@ -56,7 +70,6 @@ impl Runtime {
         if let DrainOp::Drain(timeout) = op {
             {
                 let since = self.drains.get(&key).map_or_else(now_secs, |d| d.since);
-                let until = timeout.map(|t| (event + t, now_secs().saturating_add(t.as_secs())));
                 self.drains.insert(
                     key,
                     DrainRecord {

@@ -61,6 +61,7 @@ impl Runtime {
                         .map(|b| BackendStatus {
                             address: b.address.to_string(),
                             weight: b.weight,
+                            effective_weight: b.ramp.and_then(|_| p.weight_in_table(b.slot)),
                             healthy: self.publisher.health().usable(name, b.address),
                             probe: self.probes.get(&(name.clone(), b.address)).cloned(),
                             next_hop: Some(

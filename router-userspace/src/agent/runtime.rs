@@ -97,11 +97,16 @@ pub struct Runtime {
 impl Runtime {
     /// Executes one command.
     pub fn execute(&mut self, command: Command) {
+        self.publisher.set_now(self.now());
         match command {
             Command::Health(ev) => self.on_health(&ev),
             Command::NextHops(events) => self.on_next_hops(events),
             Command::Deadline => {
                 self.expire_drains();
+                let now = self.now();
+                if self.publisher.next_ramp_step().is_some_and(|at| at <= now) {
+                    self.advance_ramps();
+                }
                 self.decide(&[], false, "timer", Instant::now());
             }
             Command::Sample => self.sample(),
@@ -161,10 +166,14 @@ impl Runtime {
             .driver
             .next_deadline()
             .and_then(|d| self.started.checked_add(d));
-        match (decision, self.next_drain_deadline()) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        let ramp = self
+            .publisher
+            .next_ramp_step()
+            .and_then(|d| self.started.checked_add(d));
+        [decision, self.next_drain_deadline(), ramp]
+            .into_iter()
+            .flatten()
+            .min()
     }
 
     /// Engine time now.
@@ -348,6 +357,13 @@ impl Runtime {
             Err(e) => error!("pool {pool} backend {address}: writing health failed: {e}"),
         }
         self.health_changed(&pool, &format!("pool {pool} backend {address}"), event);
+    }
+
+    /// Moves every slow start on to the weight it has reached (a deadline of its own).
+    fn advance_ramps(&mut self) {
+        if let Err(e) = self.publisher.advance_ramps(&mut self.maps) {
+            error!("slow start: writing a pool's table failed: {e}");
+        }
     }
 
     /// After the health table changed in `pool`: the state store derives its variables again,

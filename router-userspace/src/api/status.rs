@@ -154,6 +154,10 @@ pub struct BackendStatus {
     pub address: String,
     /// Weight.
     pub weight: u32,
+    /// The weight its slow start has reached in the live table, while it ramps
+    /// (`pools[].slow_start`).
+    #[serde(default)]
+    pub effective_weight: Option<u32>,
     /// Whether it gets new flows: healthy, and its next hop resolved.
     pub healthy: bool,
     /// The last probe, if checked.

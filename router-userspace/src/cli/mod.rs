@@ -256,10 +256,14 @@ pub fn render(s: &Status) -> String {
                 (None, true) => "up",
                 (None, false) => "DOWN",
             };
+            let weight = match b.effective_weight {
+                Some(w) => format!("{w}/{} (slow start)", b.weight),
+                None => b.weight.to_string(),
+            };
             let _ = writeln!(
                 o,
-                "    {:<24} weight {:<5} {:<4}  {probe}",
-                b.address, b.weight, state
+                "    {:<24} weight {weight:<5} {state:<4}  {probe}",
+                b.address
             );
             match &b.next_hop {
                 Some(h) if h.state == "resolved" => {

@@ -224,6 +224,9 @@ pub struct Pool {
     pub health_check: Option<HealthCheck>,
     /// Behaviour with no usable backend.
     pub when_all_down: WhenAllDown,
+    /// Slow start: a backend that joins the pool's table (new, or back from down or a drain)
+    /// ramps linearly from weight 1 to its weight over this long (`HAProxy`'s `slowstart`).
+    pub slow_start: Option<std::time::Duration>,
 }
 
 /// What a health check does to one backend.

@@ -61,6 +61,7 @@ pub(crate) struct PoolSpec {
     pub backends: Option<Vec<BackendSpec>>,
     pub health_check: Option<HealthCheckSpec>,
     pub when_all_down: Option<String>,
+    pub slow_start: Option<String>,
     pub weights: Option<NotYet>,
 }
 

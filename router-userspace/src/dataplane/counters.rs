@@ -61,7 +61,8 @@ pub fn snapshot(
 /// Tracked flows (`CONNTRACK` entries) naming each of `slots`, read from the map pinned under
 /// `pin_dir`: one pass over the table (a syscall or two per entry: about a second for the
 /// table's 262,144 entries), so it runs off the agent's event loop. Entries the LRU evicts or
-/// adds during the pass may be missed or counted.
+/// adds during the pass may be missed or counted; none is counted twice (the kernel restarts
+/// a walk whose current key was evicted, so each flow is counted once, by its key).
 ///
 /// # Errors
 ///
@@ -76,8 +77,11 @@ pub fn flows_of(
     let data = MapData::from_pin(pin_dir.join(maps::CONNTRACK))?;
     let table: HashMap<MapData, FlowKey, FlowEntry> = HashMap::try_from(Map::LruHashMap(data))?;
     let mut counts: std::collections::BTreeMap<u32, u64> = slots.iter().map(|&s| (s, 0)).collect();
-    for (_, entry) in table.iter().flatten() {
-        if let Some(n) = counts.get_mut(&entry.backend) {
+    let mut seen: std::collections::HashSet<FlowKey> = std::collections::HashSet::new();
+    for (key, entry) in table.iter().flatten() {
+        if let Some(n) = counts.get_mut(&entry.backend)
+            && seen.insert(key)
+        {
             *n += 1;
         }
     }

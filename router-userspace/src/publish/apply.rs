@@ -177,12 +177,14 @@ impl Publisher {
                 Some(o) => PoolState {
                     flags,
                     backends,
+                    slow_start: p.slow_start,
                     ..o
                 },
                 None => PoolState {
                     slot: self.pool_slots.take("pool")?,
                     flags,
                     backends,
+                    slow_start: p.slow_start,
                     active: 1,
                     live: None,
                     built_from: None,
@@ -213,6 +215,7 @@ impl Publisher {
             // What the slot's previous backend left (its generation continues), if this
             // process freed it.
             written: self.freed.remove(&slot),
+            ramp: None,
         })
     }
 
@@ -226,7 +229,7 @@ impl Publisher {
         retired: Vec<BackendState>,
     ) -> Result<BTreeMap<String, PoolState>, PublishError> {
         for (name, (pool, flags_changed)) in &mut pools {
-            tables::publish(dp, name, pool, &self.health, *flags_changed)?;
+            tables::publish(dp, name, pool, &self.health, *flags_changed, self.now)?;
         }
         let pools = pools.into_iter().map(|(n, (p, _))| (n, p)).collect();
         for gone in retired {

@@ -243,6 +243,8 @@ impl Publisher {
                 if let Some(h) = hop {
                     p.hops.insert(address, h);
                 }
+                // Only a failed check is down; an evicted backend was healthy, and a restart
+                // ends its drain.
                 p.health
                     .resume(name, address, entry.state != BACKEND_DOWN, hop.is_some());
                 backends.push(BackendState {
@@ -252,6 +254,7 @@ impl Publisher {
                     hop,
                     half,
                     written: Some(entry),
+                    ramp: None,
                 });
             }
             p.pools.insert(
@@ -260,6 +263,8 @@ impl Publisher {
                     slot: lp.slot,
                     flags: pool.flags,
                     backends,
+                    // Set by the first apply, which every start runs.
+                    slow_start: None,
                     active: pool.active & 1,
                     live: maps.read_table(lp.slot, pool.active & 1),
                     // Unknown: the first apply builds each table once and finds it equal.

@@ -27,11 +27,13 @@
 use std::{
     collections::{BTreeMap, HashMap},
     net::IpAddr,
+    time::Duration,
 };
 
 use router_common::{
-    BACKEND_DOWN, BACKEND_DRAINING, BACKEND_UP, Backend, FAMILY_V4, FAMILY_V6, MAX_BACKENDS,
-    MAX_POOLS, MAX_SERVICES, NextHop, PROTO_TCP, PROTO_UDP, Service, ServiceKey, next_hop_index,
+    BACKEND_DOWN, BACKEND_DRAINING, BACKEND_EVICTED, BACKEND_UP, Backend, FAMILY_V4, FAMILY_V6,
+    MAX_BACKENDS, MAX_POOLS, MAX_SERVICES, NextHop, PROTO_TCP, PROTO_UDP, Service, ServiceKey,
+    next_hop_index,
 };
 
 use crate::{
@@ -46,7 +48,7 @@ pub use apply::encap_range;
 mod filter;
 mod ledger;
 mod slots;
-mod tables;
+pub mod tables;
 mod words;
 
 pub use ledger::{Ledger, LedgerPool, LedgerService, RestoreError};
@@ -77,6 +79,12 @@ pub enum PublishError {
     },
 }
 
+/// Steps of a slow start: its weight lags the linear schedule by at most `1 / RAMP_STEPS` of
+/// the weight.
+pub const RAMP_STEPS: u32 = 20;
+/// The shortest time between two steps of slow starts.
+pub const RAMP_STEP_MIN: Duration = Duration::from_millis(100);
+
 /// One backend of one pool, as published.
 #[derive(Clone, Debug, PartialEq)]
 pub struct BackendState {
@@ -93,6 +101,8 @@ pub struct BackendState {
     pub half: u32,
     /// The entry last written to (or read back from) the slot.
     pub written: Option<Backend>,
+    /// Engine time its slow start began, while it ramps ([`tables::effective_weight`]).
+    pub ramp: Option<Duration>,
 }
 
 impl BackendState {
@@ -111,7 +121,7 @@ impl BackendState {
             None => BACKEND_DOWN,
             Some(h) => match (h.healthy, h.reachable, h.drain, self.weight) {
                 (false, _, _, _) => BACKEND_DOWN,
-                (_, _, Drain::Evicted, _) => BACKEND_DOWN,
+                (_, _, Drain::Evicted, _) => BACKEND_EVICTED,
                 (true, false, _, _) if self.hop.is_some() => BACKEND_DRAINING,
                 (true, false, _, _) => BACKEND_DOWN,
                 (true, true, Drain::Draining, _) => BACKEND_DRAINING,
@@ -171,6 +181,8 @@ pub struct PoolState {
     pub flags: u32,
     /// Backends in configuration order.
     pub backends: Vec<BackendState>,
+    /// `slow_start` of the running config.
+    pub slow_start: Option<Duration>,
     /// Which half is live.
     active: u32,
     /// The live table (None before the first write).
@@ -178,6 +190,18 @@ pub struct PoolState {
     /// The Maglev input `live` was built from (slot, address, weight of each member), so an
     /// apply that leaves a pool's members alone skips building its table (1 ms per pool).
     built_from: Option<Vec<(u32, IpAddr, u32)>>,
+}
+
+impl PoolState {
+    /// The weight backend slot `slot` has in the live table (`None`: not in it).
+    #[must_use]
+    pub fn weight_in_table(&self, slot: u32) -> Option<u32> {
+        self.built_from
+            .as_ref()?
+            .iter()
+            .find(|m| m.0 == slot)
+            .map(|m| m.2)
+    }
 }
 
 /// One service, as published.
@@ -215,6 +239,11 @@ pub struct Publisher {
     /// and slot it wrote, or one it was about to remove): the next apply removes them with its
     /// own removals, so no slot keeps serving tracked flows unknown to the publisher.
     stale: Vec<ServiceState>,
+    /// Engine time of the change being published ([`Publisher::set_now`]): when slow starts
+    /// begin and how far they are.
+    now: Duration,
+    /// Engine time of the last [`Publisher::advance_ramps`].
+    ramped_at: Duration,
 }
 
 impl Default for Publisher {
@@ -290,7 +319,47 @@ impl Publisher {
             health: Health::new(),
             filter: None,
             stale: Vec::new(),
+            now: Duration::ZERO,
+            ramped_at: Duration::ZERO,
         }
+    }
+
+    /// Sets the engine time of what follows: the runtime sets it before each change, tests
+    /// inject it.
+    pub fn set_now(&mut self, now: Duration) {
+        self.now = now;
+    }
+
+    /// When the slow starts take their next step (engine time), if any backend ramps: every
+    /// [`RAMP_STEPS`]th of the shortest ramping pool's `slow_start`, at least
+    /// [`RAMP_STEP_MIN`] apart, so a weight lags its schedule by at most that.
+    #[must_use]
+    pub fn next_ramp_step(&self) -> Option<Duration> {
+        self.pools
+            .values()
+            .filter(|p| p.backends.iter().any(|b| b.ramp.is_some()))
+            .filter_map(|p| p.slow_start)
+            .map(|t| (t / RAMP_STEPS).max(RAMP_STEP_MIN))
+            .min()
+            .and_then(|step| self.ramped_at.checked_add(step))
+    }
+
+    /// Rebuilds the tables of pools with a backend in slow start, at the weights it has
+    /// reached by now (only a table that changed is written). Returns the pools rebuilt.
+    ///
+    /// # Errors
+    ///
+    /// [`PublishError`] when a map write fails; the publisher then holds what it wrote.
+    pub fn advance_ramps(&mut self, dp: &mut dyn Dataplane) -> Result<Vec<String>, PublishError> {
+        self.ramped_at = self.now;
+        let mut rewritten = Vec::new();
+        for (name, pool) in &mut self.pools {
+            if pool.backends.iter().any(|b| b.ramp.is_some()) {
+                tables::publish(dp, name, pool, &self.health, false, self.now)?;
+                rewritten.push(name.clone());
+            }
+        }
+        Ok(rewritten)
     }
 
     /// This publisher, with next hops managed: a backend takes new flows only once
@@ -344,7 +413,7 @@ impl Publisher {
             return Ok(false);
         }
         if let Some(p) = self.pools.get_mut(pool) {
-            tables::refresh(dp, pool, p, &self.health)?;
+            tables::refresh(dp, pool, p, &self.health, self.now)?;
         }
         Ok(true)
     }
@@ -367,7 +436,7 @@ impl Publisher {
         if changed == Some(true)
             && let Some(p) = self.pools.get_mut(pool)
         {
-            tables::refresh(dp, pool, p, &self.health)?;
+            tables::refresh(dp, pool, p, &self.health, self.now)?;
         }
         Ok(changed)
     }
@@ -423,7 +492,7 @@ impl Publisher {
         }
         for name in &touched {
             if let Some(p) = self.pools.get_mut(name) {
-                tables::refresh(dp, name, p, &self.health)?;
+                tables::refresh(dp, name, p, &self.health, self.now)?;
             }
         }
         Ok(changed)

@@ -256,6 +256,7 @@ fn pool(name: &str, backends: Vec<IpAddr>) -> CfgPool {
             .collect(),
         health_check: None,
         when_all_down: WhenAllDown::Drop,
+        slow_start: None,
     }
 }
 

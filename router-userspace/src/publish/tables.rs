@@ -2,6 +2,8 @@
 //! sends a new flow where it cannot go: a backend's entry is valid before a table names it, and
 //! a backend leaves every table before its entry stops taking flows.
 
+use std::{collections::HashSet, time::Duration};
+
 use router_common::{BACKEND_UP, MAGLEV_SIZE, Pool};
 
 use super::{PoolState, PublishError};
@@ -19,10 +21,11 @@ pub(super) fn refresh(
     name: &str,
     pool: &mut PoolState,
     health: &Health,
+    now: Duration,
 ) -> Result<(), PublishError> {
     for up in [true, false] {
         if !up {
-            publish(dp, name, pool, health, false)?;
+            publish(dp, name, pool, health, false, now)?;
         }
         for b in &mut pool.backends {
             let entry = b.entry(health.get(name, b.address));
@@ -35,20 +38,65 @@ pub(super) fn refresh(
     Ok(())
 }
 
-/// Builds `pool`'s table from its usable, weighted backends; when it differs from the live one
-/// (or the flags changed), writes the inactive half and flips.
+/// The weight a backend in slow start has reached at `now`: from 1 at `start` to `weight`
+/// at `start + slow_start`, linearly (rounded up), as `HAProxy`'s `slowstart` ramps a server
+/// back from down.
+#[must_use]
+pub fn effective_weight(weight: u32, start: Duration, slow_start: Duration, now: Duration) -> u32 {
+    let elapsed = now.saturating_sub(start);
+    if slow_start.is_zero() || elapsed >= slow_start {
+        return weight;
+    }
+    let reached = (u128::from(weight) * elapsed.as_nanos()).div_ceil(slow_start.as_nanos());
+    u32::try_from(reached)
+        .unwrap_or(weight)
+        .clamp(1, weight.max(1))
+}
+
+/// Starts and ends `pool`'s slow starts at `now`: a usable, weighted backend that the live
+/// table did not have starts one (only with `slow_start`, and once the pool has a table: a
+/// first build, or an agent resuming its maps, starts none); one that is not usable, or whose
+/// ramp is over, has none.
+fn ramps(name: &str, pool: &mut PoolState, health: &Health, now: Duration) {
+    let members: Option<HashSet<u32>> = pool
+        .built_from
+        .as_ref()
+        .map(|b| b.iter().map(|m| m.0).collect());
+    for b in &mut pool.backends {
+        let member = b.weight > 0 && health.usable(name, b.address);
+        b.ramp = match (pool.slow_start, b.ramp) {
+            (Some(t), Some(start)) if member && now.saturating_sub(start) < t => Some(start),
+            (Some(_), None) if member && members.as_ref().is_some_and(|m| !m.contains(&b.slot)) => {
+                Some(now)
+            }
+            _ => None,
+        };
+    }
+}
+
+/// Builds `pool`'s table from its usable, weighted backends (at the weights their slow starts
+/// have reached by `now`); when it differs from the live one (or the flags changed), writes
+/// the inactive half and flips.
 pub(super) fn publish(
     dp: &mut dyn Dataplane,
     name: &str,
     pool: &mut PoolState,
     health: &Health,
     flags_changed: bool,
+    now: Duration,
 ) -> Result<(), PublishError> {
+    ramps(name, pool, health, now);
+    let slow_start = pool.slow_start.unwrap_or_default();
     let input: Vec<(u32, std::net::IpAddr, u32)> = pool
         .backends
         .iter()
         .filter(|b| b.weight > 0 && health.usable(name, b.address))
-        .map(|b| (b.slot, b.address, b.weight))
+        .map(|b| {
+            let weight = b.ramp.map_or(b.weight, |start| {
+                effective_weight(b.weight, start, slow_start, now)
+            });
+            (b.slot, b.address, weight)
+        })
         .collect();
     // Same members as the live table: it stands, unbuilt. Otherwise build, and write only a
     // table that differs (the inactive half, then one flip, which also carries the flags).

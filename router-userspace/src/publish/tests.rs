@@ -4,6 +4,8 @@
     reason = "pool slots, below MAX_POOLS, compared with the decision word's u16 fields"
 )]
 
+use std::time::Duration;
+
 use router_common::{Decision, NO_BACKEND, SPLIT_SCALE};
 
 use super::*;
@@ -27,6 +29,7 @@ fn pool(name: &str, addrs: &[(&str, u32)]) -> CfgPool {
             .collect(),
         health_check: None,
         when_all_down: WhenAllDown::Drop,
+        slow_start: None,
     }
 }
 
@@ -265,8 +268,8 @@ fn an_operators_drain_leaves_the_table_keeps_tracked_flows_and_survives_reapply(
     p.set_drain(&mut dp, "dc1", a, Drain::Evicted).unwrap();
     assert_eq!(
         dp.backends[&slot(&p)].state,
-        BACKEND_DOWN,
-        "its tracked flows re-selected"
+        router_common::BACKEND_EVICTED,
+        "its tracked flows re-selected, and a restart does not take it for a failed check"
     );
     p.set_drain(&mut dp, "dc1", a, Drain::Off).unwrap();
     assert_eq!(dp.backends[&slot(&p)].state, BACKEND_UP);
@@ -494,6 +497,7 @@ fn a_slot_never_gets_back_a_generation_it_had() {
         hop: None,
         half: 1,
         written: Some(last),
+        ramp: None,
     };
     assert_eq!(next.entry(None).generation, last.generation.wrapping_add(1));
 }
@@ -562,4 +566,109 @@ fn an_address_that_gets_its_old_slot_back_does_not_get_its_old_generation() {
         !seen.contains(&now),
         "generation {now} again, after {seen:?}"
     );
+}
+
+#[test]
+fn slow_start_weights_ramp_linearly_from_one_to_the_weight() {
+    use super::tables::effective_weight;
+    let (t, s) = (Duration::from_secs(30), Duration::from_secs(1000));
+    assert_eq!(effective_weight(100, s, t, s), 1, "a small share at first");
+    assert_eq!(effective_weight(100, s, t, s + t / 4), 25);
+    assert_eq!(effective_weight(100, s, t, s + t / 2), 50);
+    assert_eq!(effective_weight(100, s, t, s + t / 3), 34, "rounded up");
+    assert_eq!(effective_weight(100, s, t, s + t), 100);
+    assert_eq!(effective_weight(100, s, t, s + 2 * t), 100);
+    assert_eq!(effective_weight(7, s, t, s), 1);
+    assert_eq!(effective_weight(65_535, s, t, s + t / 2), 32_768);
+    assert_eq!(effective_weight(100, s, Duration::ZERO, s), 100);
+    // A clock before the start (never by the runtime's) reads as the start.
+    assert_eq!(effective_weight(100, s, t, s.saturating_sub(t)), 1);
+}
+
+/// The share of `slot` in the live table of `pool`.
+fn share(p: &Publisher, dp: &MemoryDataplane, pool: &str, slot: u32) -> f64 {
+    let pool = &p.pools()[pool];
+    let table = &dp.tables[&(pool.slot, pool.active)];
+    #[expect(
+        clippy::cast_precision_loss,
+        reason = "table entries, 65,537 at most, as a share"
+    )]
+    let share = table.iter().filter(|&&id| id == slot).count() as f64 / table.len() as f64;
+    share
+}
+
+#[test]
+fn a_backend_back_from_down_ramps_over_slow_start_with_an_injected_clock() {
+    let mut dp = MemoryDataplane::default();
+    let mut p = Publisher::new();
+    let mut dc1 = checked(pool("dc1", &[("198.18.1.11", 100), ("198.18.1.12", 100)]));
+    dc1.slow_start = Some(Duration::from_secs(10));
+    let cfg = config(vec![], vec![dc1]);
+    let b: IpAddr = "198.18.1.12".parse().unwrap();
+    let at = |s: u64| Duration::from_secs(s);
+    p.set_now(at(100));
+    p.apply(&mut dp, &cfg).unwrap();
+    let slot = p.backend_slot("dc1", b).unwrap();
+    assert!(
+        (share(&p, &dp, "dc1", slot) - 0.5).abs() < 0.02,
+        "a first build ramps nobody"
+    );
+    p.set_health(&mut dp, "dc1", b, false).unwrap();
+    assert!(share(&p, &dp, "dc1", slot) == 0.0);
+    p.set_now(at(200));
+    p.set_health(&mut dp, "dc1", b, true).unwrap();
+    // Weight 1 against 100 at first, then 50 at half time, then its weight.
+    let expect = |p: &Publisher, dp: &MemoryDataplane, w: f64| {
+        let s = share(p, dp, "dc1", slot);
+        assert!((s - w / (w + 100.0)).abs() < 0.02, "share {s}, weight {w}");
+    };
+    expect(&p, &dp, 1.0);
+    assert!(
+        p.next_ramp_step().is_some_and(|s| s <= at(200)),
+        "due at once"
+    );
+    p.set_now(at(205));
+    assert_eq!(p.advance_ramps(&mut dp).unwrap(), ["dc1"]);
+    expect(&p, &dp, 50.0);
+    assert_eq!(
+        p.next_ramp_step(),
+        Some(at(205) + Duration::from_millis(500)),
+        "every twentieth of slow_start"
+    );
+    p.set_now(at(210));
+    p.advance_ramps(&mut dp).unwrap();
+    expect(&p, &dp, 100.0);
+    assert!(p.pools()["dc1"].backends.iter().all(|b| b.ramp.is_none()));
+    assert!(
+        p.advance_ramps(&mut dp).unwrap().is_empty(),
+        "nothing ramps any more"
+    );
+    assert_eq!(p.next_ramp_step(), None);
+    // Back from a drain, and a backend new to the pool, ramp as well.
+    p.set_drain(&mut dp, "dc1", b, Drain::Draining).unwrap();
+    p.set_now(at(300));
+    p.set_drain(&mut dp, "dc1", b, Drain::Off).unwrap();
+    expect(&p, &dp, 1.0);
+    let mut cfg = cfg;
+    cfg.pools[0].backends.push(CfgBackend {
+        address: "198.18.1.13".parse().unwrap(),
+        weight: 100,
+    });
+    p.set_now(at(302));
+    p.apply(&mut dp, &cfg).unwrap();
+    let new = p
+        .backend_slot("dc1", "198.18.1.13".parse().unwrap())
+        .unwrap();
+    let s = share(&p, &dp, "dc1", new);
+    assert!(s > 0.0 && s < 0.02, "a new backend starts small: {s}");
+}
+
+#[test]
+fn a_pool_without_slow_start_takes_a_returning_backend_at_its_weight() {
+    let (mut p, mut dp, _) = checked_pool_with_one_backend_down();
+    let b: IpAddr = "198.18.1.12".parse().unwrap();
+    p.set_health(&mut dp, "dc1", b, true).unwrap();
+    let slot = p.backend_slot("dc1", b).unwrap();
+    assert!((share(&p, &dp, "dc1", slot) - 0.5).abs() < 0.02);
+    assert!(p.pools()["dc1"].backends.iter().all(|b| b.ramp.is_none()));
 }

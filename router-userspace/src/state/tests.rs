@@ -36,6 +36,7 @@ fn pool(name: &str, addrs: &[&str]) -> Pool {
             .collect(),
         health_check: Some(check()),
         when_all_down: WhenAllDown::Drop,
+        slow_start: None,
     }
 }
 

@@ -44,6 +44,7 @@ fn minimal_config_loads_with_every_default_applied() {
                 }],
                 health_check: None,
                 when_all_down: WhenAllDown::Drop,
+                slow_start: None,
             }],
             state: vec![],
             decisions: vec![],
@@ -114,6 +115,7 @@ pools:
   - name: a
     backends: [ { address: '2001:db8::11', weight: 0 } ]
     when_all_down: pass
+    slow_start: 30s
     health_check:
       http: { port: 80, path: /health, expect: [200, 204] }
       interval: 2s
@@ -147,6 +149,8 @@ pools:
     );
     let a = &config.pools[0];
     assert_eq!(a.when_all_down, WhenAllDown::Pass);
+    assert_eq!(a.slow_start, Some(std::time::Duration::from_secs(30)));
+    assert_eq!(config.pools[1].slow_start, None);
     assert_eq!(a.backends[0].weight, 0);
     assert_eq!(config.pools[1].backends[0].weight, 65_535);
     let hc = a.health_check.clone().unwrap();

@@ -20,7 +20,7 @@ use serde::{Deserialize, Serialize};
 mod render;
 use render::{
     action, dur, forward, group, hash, opt, opt_action, opt_health, opt_quoted, pool, probe,
-    protocol, push, rule, service, source, target, when_all_down,
+    protocol, push, rule, service, slow_start, source, target, when_all_down,
 };
 
 use super::model::{
@@ -316,6 +316,11 @@ impl Builder {
                     "when_all_down",
                     when_all_down(a.when_all_down),
                     when_all_down(b.when_all_down),
+                );
+                f.cmp(
+                    "slow_start",
+                    slow_start(a.slow_start),
+                    slow_start(b.slow_start),
                 );
                 self.changed(Kind::Pool, None, name.into(), f);
             }

@@ -175,6 +175,13 @@ pub(super) fn hash(h: HashMode) -> &'static str {
     }
 }
 
+/// A pool's `slow_start`: its duration, or `none`.
+pub(super) fn slow_start(d: Option<std::time::Duration>) -> String {
+    d.map_or("none".to_owned(), |d| {
+        humantime::format_duration(d).to_string()
+    })
+}
+
 pub(super) fn when_all_down(w: WhenAllDown) -> &'static str {
     match w {
         WhenAllDown::Drop => "drop",

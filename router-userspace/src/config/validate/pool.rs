@@ -48,6 +48,9 @@ pub(super) fn pool(it: &Item<PoolSpec>, report: &mut Report) -> Draft {
         |v| values::choice(v, "when_all_down", &choices, &[]),
     )
     .or(WhenAllDown::Drop);
+    let slow_start = leaf(it, report, p.slow_start.as_deref(), "slow_start", |v| {
+        values::duration(v, "slow_start").map(Some)
+    });
     if p.weights.is_some() {
         let (message, hint) = not_yet(Later::Weights);
         it.err(report, "weights", message, hint);
@@ -58,6 +61,7 @@ pub(super) fn pool(it: &Item<PoolSpec>, report: &mut Report) -> Draft {
             backends: backends?,
             health_check: health_check.or(None)?,
             when_all_down: when_all_down?,
+            slow_start: slow_start.or(None)?,
         })
     })();
     Draft {

@@ -1,15 +1,16 @@
 //! Connection tracking: a flow's later packets stay on the backend its first packet reached, and
-//! a backend that goes down loses its tracked flows to a fresh selection while the flows of the
-//! healthy backends stay where they are.
+//! a backend that goes down (or is evicted by a drain's timeout) loses its tracked flows to a
+//! fresh selection while the flows of the healthy backends stay where they are; a draining
+//! backend keeps them.
 
 use anyhow::{Result, ensure};
 use router_common::Reason;
 use router_tests::{addrs::backend_v4, packets};
 
 use super::fixture::nat;
-use super::fixture::{Step, To, check, count, forwarded, health, pass, run, step};
+use super::fixture::{Step, To, check, count, drain, forwarded, health, pass, run, step};
 use super::{c4, fixture_config, lab, v4};
-use switchyard::{config::Forward, publish::Publisher};
+use switchyard::{config::Forward, health::Drain, publish::Publisher};
 
 #[test]
 fn a_flow_stays_on_its_backend_through_conntrack() -> Result<()> {
@@ -42,7 +43,23 @@ fn a_flow_stays_on_its_backend_through_conntrack() -> Result<()> {
 
 #[test]
 fn a_down_backend_loses_its_flows_to_a_fresh_selection() -> Result<()> {
-    let Some(mut lab) = lab("fx-down") else {
+    backend_1_loses_its_flows("fx-down", health("web", backend_v4(1).into(), false))
+}
+
+/// A drain's timeout evicts the backend: its entry says so, and its flows are re-selected as
+/// a down backend's are.
+#[test]
+fn an_evicted_backend_loses_its_flows_to_a_fresh_selection() -> Result<()> {
+    backend_1_loses_its_flows(
+        "fx-evicted",
+        drain("web", backend_v4(1).into(), Drain::Evicted),
+    )
+}
+
+/// Tracks 30 flows, takes backend 1 out with `out`, and checks that backend 1's flows are
+/// re-selected (and counted so) while the others stay where they are.
+fn backend_1_loses_its_flows(tag: &str, out: Step) -> Result<()> {
+    let Some(mut lab) = lab(tag) else {
         return Ok(());
     };
     let ports = 44000..44030u16;
@@ -58,21 +75,21 @@ fn a_down_backend_loses_its_flows_to_a_fresh_selection() -> Result<()> {
             .into()
         })
         .collect();
-    table.push(health("web", backend_v4(1).into(), false));
+    table.push(out);
     table.push(count("reselected", Reason::Reselected));
     // A flow of backend 1 is reselected, the others are conntrack hits: checked by counting.
     for p in ports {
         let name = format!("flow {p}");
         table.push(
             forwarded(
-                &format!("flow {p} after backend 1 went down"),
+                &format!("flow {p} after backend 1 went out"),
                 packets::tcp(c4(), p, v4(), 80),
                 Reason::NewFlow,
             )
             .any_reason()
             .to(To::Check(Box::new(move |memo, now| {
                 let b = memo.get(&name)?;
-                ensure!(now != 1, "a flow still reaches the down backend");
+                ensure!(now != 1, "a flow still reaches backend 1");
                 ensure!(
                     b == 1 || now == b,
                     "a flow on a healthy backend moved ({b} → {now})"
@@ -93,6 +110,49 @@ fn a_down_backend_loses_its_flows_to_a_fresh_selection() -> Result<()> {
             lab.reason(Reason::Reselected) - memo.get("reselected")? as u64 == moved,
             "reselections not counted"
         );
+        Ok(())
+    }));
+    run(&mut lab, table)
+}
+
+/// A draining backend keeps its tracked flows: every flow stays where it is.
+#[test]
+fn a_drained_backend_keeps_its_flows() -> Result<()> {
+    let Some(mut lab) = lab("fx-drained") else {
+        return Ok(());
+    };
+    let ports = 44100..44130u16;
+    let mut table: Vec<Step> = ports
+        .clone()
+        .map(|p| {
+            forwarded(
+                &format!("flow {p}"),
+                packets::tcp(c4(), p, v4(), 80),
+                Reason::NewFlow,
+            )
+            .to(To::Record(format!("flow {p}")))
+            .into()
+        })
+        .collect();
+    table.push(drain("web", backend_v4(1).into(), Drain::Draining));
+    for p in ports {
+        let name = format!("flow {p}");
+        table.push(
+            forwarded(
+                &format!("flow {p} while backend 1 drains"),
+                packets::tcp(c4(), p, v4(), 80),
+                Reason::ConntrackHit,
+            )
+            .to(To::Check(Box::new(move |memo, now| {
+                let b = memo.get(&name)?;
+                ensure!(now == b, "a tracked flow moved ({b} → {now})");
+                Ok(())
+            })))
+            .into(),
+        );
+    }
+    table.push(check("backend 1 had flows to keep", |_, memo| {
+        ensure!(memo.with_prefix("flow ").contains(&1));
         Ok(())
     }));
     run(&mut lab, table)

@@ -296,6 +296,14 @@ pub fn health(pool: &'static str, address: IpAddr, healthy: bool) -> Step {
     )
 }
 
+/// An operator's drain of `address` in `pool` (`ctl backend drain`, or its timeout).
+pub fn drain(pool: &'static str, address: IpAddr, drain: switchyard::health::Drain) -> Step {
+    step(
+        &format!("{pool}: {address} drain {drain:?}"),
+        move |lab, _| lab.set_drain(pool, &address.to_string(), drain),
+    )
+}
+
 /// Remembers the packets counted for `reason` so far under `name`.
 pub fn count(name: &'static str, reason: Reason) -> Step {
     step(&format!("count {reason:?} as {name}"), move |lab, memo| {

@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 use anyhow::{Context as _, Result, ensure};
-use router_common::{BACKEND_DOWN, BACKEND_DRAINING, BACKEND_UP};
+use router_common::{BACKEND_DRAINING, BACKEND_EVICTED, BACKEND_UP};
 use router_tests::{
     addrs::{VIP_V4, backend_v4, vip_v4},
     agent::Agent,
@@ -145,7 +145,7 @@ fn a_drained_backend_keeps_its_connections_and_gets_no_new_ones() -> Result<()> 
     agent.wait_for(Duration::from_secs(5), |s| {
         drain_of(s).is_some_and(|d| d.evicted)
     })?;
-    ensure!(entry_state(&agent, slot)? == BACKEND_DOWN);
+    ensure!(entry_state(&agent, slot)? == BACKEND_EVICTED);
     ensure!(agent.api_get("/metrics")?.contains(&gauge(2)));
     let text = agent.cli(&["status", "--config-dir", &dir])?;
     ensure!(text.contains("timeout passed"), "status text:\n{text}");
@@ -158,8 +158,204 @@ fn a_drained_backend_keeps_its_connections_and_gets_no_new_ones() -> Result<()> 
             .is_err_and(|e| e.to_string().contains("has no backend 198.18.1.99")),
         "{unknown:?}"
     );
+    // A timeout past what the clock holds is refused before anything is written, and the
+    // agent goes on.
+    let huge = ctl(&[
+        "backend",
+        "drain",
+        "web",
+        &backend_v4(1).to_string(),
+        "--timeout",
+        "300000000000y",
+    ]);
+    ensure!(
+        huge.as_ref()
+            .is_err_and(|e| e.to_string().contains("too long")),
+        "{huge:?}"
+    );
+    ensure!(
+        agent.status()?.pools[0]
+            .backends
+            .iter()
+            .all(|b| b.address == address || b.drain.is_none())
+    );
     let undrain_timeout = ctl(&["backend", "undrain", "web", &address]);
     ensure!(undrain_timeout.is_ok(), "{undrain_timeout:?}");
     ensure!(entry_state(&agent, slot)? == BACKEND_UP);
+    Ok(())
+}
+
+/// A restart ends a drain: a backend of a checked pool, drained or evicted, is usable as soon
+/// as the restarted agent answers, not after its health check passes again (an evicted entry
+/// is not a failed check).
+#[test]
+fn a_restart_ends_a_drain_evicted_or_not() -> Result<()> {
+    if privileged::require_root_and_bpf("a_restart_ends_a_drain").is_err() {
+        return Ok(());
+    }
+    let topo = Topology::builder().backends(3).build()?;
+    let _servers = servers::start_all(&topo)?;
+    // Slow to bring a backend back up (3 × 1 s): a backend taken for down would show.
+    let check = "{ http: { port: 8080, path: /health }, interval: 1s, timeout: 200ms, \
+                 unhealthy_threshold: 2, healthy_threshold: 3 }";
+    let cfg = ConfigText::new()
+        .service("web", VIP_V4.into(), "tcp", "dsr-l2", "web")
+        .pool("web", &backends_v4(&[100, 100, 100]), Some(check));
+    let mut agent = Agent::start(&topo, &[("10-web.yaml", cfg.text())])?;
+    let dir = agent.dir().display().to_string();
+    let address = backend_v4(DRAINED).to_string();
+    agent.wait_for(Duration::from_secs(10), |s| {
+        Agent::healthy(s, "web", &address) == Some(true)
+    })?;
+    for timeout in [None, Some("0s")] {
+        let mut args = vec![
+            "ctl",
+            "--config-dir",
+            &dir,
+            "backend",
+            "drain",
+            "web",
+            &address,
+        ];
+        args.extend(timeout.iter().flat_map(|t| ["--timeout", t]));
+        agent.cli(&args)?;
+        if timeout.is_some() {
+            agent.wait_for(Duration::from_secs(5), |s| {
+                drain_of(s).is_some_and(|d| d.evicted)
+            })?;
+        }
+        agent.restart()?;
+        let s = agent.status()?;
+        ensure!(
+            drain_of(&s).is_none() && Agent::healthy(&s, "web", &address) == Some(true),
+            "after a restart (drain timeout {timeout:?}) the backend is not usable at once: {:?}",
+            s.pools[0].backends
+        );
+    }
+    Ok(())
+}
+
+/// A flow key of the churn test, from 198.18.`tag`.x: unique per `(i, tag)` for `i < 2^16`.
+fn churn_key(i: u32, tag: u8) -> router_common::FlowKey {
+    let port = u16::try_from(i & 0xffff).unwrap_or(0);
+    let [hi, _] = port.to_be_bytes();
+    let mut src = [0_u8; 16];
+    src[..4].copy_from_slice(&[198, 18, tag, hi]);
+    let mut dst = [0_u8; 16];
+    dst[..4].copy_from_slice(&VIP_V4.octets());
+    router_common::FlowKey {
+        src,
+        dst,
+        sport: port.to_be(),
+        dport: 80_u16.to_be(),
+        proto: 6,
+        family: router_common::FAMILY_V4,
+        _pad: [0; 2],
+    }
+}
+
+/// `status` counts a drained backend's tracked flows by walking `CONNTRACK`; a full table
+/// taking new flows evicts the key the walk stands on, and the kernel restarts the walk at the
+/// first bucket. The count never exceeds the flows that exist. New flows are inserted from
+/// userspace, by the kernel's update path the program's inserts take.
+#[test]
+#[expect(
+    clippy::cast_possible_truncation,
+    reason = "flow indexes below 2^16 as ports and address bytes"
+)]
+fn a_drains_flow_count_never_counts_a_flow_twice_while_the_table_churns() -> Result<()> {
+    use std::sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    };
+
+    use aya::maps::{HashMap, Map, MapData};
+    use router_common::{CONNTRACK_SIZE, FlowEntry, FlowKey, maps};
+
+    /// The drained backend's flows.
+    const MINE: u32 = 16_384;
+    if privileged::require_root_and_bpf("a_drains_flow_count_never_counts_twice").is_err() {
+        return Ok(());
+    }
+    let topo = Topology::builder().backends(3).build()?;
+    let cfg = ConfigText::new()
+        .service("web", VIP_V4.into(), "tcp", "dsr-l2", "web")
+        .pool("web", &backends_v4(&[100, 100, 100]), None);
+    let agent = Agent::start(&topo, &[("10-web.yaml", cfg.text())])?;
+    let dir = agent.dir().display().to_string();
+    let address = backend_v4(DRAINED).to_string();
+    agent.cli(&[
+        "ctl",
+        "--config-dir",
+        &dir,
+        "backend",
+        "drain",
+        "web",
+        &address,
+    ])?;
+    let slot = drain_of(&agent.status()?).context("no drain")?.slot;
+    let pin = agent.pin_dir().join(maps::CONNTRACK);
+    let open = || -> Result<HashMap<MapData, FlowKey, FlowEntry>> {
+        Ok(HashMap::try_from(Map::LruHashMap(MapData::from_pin(
+            &pin,
+        )?))?)
+    };
+    let mut table = open()?;
+    let other = FlowEntry {
+        backend: slot + 1,
+        service: 0,
+    };
+    let mine = FlowEntry {
+        backend: slot,
+        service: 0,
+    };
+    // A full table: other flows first (the oldest), then the drained backend's.
+    for i in 0..CONNTRACK_SIZE - MINE {
+        table.insert(churn_key(i & 0xffff, 3 + (i >> 16) as u8), other, 0)?;
+    }
+    for i in 0..MINE {
+        table.insert(churn_key(i, 1), mine, 0)?;
+    }
+    // New flows keep arriving for other backends; the drained backend's stay recent, as
+    // active connections do, so the LRU evicts only the others.
+    let stop = Arc::new(AtomicBool::new(false));
+    let churn = {
+        let stop = stop.clone();
+        let mut table = open()?;
+        std::thread::spawn(move || {
+            let mut i = 0_u32;
+            let mut refreshed = std::time::Instant::now();
+            while !stop.load(Ordering::Relaxed) {
+                for _ in 0..800 {
+                    let _ = table.insert(
+                        churn_key(i & 0xffff, 40 + ((i >> 16) & 0x3f) as u8),
+                        other,
+                        0,
+                    );
+                    i = i.wrapping_add(1);
+                }
+                if refreshed.elapsed() > Duration::from_millis(700) {
+                    for j in 0..MINE {
+                        let _ = table.insert(churn_key(j, 1), mine, 0);
+                    }
+                    refreshed = std::time::Instant::now();
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        })
+    };
+    let start = std::time::Instant::now();
+    let mut counts = Vec::new();
+    while start.elapsed() < Duration::from_secs(10) {
+        counts.push(drain_of(&agent.status()?).and_then(|d| d.open_flows));
+    }
+    stop.store(true, Ordering::Relaxed);
+    let _ = churn.join();
+    let most = counts.iter().flatten().max().copied().unwrap_or(0);
+    ensure!(
+        most <= u64::from(MINE),
+        "status counted {most} tracked flows on the drained backend; {MINE} exist: {counts:?}"
+    );
+    ensure!(most > 0, "nothing counted: {counts:?}");
     Ok(())
 }

@@ -1,6 +1,6 @@
 //! The whole system in network namespaces: the real `switchyard attach` in the lb namespace,
 //! real TCP/UDP servers in the backend namespaces, real clients in the client namespace —
-//! balancing, health checks, an operator's drain, state-driven failover, hitless operation
+//! balancing, health checks, an operator's drain, slow start, state-driven failover, hitless operation
 //! under load, and hosts configured as an operator configures real ones.
 
 mod balance;
@@ -9,3 +9,4 @@ mod failover;
 mod health;
 mod hitless;
 mod real_hosts;
+mod slow_start;
