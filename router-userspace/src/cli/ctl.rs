@@ -110,6 +110,7 @@ pub enum OverrideOp {
 pub enum BackendOp {
     /// New flows avoid the backend; its tracked flows stay (`status` counts them). Lasts
     /// until `undrain`, an apply that removes the backend from the pool, or the agent's exit.
+    /// A drain of a drained backend (evicted or not) starts it over.
     Drain {
         /// The pool.
         pool: String,

@@ -331,17 +331,25 @@ impl Publisher {
     }
 
     /// When the slow starts take their next step (engine time), if any backend ramps: every
-    /// [`RAMP_STEPS`]th of the shortest ramping pool's `slow_start`, at least
-    /// [`RAMP_STEP_MIN`] apart, so a weight lags its schedule by at most that.
+    /// [`RAMP_STEPS`]th of a ramping pool's `slow_start`, at least [`RAMP_STEP_MIN`] apart,
+    /// and when a ramp ends, so a weight lags its schedule by at most one step and reaches
+    /// its full value on time.
     #[must_use]
     pub fn next_ramp_step(&self) -> Option<Duration> {
         self.pools
             .values()
-            .filter(|p| p.backends.iter().any(|b| b.ramp.is_some()))
-            .filter_map(|p| p.slow_start)
-            .map(|t| (t / RAMP_STEPS).max(RAMP_STEP_MIN))
+            .filter_map(|p| {
+                let t = p.slow_start?;
+                let starts = p.backends.iter().filter_map(|b| b.ramp);
+                let first_end = starts.clone().filter_map(|s| s.checked_add(t)).min();
+                let step = self
+                    .ramped_at
+                    .checked_add((t / RAMP_STEPS).max(RAMP_STEP_MIN));
+                // Nothing ramps in this pool: no step.
+                starts.min()?;
+                [step, first_end].into_iter().flatten().min()
+            })
             .min()
-            .and_then(|step| self.ramped_at.checked_add(step))
     }
 
     /// Rebuilds the tables of pools with a backend in slow start, at the weights it has

@@ -672,3 +672,27 @@ fn a_pool_without_slow_start_takes_a_returning_backend_at_its_weight() {
     assert!((share(&p, &dp, "dc1", slot) - 0.5).abs() < 0.02);
     assert!(p.pools()["dc1"].backends.iter().all(|b| b.ramp.is_none()));
 }
+
+#[test]
+fn a_ramp_shorter_than_a_step_ends_on_time() {
+    let mut dp = MemoryDataplane::default();
+    let mut p = Publisher::new();
+    let mut dc1 = checked(pool("dc1", &[("198.18.1.11", 100), ("198.18.1.12", 100)]));
+    dc1.slow_start = Some(Duration::from_millis(1));
+    let cfg = config(vec![], vec![dc1]);
+    let b: IpAddr = "198.18.1.12".parse().unwrap();
+    let at = |ms: u64| Duration::from_millis(ms);
+    p.set_now(at(10_000));
+    p.apply(&mut dp, &cfg).unwrap();
+    p.set_health(&mut dp, "dc1", b, false).unwrap();
+    p.set_now(at(11_000));
+    p.advance_ramps(&mut dp).unwrap();
+    p.set_health(&mut dp, "dc1", b, true).unwrap();
+    // Steps are at least 100 ms apart, but the ramp ends after 1 ms: its end is the next step.
+    assert_eq!(p.next_ramp_step(), Some(at(11_001)));
+    p.set_now(at(11_001));
+    p.advance_ramps(&mut dp).unwrap();
+    let slot = p.backend_slot("dc1", b).unwrap();
+    assert!((share(&p, &dp, "dc1", slot) - 0.5).abs() < 0.02);
+    assert_eq!(p.next_ramp_step(), None);
+}
