@@ -56,15 +56,10 @@ fn an_evicted_backend_loses_its_flows_to_a_fresh_selection() -> Result<()> {
     )
 }
 
-/// Tracks 30 flows, takes backend 1 out with `out`, and checks that backend 1's flows are
-/// re-selected (and counted so) while the others stay where they are.
-fn backend_1_loses_its_flows(tag: &str, out: Step) -> Result<()> {
-    let Some(mut lab) = lab(tag) else {
-        return Ok(());
-    };
-    let ports = 44000..44030u16;
-    let mut table: Vec<Step> = ports
-        .clone()
+/// The first packet of a new TCP flow from each of `ports`, its backend recorded as
+/// `flow PORT`.
+fn track(ports: std::ops::Range<u16>) -> Vec<Step> {
+    ports
         .map(|p| {
             forwarded(
                 &format!("flow {p}"),
@@ -74,7 +69,17 @@ fn backend_1_loses_its_flows(tag: &str, out: Step) -> Result<()> {
             .to(To::Record(format!("flow {p}")))
             .into()
         })
-        .collect();
+        .collect()
+}
+
+/// Tracks 30 flows, takes backend 1 out with `out`, and checks that backend 1's flows are
+/// re-selected (and counted so) while the others stay where they are.
+fn backend_1_loses_its_flows(tag: &str, out: Step) -> Result<()> {
+    let Some(mut lab) = lab(tag) else {
+        return Ok(());
+    };
+    let ports = 44000..44030u16;
+    let mut table = track(ports.clone());
     table.push(out);
     table.push(count("reselected", Reason::Reselected));
     // A flow of backend 1 is reselected, the others are conntrack hits: checked by counting.
@@ -122,18 +127,7 @@ fn a_drained_backend_keeps_its_flows() -> Result<()> {
         return Ok(());
     };
     let ports = 44100..44130u16;
-    let mut table: Vec<Step> = ports
-        .clone()
-        .map(|p| {
-            forwarded(
-                &format!("flow {p}"),
-                packets::tcp(c4(), p, v4(), 80),
-                Reason::NewFlow,
-            )
-            .to(To::Record(format!("flow {p}")))
-            .into()
-        })
-        .collect();
+    let mut table = track(ports.clone());
     table.push(drain("web", backend_v4(1).into(), Drain::Draining));
     for p in ports {
         let name = format!("flow {p}");

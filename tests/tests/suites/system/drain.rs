@@ -29,6 +29,26 @@ const NEW: usize = 150;
 /// The drained backend (1-based).
 const DRAINED: usize = 2;
 
+/// Three backends with their servers, and an agent balancing TCP on the IPv4 VIP over them
+/// with `check` as the pool's health check.
+fn web(check: Option<&str>) -> Result<(Topology, Vec<servers::BackendServers>, Agent)> {
+    let topo = Topology::builder().backends(3).build()?;
+    let servers = servers::start_all(&topo)?;
+    let cfg = ConfigText::new()
+        .service("web", VIP_V4.into(), "tcp", "dsr-l2", "web")
+        .pool("web", &backends_v4(&[100, 100, 100]), check);
+    let agent = Agent::start(&topo, &[("10-web.yaml", cfg.text())])?;
+    Ok((topo, servers, agent))
+}
+
+/// `switchyard ctl --config-dir DIR ARGS…` against `agent`.
+fn ctl(agent: &Agent, args: &[&str]) -> Result<String> {
+    let dir = agent.dir().display().to_string();
+    let mut all = vec!["ctl", "--config-dir", dir.as_str()];
+    all.extend_from_slice(args);
+    agent.cli(&all)
+}
+
 /// The drain of the drained backend in `s`.
 fn drain_of(s: &Status) -> Option<DrainStatus> {
     let address = backend_v4(DRAINED).to_string();
@@ -51,18 +71,9 @@ fn a_drained_backend_keeps_its_connections_and_gets_no_new_ones() -> Result<()> 
     if privileged::require_root_and_bpf("a_drained_backend_keeps_its_connections").is_err() {
         return Ok(());
     }
-    let topo = Topology::builder().backends(3).build()?;
-    let servers = servers::start_all(&topo)?;
-    let cfg = ConfigText::new()
-        .service("web", VIP_V4.into(), "tcp", "dsr-l2", "web")
-        .pool("web", &backends_v4(&[100, 100, 100]), None);
-    let agent = Agent::start(&topo, &[("10-web.yaml", cfg.text())])?;
+    let (topo, servers, agent) = web(None)?;
     let dir = agent.dir().display().to_string();
-    let ctl = |args: &[&str]| {
-        let mut all = vec!["ctl", "--config-dir", dir.as_str()];
-        all.extend_from_slice(args);
-        agent.cli(&all)
-    };
+    let ctl = |args: &[&str]| ctl(&agent, args);
     let drained = servers[DRAINED - 1].name().to_owned();
     let address = backend_v4(DRAINED).to_string();
     let vip = vip_v4(80);
@@ -193,32 +204,18 @@ fn a_restart_ends_a_drain_evicted_or_not() -> Result<()> {
     if privileged::require_root_and_bpf("a_restart_ends_a_drain").is_err() {
         return Ok(());
     }
-    let topo = Topology::builder().backends(3).build()?;
-    let _servers = servers::start_all(&topo)?;
     // Slow to bring a backend back up (3 × 1 s): a backend taken for down would show.
     let check = "{ http: { port: 8080, path: /health }, interval: 1s, timeout: 200ms, \
                  unhealthy_threshold: 2, healthy_threshold: 3 }";
-    let cfg = ConfigText::new()
-        .service("web", VIP_V4.into(), "tcp", "dsr-l2", "web")
-        .pool("web", &backends_v4(&[100, 100, 100]), Some(check));
-    let mut agent = Agent::start(&topo, &[("10-web.yaml", cfg.text())])?;
-    let dir = agent.dir().display().to_string();
+    let (_topo, _servers, mut agent) = web(Some(check))?;
     let address = backend_v4(DRAINED).to_string();
     agent.wait_for(Duration::from_secs(10), |s| {
         Agent::healthy(s, "web", &address) == Some(true)
     })?;
     for timeout in [None, Some("0s")] {
-        let mut args = vec![
-            "ctl",
-            "--config-dir",
-            &dir,
-            "backend",
-            "drain",
-            "web",
-            &address,
-        ];
+        let mut args = vec!["backend", "drain", "web", &address];
         args.extend(timeout.iter().flat_map(|t| ["--timeout", t]));
-        agent.cli(&args)?;
+        ctl(&agent, &args)?;
         if timeout.is_some() {
             agent.wait_for(Duration::from_secs(5), |s| {
                 drain_of(s).is_some_and(|d| d.evicted)
@@ -277,22 +274,9 @@ fn a_drains_flow_count_never_counts_a_flow_twice_while_the_table_churns() -> Res
     if privileged::require_root_and_bpf("a_drains_flow_count_never_counts_twice").is_err() {
         return Ok(());
     }
-    let topo = Topology::builder().backends(3).build()?;
-    let cfg = ConfigText::new()
-        .service("web", VIP_V4.into(), "tcp", "dsr-l2", "web")
-        .pool("web", &backends_v4(&[100, 100, 100]), None);
-    let agent = Agent::start(&topo, &[("10-web.yaml", cfg.text())])?;
-    let dir = agent.dir().display().to_string();
+    let (_topo, _servers, agent) = web(None)?;
     let address = backend_v4(DRAINED).to_string();
-    agent.cli(&[
-        "ctl",
-        "--config-dir",
-        &dir,
-        "backend",
-        "drain",
-        "web",
-        &address,
-    ])?;
+    ctl(&agent, &["backend", "drain", "web", &address])?;
     let slot = drain_of(&agent.status()?).context("no drain")?.slot;
     let pin = agent.pin_dir().join(maps::CONNTRACK);
     let open = || -> Result<HashMap<MapData, FlowKey, FlowEntry>> {
