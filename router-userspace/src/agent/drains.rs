@@ -60,6 +60,9 @@ impl Runtime {
             .set_drain(&mut self.maps, pool, address, state)
         {
             Ok(Some(changed)) => changed,
+            Ok(None) if !self.publisher.pools().contains_key(pool) => {
+                return Err(format!("unknown pool {pool:?}"));
+            }
             Ok(None) => return Err(format!("pool {pool:?} has no backend {address}")),
             Err(e) => {
                 error!("pool {pool} backend {address}: writing the drain failed: {e}");

@@ -251,18 +251,21 @@ pub async fn run(dir: &Path, api: Option<&str>, cmd: Ctl) -> Result<()> {
             println!("override cleared on {group}");
         }
         Ctl::Backend { op } => {
-            let (path, pool, address, body) = match op {
+            let (path, pool, address, body, after) = match op {
                 BackendOp::Drain {
                     pool,
                     address,
                     timeout,
                 } => {
                     let body = json!({ "pool": pool, "address": address, "timeout": timeout });
-                    ("drain", pool, address, body)
+                    let after = timeout.map_or(String::new(), |t| {
+                        format!("; its remaining flows are re-selected after {t}")
+                    });
+                    ("drain", pool, address, body, after)
                 }
                 BackendOp::Undrain { pool, address } => {
                     let body = json!({ "pool": pool, "address": address });
-                    ("undrain", pool, address, body)
+                    ("undrain", pool, address, body, String::new())
                 }
             };
             let v = call(
@@ -274,11 +277,12 @@ pub async fn run(dir: &Path, api: Option<&str>, cmd: Ctl) -> Result<()> {
             match (path, changed) {
                 ("drain", true) => println!(
                     "pool {pool} backend {address}: draining (no new flows; tracked flows \
-                     stay, `switchyard status` counts them)"
+                     stay, `switchyard status` counts them){after}"
                 ),
-                ("drain", false) => {
-                    println!("pool {pool} backend {address}: already draining (timeout set anew)");
-                }
+                ("drain", false) => println!(
+                    "pool {pool} backend {address}: was draining; drained anew (timeout set \
+                     anew){after}"
+                ),
                 (_, true) => println!("pool {pool} backend {address}: drain ended"),
                 (_, false) => println!("pool {pool} backend {address}: was not drained"),
             }

@@ -252,6 +252,7 @@ pub fn render(s: &Status) -> String {
                 format!("{} in {} µs", p.detail, p.latency_us)
             });
             let state = match (&b.drain, b.healthy) {
+                (Some(d), _) if d.evicted => "EVICTED",
                 (Some(_), _) => "DRAIN",
                 (None, true) => "up",
                 (None, false) => "DOWN",

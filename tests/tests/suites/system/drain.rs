@@ -159,9 +159,18 @@ fn a_drained_backend_keeps_its_connections_and_gets_no_new_ones() -> Result<()> 
     ensure!(entry_state(&agent, slot)? == BACKEND_EVICTED);
     ensure!(agent.api_get("/metrics")?.contains(&gauge(2)));
     let text = agent.cli(&["status", "--config-dir", &dir])?;
-    ensure!(text.contains("timeout passed"), "status text:\n{text}");
+    ensure!(
+        text.contains("timeout passed") && text.contains("EVICTED"),
+        "status text:\n{text}"
+    );
 
     // Refused with a reason, nothing changed.
+    let pool = ctl(&["backend", "drain", "nopool", &address]);
+    ensure!(
+        pool.as_ref()
+            .is_err_and(|e| e.to_string().contains("unknown pool \"nopool\"")),
+        "{pool:?}"
+    );
     let unknown = ctl(&["backend", "drain", "web", "198.18.1.99"]);
     ensure!(
         unknown
