@@ -86,14 +86,14 @@ impl Health {
     /// new report.
     pub fn configure(&mut self, cfg: &Config) {
         let old = std::mem::take(&mut self.pools);
-        let drain = |pool: &str, address: IpAddr| {
+        let previous = |pool: &str, address: IpAddr| {
             old.get(pool)
                 .and_then(|p| p.backends.iter().find(|b| b.address == address))
-                .map_or(Drain::Off, |b| b.drain)
         };
+        let drain =
+            |pool: &str, address: IpAddr| previous(pool, address).map_or(Drain::Off, |b| b.drain);
         let verdict = |pool: &str, address: IpAddr| {
-            old.get(pool)
-                .and_then(|p| p.backends.iter().find(|b| b.address == address))
+            previous(pool, address)
                 .or_else(|| {
                     old.iter()
                         .filter(|(name, _)| cfg.pools.iter().all(|p| &p.name != *name))

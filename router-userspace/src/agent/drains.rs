@@ -12,15 +12,14 @@ use log::{error, info};
 use super::{command::DrainOp, now_secs, runtime::Runtime};
 use crate::health::Drain;
 
-/// One backend's drain.
+/// One backend's drain: when it began and ends. Whether it is evicted is the health table's
+/// (`Drain::Evicted`), read with [`Runtime::evicted`].
 #[derive(Clone, Copy, Debug)]
 pub struct DrainRecord {
     /// When it started, seconds since the Unix epoch.
     pub since: u64,
     /// When its timeout passes: the instant, and seconds since the Unix epoch.
     pub until: Option<(Instant, u64)>,
-    /// The timeout passed: its tracked flows are re-selected too.
-    pub evicted: bool,
 }
 
 /// Drains by (pool, backend address).
@@ -71,21 +70,12 @@ impl Runtime {
         };
         let key = (pool.to_owned(), address);
         if let DrainOp::Drain(timeout) = op {
-            {
-                let since = self.drains.get(&key).map_or_else(now_secs, |d| d.since);
-                self.drains.insert(
-                    key,
-                    DrainRecord {
-                        since,
-                        until,
-                        evicted: false,
-                    },
-                );
-                let after = timeout.map_or(String::new(), |t| {
-                    format!("; evicted after {}", humantime::format_duration(t))
-                });
-                info!("pool {pool} backend {address} drained by the operator{after}");
-            }
+            let since = self.drains.get(&key).map_or_else(now_secs, |d| d.since);
+            self.drains.insert(key, DrainRecord { since, until });
+            let after = timeout.map_or(String::new(), |t| {
+                format!("; evicted after {}", humantime::format_duration(t))
+            });
+            info!("pool {pool} backend {address} drained by the operator{after}");
         } else {
             self.drains.remove(&key);
             info!("pool {pool} backend {address}: drain ended by the operator");
@@ -100,12 +90,20 @@ impl Runtime {
         Ok(changed)
     }
 
+    /// Whether the drain of `address` in `pool` timed out: the backend is evicted.
+    pub(super) fn evicted(&self, pool: &str, address: IpAddr) -> bool {
+        self.publisher
+            .health()
+            .get(pool, address)
+            .is_some_and(|b| b.drain == Drain::Evicted)
+    }
+
     /// The earliest drain timeout still to pass.
     pub(super) fn next_drain_deadline(&self) -> Option<Instant> {
         self.drains
-            .values()
-            .filter(|d| !d.evicted)
-            .filter_map(|d| d.until.map(|(at, _)| at))
+            .iter()
+            .filter(|((pool, address), _)| !self.evicted(pool, *address))
+            .filter_map(|(_, d)| d.until.map(|(at, _)| at))
             .min()
     }
 
@@ -115,18 +113,23 @@ impl Runtime {
         let due: Vec<(String, IpAddr)> = self
             .drains
             .iter()
-            .filter(|(_, d)| !d.evicted && d.until.is_some_and(|(at, _)| at <= now))
+            .filter(|((pool, address), d)| {
+                !self.evicted(pool, *address) && d.until.is_some_and(|(at, _)| at <= now)
+            })
             .map(|(k, _)| k.clone())
             .collect();
         for (pool, address) in due {
-            if let Some(d) = self.drains.get_mut(&(pool.clone(), address)) {
-                d.evicted = true;
-            }
             match self
                 .publisher
                 .set_drain(&mut self.maps, &pool, address, Drain::Evicted)
             {
-                Ok(_) => info!(
+                // A backend the health table no longer has (an apply that failed part way):
+                // its drain is over, and its deadline with it.
+                Ok(None) => {
+                    self.drains.remove(&(pool, address));
+                    continue;
+                }
+                Ok(Some(_)) => info!(
                     "pool {pool} backend {address}: drain timeout passed; its remaining flows are \
                      re-selected"
                 ),

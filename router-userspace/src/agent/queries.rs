@@ -73,7 +73,7 @@ impl Runtime {
                                 DrainStatus {
                                     since: d.since,
                                     until: d.until.map(|(_, secs)| secs),
-                                    evicted: d.evicted,
+                                    evicted: self.evicted(name, b.address),
                                     slot: b.slot,
                                     open_flows: None,
                                 }
