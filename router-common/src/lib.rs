@@ -25,7 +25,7 @@ pub use reason::{Reason, Verdict};
 
 /// Version of the map layout. Maps are pinned under `<pin_path>/v<ABI_VERSION>/`; an agent
 /// refuses to adopt pinned maps of another version rather than reading them with the wrong shape.
-pub const ABI_VERSION: u32 = 7;
+pub const ABI_VERSION: u32 = 8;
 
 /// Entries in one Maglev lookup table: a prime, as the Maglev paper (§3.4) requires, large
 /// enough that each of a few hundred backends gets hundreds of slots.
@@ -333,7 +333,13 @@ pub struct FlowKey {
     pub _pad: [u8; 2],
 }
 
-/// The value of `CONNTRACK`: where a tracked flow goes.
+/// The value of `CONNTRACK`: where a tracked flow goes, the state of its protocol and when it
+/// last sent a packet.
+///
+/// A TCP connection is tracked from its first packet after the SYN: the SYN's choice is
+/// recorded only in the flow cache of the CPU it arrived on ([`FLOW_F_FIRST`]), so a SYN flood
+/// never writes `CONNTRACK` and never evicts a tracked flow from it. Other flows are tracked
+/// from their first packet.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub struct FlowEntry {
@@ -341,7 +347,66 @@ pub struct FlowEntry {
     pub backend: u32,
     /// Service slot (for counters; the key's destination already names the service).
     pub service: u32,
+    /// When the flow last sent a packet, in ticks of the program's clock ([`TICK_SHIFT`]),
+    /// refreshed at most every [`SEEN_REFRESH`] ticks.
+    pub seen: u32,
+    /// A `FLOW_*` state: [`FLOW_TCP_SYN`], [`FLOW_TCP_OPEN`], [`FLOW_TCP_CLOSING`] or
+    /// [`FLOW_UDP`], with [`FLOW_F_FIRST`] on a SYN's record.
+    pub state: u8,
+    /// Zero.
+    #[expect(
+        clippy::pub_underscore_fields,
+        reason = "explicit padding: public so that other crates can build the value with a struct literal"
+    )]
+    pub _pad: [u8; 3],
 }
+
+/// The program's clock runs in ticks of `2^TICK_SHIFT` ns (1.048576 ms): its time is
+/// `(bpf_ktime_get_coarse_ns() + CLOCK[0]) >> TICK_SHIFT` (the kernel's coarse monotonic
+/// clock, `CLOCK_MONOTONIC_COARSE` in userspace), kept as a `u32` that wraps after about 52
+/// days; ages are wrapping differences.
+pub const TICK_SHIFT: u32 = 20;
+/// A tracked flow's `seen` is rewritten in `CONNTRACK` when it is at least this many ticks old
+/// (about a second): a flow's packets write its entry at most once a second, and an idle
+/// timeout is honoured to within a second.
+pub const SEEN_REFRESH: u32 = 1 << 10;
+/// Longest timeout, in ticks: ages are compared as wrapping differences below `2^31` ticks.
+pub const MAX_TIMEOUT_TICKS: u32 = 1 << 30;
+
+/// `duration` in ticks of the program's clock, rounded up, at most [`MAX_TIMEOUT_TICKS`].
+#[must_use]
+#[expect(
+    clippy::cast_possible_truncation,
+    reason = "the value is at most MAX_TIMEOUT_TICKS, checked just before"
+)]
+pub const fn ticks(duration: core::time::Duration) -> u32 {
+    let ns = duration.as_nanos();
+    let t = ns.div_ceil(1 << TICK_SHIFT);
+    if t > MAX_TIMEOUT_TICKS as u128 {
+        MAX_TIMEOUT_TICKS
+    } else {
+        t as u32
+    }
+}
+
+/// Flow state: a TCP SYN was seen, nothing else yet (a SYN's record in a flow cache; in
+/// `CONNTRACK` only from a CPU without a cache).
+/// Also the index of each state's timeout in [`Config::timeouts`].
+pub const FLOW_TCP_SYN: u8 = 0;
+/// Flow state: a TCP flow that sent more than a SYN, and neither FIN nor RST.
+pub const FLOW_TCP_OPEN: u8 = 1;
+/// Flow state: a TCP flow that sent a FIN or an RST: its last packets still reach its backend,
+/// a new SYN on its 5-tuple is a new flow.
+pub const FLOW_TCP_CLOSING: u8 = 2;
+/// Flow state: a UDP flow.
+pub const FLOW_UDP: u8 = 3;
+/// States, and entries of [`Config::timeouts`].
+pub const FLOW_STATES: usize = 4;
+/// The low bits of `FlowEntry.state` that hold the state.
+pub const FLOW_STATE_MASK: u8 = 0x03;
+/// State flag: the record of a SYN, in one CPU's flow cache and not in `CONNTRACK`. The
+/// connection's next packet on that CPU tracks it with this record's backend.
+pub const FLOW_F_FIRST: u8 = 0x80;
 
 /// Sets of the program's flow cache per CPU (`FLOW_CACHE`): a power of two. Each set holds
 /// [`FLOW_CACHE_WAYS`] entries of 64 bytes, so the cache is 512 KiB per CPU.
@@ -373,12 +438,6 @@ pub struct CachedFlow {
     pub hits: u32,
     /// The [`Backend::generation`] of the entry's backend when the copy was made.
     pub generation: u32,
-    /// Zero.
-    #[expect(
-        clippy::pub_underscore_fields,
-        reason = "explicit padding: public so that other crates can build the value with a struct literal"
-    )]
-    pub _pad: [u32; 2],
 }
 
 /// The value of `NAT_REVERSE`, keyed by the 5-tuple a NAT backend's reply carries: what to
@@ -493,6 +552,131 @@ pub struct Config {
         reason = "explicit padding: public so that other crates can build the value with a struct literal"
     )]
     pub _pad: u32,
+    /// Idle timeout of each flow state (`FLOW_*`, the index), in ticks of the program's clock
+    /// ([`ticks`]); 0 means [`DEFAULT_TIMEOUTS`]'s. A tracked flow idle for longer is a new flow
+    /// again: its next packet is selected from the current table.
+    pub timeouts: [u32; FLOW_STATES],
+}
+
+/// Default idle timeouts by flow state, in seconds (the config's `conntrack:` defaults):
+/// a SYN 60 s and a closing flow 10 s (Cilium's `bpf-ct-timeout-regular-tcp-syn` and
+/// `-tcp-fin`), an open TCP flow 900 s and a UDP flow 60 s (IPVS's `tcp` timeout, and Cilium's
+/// `bpf-ct-timeout-regular-any`).
+pub const DEFAULT_TIMEOUTS: [u32; FLOW_STATES] = [60, 900, 10, 60];
+
+/// TCP flag bits of the header's flags byte (RFC 9293 §3.1), as the program passes them to
+/// [`first_state`] and [`next_state`].
+pub mod tcp_flags {
+    /// No more data from the sender.
+    pub const FIN: u32 = 0x01;
+    /// Synchronise sequence numbers: opens a connection.
+    pub const SYN: u32 = 0x02;
+    /// Reset the connection.
+    pub const RST: u32 = 0x04;
+    /// The acknowledgment field is significant.
+    pub const ACK: u32 = 0x10;
+}
+
+/// Whether a TCP packet with flags `tcp` opens a connection: a SYN without ACK. Such a packet is
+/// a new flow on any 5-tuple, tracked or not: a client sends it only for a connection it does
+/// not have (IPVS's `conn_reuse_mode` reschedules it likewise).
+#[must_use]
+#[expect(
+    clippy::inline_always,
+    reason = "called by the XDP program per packet: inlined, it costs no BPF-to-BPF call"
+)]
+#[inline(always)]
+pub const fn opens(tcp: u32) -> bool {
+    tcp & (tcp_flags::SYN | tcp_flags::ACK) == tcp_flags::SYN
+}
+
+/// The state of a flow whose first packet is of protocol `proto` with TCP flags `tcp` (0 for
+/// UDP): [`FLOW_UDP`]; for TCP, [`FLOW_TCP_SYN`] for a SYN, [`FLOW_TCP_CLOSING`] for a FIN or
+/// an RST, else [`FLOW_TCP_OPEN`] (a connection picked up mid-stream).
+#[must_use]
+#[expect(
+    clippy::inline_always,
+    reason = "called by the XDP program per packet: inlined, it costs no BPF-to-BPF call"
+)]
+#[inline(always)]
+pub const fn first_state(proto: u8, tcp: u32) -> u8 {
+    if proto != PROTO_TCP {
+        FLOW_UDP
+    } else if opens(tcp) {
+        FLOW_TCP_SYN
+    } else {
+        next_state(FLOW_TCP_SYN, tcp)
+    }
+}
+
+/// The state a tracked flow in `state` (flags ignored) enters with a packet that does not open
+/// a connection, with TCP flags `tcp`: a FIN or an RST closes a TCP flow, for good; any other
+/// packet makes a SYN's flow open. A UDP flow stays UDP.
+#[must_use]
+#[expect(
+    clippy::inline_always,
+    reason = "called by the XDP program per packet: inlined, it costs no BPF-to-BPF call"
+)]
+#[inline(always)]
+pub const fn next_state(state: u8, tcp: u32) -> u8 {
+    let state = state & FLOW_STATE_MASK;
+    if state == FLOW_UDP {
+        FLOW_UDP
+    } else if tcp & (tcp_flags::FIN | tcp_flags::RST) != 0 || state == FLOW_TCP_CLOSING {
+        FLOW_TCP_CLOSING
+    } else {
+        FLOW_TCP_OPEN
+    }
+}
+
+/// Whether a flow whose entry says `seen` and `state` has been idle past its state's timeout
+/// at `now` (ticks; `timeouts` as in [`Config::timeouts`], 0 meaning the default).
+#[must_use]
+#[expect(
+    clippy::inline_always,
+    reason = "called by the XDP program per packet: inlined, it costs no BPF-to-BPF call"
+)]
+#[inline(always)]
+pub fn expired(seen: u32, state: u8, now: u32, timeouts: &[u32; FLOW_STATES]) -> bool {
+    now.wrapping_sub(seen) > timeout(state, timeouts)
+}
+
+/// The timeout of flow state `state` (flags ignored), in ticks: `timeouts`'s, or the default for
+/// a 0.
+#[must_use]
+#[expect(
+    clippy::inline_always,
+    reason = "called by the XDP program per packet: inlined, it costs no BPF-to-BPF call"
+)]
+#[inline(always)]
+pub fn timeout(state: u8, timeouts: &[u32; FLOW_STATES]) -> u32 {
+    let i = (state & FLOW_STATE_MASK) as usize;
+    let (Some(&t), Some(&d)) = (timeouts.get(i), DEFAULT_TIMEOUT_TICKS.get(i)) else {
+        return 0;
+    };
+    if t == 0 { d } else { t }
+}
+
+/// [`DEFAULT_TIMEOUTS`] in ticks: what the program uses for a timeout of 0 in [`Config`].
+pub const DEFAULT_TIMEOUT_TICKS: [u32; FLOW_STATES] = [
+    ticks(core::time::Duration::from_secs(DEFAULT_TIMEOUTS[0] as u64)),
+    ticks(core::time::Duration::from_secs(DEFAULT_TIMEOUTS[1] as u64)),
+    ticks(core::time::Duration::from_secs(DEFAULT_TIMEOUTS[2] as u64)),
+    ticks(core::time::Duration::from_secs(DEFAULT_TIMEOUTS[3] as u64)),
+];
+
+/// Whether the `CONNTRACK` entry `entry` is an open flow at `now` (ticks of the program's
+/// clock), with the idle timeouts `timeouts` of [`Config::timeouts`] (0 meaning the default):
+/// an open TCP flow ([`FLOW_TCP_OPEN`]) or a UDP flow ([`FLOW_UDP`]), not a first packet's
+/// record ([`FLOW_F_FIRST`]), and not [`expired`] (its age `now.wrapping_sub(entry.seen)` is
+/// at most its state's [`timeout`]). A SYN or a closing TCP flow is not open: a drain waits
+/// for the open ones.
+#[must_use]
+pub fn flow_open(entry: &FlowEntry, now: u32, timeouts: &[u32; FLOW_STATES]) -> bool {
+    let state = entry.state & FLOW_STATE_MASK;
+    entry.state & FLOW_F_FIRST == 0
+        && (state == FLOW_TCP_OPEN || state == FLOW_UDP)
+        && !expired(entry.seen, entry.state, now, timeouts)
 }
 
 /// The decision word: where a service's new flows go. One `u64`, written by the agent with one
@@ -631,12 +815,14 @@ mod tests {
         assert_eq!(offset_of!(FlowKey, proto), 36);
         assert_eq!(offset_of!(FlowKey, family), 37);
 
-        assert_eq!(size_of::<FlowEntry>(), 8);
-        // The program writes an entry as eight 64-bit words: key 0–4, entry 5, hits 6.
+        assert_eq!(size_of::<FlowEntry>(), 16);
+        assert_eq!(offset_of!(FlowEntry, seen), 8);
+        assert_eq!(offset_of!(FlowEntry, state), 12);
+        // The program writes an entry as eight 64-bit words: key 0–4, entry 5–6, hits 7.
         assert_eq!(size_of::<CachedFlow>(), 64);
         assert_eq!(offset_of!(CachedFlow, entry), 40);
-        assert_eq!(offset_of!(CachedFlow, hits), 48);
-        assert_eq!(offset_of!(CachedFlow, generation), 52);
+        assert_eq!(offset_of!(CachedFlow, hits), 56);
+        assert_eq!(offset_of!(CachedFlow, generation), 60);
         assert_eq!(size_of::<NatEntry>(), 36);
         assert_eq!(offset_of!(NatEntry, service), 16);
         assert_eq!(offset_of!(NatEntry, ifindex), 20);
@@ -655,8 +841,99 @@ mod tests {
         assert_eq!(offset_of!(FragEntry, macs), 32);
 
         assert_eq!(size_of::<Traffic>(), 16);
-        assert_eq!(size_of::<Config>(), 16);
+        assert_eq!(size_of::<Config>(), 32);
         assert_eq!(offset_of!(Config, abi_version), 8);
+        assert_eq!(offset_of!(Config, timeouts), 16);
+    }
+
+    #[test]
+    fn a_flow_is_open_in_an_open_state_within_its_timeout() {
+        let entry = |state, seen| FlowEntry {
+            backend: 1,
+            service: 2,
+            seen,
+            state,
+            _pad: [0; 3],
+        };
+        let timeouts = [0, 100, 0, 50];
+        // Open TCP: open up to and including its timeout, not one tick past it.
+        assert!(flow_open(&entry(FLOW_TCP_OPEN, 1_000), 1_000, &timeouts));
+        assert!(flow_open(&entry(FLOW_TCP_OPEN, 1_000), 1_100, &timeouts));
+        assert!(!flow_open(&entry(FLOW_TCP_OPEN, 1_000), 1_101, &timeouts));
+        // UDP, with its own timeout.
+        assert!(flow_open(&entry(FLOW_UDP, 1_000), 1_050, &timeouts));
+        assert!(!flow_open(&entry(FLOW_UDP, 1_000), 1_051, &timeouts));
+        // A SYN, a closing flow and a first packet's record are never open.
+        assert!(!flow_open(&entry(FLOW_TCP_SYN, 1_000), 1_000, &timeouts));
+        assert!(!flow_open(
+            &entry(FLOW_TCP_CLOSING, 1_000),
+            1_000,
+            &timeouts
+        ));
+        assert!(!flow_open(
+            &entry(FLOW_TCP_OPEN | FLOW_F_FIRST, 1_000),
+            1_000,
+            &timeouts
+        ));
+        assert!(!flow_open(
+            &entry(FLOW_UDP | FLOW_F_FIRST, 1_000),
+            1_000,
+            &timeouts
+        ));
+        // Ages are wrapping differences: a flow seen just before the clock wrapped.
+        assert!(flow_open(
+            &entry(FLOW_TCP_OPEN, u32::MAX - 10),
+            20,
+            &timeouts
+        ));
+        // A timeout of 0 is the default.
+        let defaults = [0; FLOW_STATES];
+        let open = DEFAULT_TIMEOUT_TICKS[FLOW_TCP_OPEN as usize];
+        assert!(flow_open(&entry(FLOW_TCP_OPEN, 0), open, &defaults));
+        assert!(!flow_open(&entry(FLOW_TCP_OPEN, 0), open + 1, &defaults));
+        let udp = DEFAULT_TIMEOUT_TICKS[FLOW_UDP as usize];
+        assert!(flow_open(&entry(FLOW_UDP, 0), udp, &defaults));
+        assert!(!flow_open(&entry(FLOW_UDP, 0), udp + 1, &defaults));
+    }
+
+    #[test]
+    fn tcp_flows_open_with_a_syn_and_close_for_good_with_a_fin_or_an_rst() {
+        use tcp_flags::{ACK, FIN, RST, SYN};
+        assert!(opens(SYN));
+        assert!(!opens(SYN | ACK), "a SYN-ACK opens nothing here");
+        assert!(!opens(ACK));
+        assert_eq!(first_state(PROTO_TCP, SYN), FLOW_TCP_SYN);
+        assert_eq!(
+            first_state(PROTO_TCP, ACK),
+            FLOW_TCP_OPEN,
+            "picked up mid-stream"
+        );
+        assert_eq!(first_state(PROTO_TCP, RST), FLOW_TCP_CLOSING);
+        assert_eq!(first_state(PROTO_TCP, FIN | ACK), FLOW_TCP_CLOSING);
+        assert_eq!(first_state(PROTO_UDP, 0), FLOW_UDP);
+        assert_eq!(next_state(FLOW_TCP_SYN | FLOW_F_FIRST, ACK), FLOW_TCP_OPEN);
+        assert_eq!(next_state(FLOW_TCP_OPEN, ACK), FLOW_TCP_OPEN);
+        assert_eq!(next_state(FLOW_TCP_OPEN, FIN | ACK), FLOW_TCP_CLOSING);
+        assert_eq!(next_state(FLOW_TCP_OPEN, RST), FLOW_TCP_CLOSING);
+        assert_eq!(next_state(FLOW_TCP_CLOSING, ACK), FLOW_TCP_CLOSING);
+        assert_eq!(next_state(FLOW_UDP, 0), FLOW_UDP);
+    }
+
+    #[test]
+    fn ticks_round_up_and_stop_at_the_longest_timeout() {
+        use core::time::Duration;
+        assert_eq!(ticks(Duration::ZERO), 0);
+        assert_eq!(ticks(Duration::from_nanos(1)), 1);
+        assert_eq!(ticks(Duration::from_nanos(1 << TICK_SHIFT)), 1);
+        assert_eq!(ticks(Duration::from_mins(1)), 57_221);
+        assert_eq!(ticks(Duration::from_secs(1 << 40)), MAX_TIMEOUT_TICKS);
+        let timeouts = [0, 5, 0, 0];
+        assert!(!expired(100, FLOW_TCP_OPEN, 105, &timeouts));
+        assert!(expired(100, FLOW_TCP_OPEN, 106, &timeouts));
+        assert_eq!(
+            timeout(FLOW_UDP | FLOW_F_FIRST, &timeouts),
+            DEFAULT_TIMEOUT_TICKS[3]
+        );
     }
 
     #[test]

@@ -20,6 +20,7 @@
 //! | `BACKEND_STATS` | per-CPU array | backend slot → [`Traffic`] | program → agent | [`MAX_BACKENDS`] |
 //! | `IPIP_TX` | program array | 0 → the `switchyard_ipip` program | agent → program (tail call) | 1 |
 //! | `CONFIG` | array | 0 → [`Config`] | agent → program, `status` | 1 |
+//! | `CLOCK` | array | 0 → ns added to the program's clock (`u64`, see [`TICK_SHIFT`]) | tests → program | 1 |
 //!
 //! Not pinned and not part of the layout: `FLOW_CACHE`, the program's per-CPU copies of
 //! `CONNTRACK` entries ([`CachedFlow`], [`FLOW_CACHE_ENTRIES`] per online CPU), and its
@@ -44,6 +45,7 @@
 //! [`Traffic`]: crate::Traffic
 //! [`Config`]: crate::Config
 //! [`CachedFlow`]: crate::CachedFlow
+//! [`TICK_SHIFT`]: crate::TICK_SHIFT
 //! [`FLOW_CACHE_ENTRIES`]: crate::FLOW_CACHE_ENTRIES
 //! [`Reason`]: crate::Reason
 //! [`Reason::COUNT`]: crate::Reason::COUNT
@@ -87,8 +89,11 @@ pub const SVC_STATS: &str = "SVC_STATS";
 pub const BACKEND_STATS: &str = "BACKEND_STATS";
 /// The ipip encapsulation program, tail-called by the data plane.
 pub const IPIP_TX: &str = "IPIP_TX";
-/// Generation and ABI version.
+/// Generation, ABI version and flow timeouts.
 pub const CONFIG: &str = "CONFIG";
+/// Nanoseconds added to the program's clock: zero, unless a test moves the clock forward to
+/// age tracked flows without waiting. The agent never writes it.
+pub const CLOCK: &str = "CLOCK";
 
 /// The program's per-CPU flow cache (`CachedFlow` entries, `FLOW_CACHE_ENTRIES` per online
 /// CPU): internal to one loaded program, like its scratch space. Not pinned and not in
@@ -96,7 +101,7 @@ pub const CONFIG: &str = "CONFIG";
 pub const FLOW_CACHE: &str = "FLOW_CACHE";
 
 /// Every map the program defines, for pinning and `switchyard maps`.
-pub const ALL: [&str; 17] = [
+pub const ALL: [&str; 18] = [
     SERVICES,
     SERVICE_SLOTS,
     SERVICE_FILTER,
@@ -114,6 +119,7 @@ pub const ALL: [&str; 17] = [
     BACKEND_STATS,
     IPIP_TX,
     CONFIG,
+    CLOCK,
 ];
 
 #[cfg(test)]

@@ -134,9 +134,10 @@ fn process(ctx: &XdpContext) -> Outcome {
         return Outcome::unforwarded(Reason::NoService, NONE);
     }
     // A tracked flow is forwarded on its entry; the service map is read only for the others.
-    let (svc, choice) = match select::tracked(&pkt.flow) {
+    let now = select::now();
+    let (svc, choice) = match select::tracked(&pkt.flow, pkt.tcp, now, !pkt.is_icmp()) {
         Ok(hit) => hit,
-        Err(reselect) => {
+        Err(miss) => {
             let key = ServiceKey {
                 addr: pkt.flow.dst,
                 port: pkt.flow.dport,
@@ -153,7 +154,7 @@ fn process(ctx: &XdpContext) -> Outcome {
             // flow, so a fragmented datagram reaches the backend of the flow's whole
             // datagrams; the later fragments, which carry no ports, follow its choice through
             // `FRAGMENTS`.
-            match select(&pkt.flow, &svc, !pkt.is_icmp(), reselect) {
+            match select(&pkt.flow, &svc, !pkt.is_icmp(), miss, now) {
                 Ok(c) => (svc, c),
                 Err(reason) => return Outcome::unforwarded(reason, svc.id),
             }

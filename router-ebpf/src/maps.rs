@@ -58,7 +58,7 @@ pub static BACKENDS: Array<Backend, { MAX_BACKENDS as usize }> = Array::new();
 #[btf_map]
 pub static NEXT_HOPS: Array<NextHop, { (MAX_BACKENDS * 2) as usize }> = Array::new();
 
-/// Connection tracking: a flow's 5-tuple → its backend.
+/// Connection tracking: a flow's 5-tuple → its backend, state and last packet's time.
 #[btf_map]
 pub static CONNTRACK: LruHashMap<FlowKey, FlowEntry, { CONNTRACK_SIZE as usize }> =
     LruHashMap::new();
@@ -104,9 +104,14 @@ pub static BACKEND_STATS: PerCpuArray<Traffic, { MAX_BACKENDS as usize }> = PerC
 #[btf_map]
 pub static IPIP_TX: ProgramArray<1> = ProgramArray::new();
 
-/// Generation and ABI version, written by the agent.
+/// Generation, ABI version and flow timeouts, written by the agent.
 #[btf_map]
 pub static CONFIG: Array<Config, 1> = Array::new();
+
+/// Nanoseconds added to the program's clock (`crate::select::now`): zero, unless a test moves
+/// the clock forward to age tracked flows.
+#[btf_map]
+pub static CLOCK: Array<u64, 1> = Array::new();
 
 /// Per-CPU scratch space for the packet being processed (see `parse::Packet`). Not part of the
 /// ABI: the agent neither reads nor pins it.

@@ -107,6 +107,8 @@ pub struct Packet {
     pub frag_id: u32,
     /// 1 if the packet is an ICMP/ICMPv6 error quoting `flow`, else 0.
     pub icmp: u32,
+    /// The flags byte of a TCP packet that carries its header (`router_common::tcp_flags`), else 0.
+    pub tcp: u32,
     /// An ipip packet's encapsulation, handed from the classification to the entry, which
     /// encapsulates once the classification's stack frame is gone (see `crate::ipip`). Set
     /// only when it is used: [`Packet::reset`] leaves it.
@@ -153,7 +155,10 @@ impl Packet {
             unsafe { core::ptr::write_volatile(w.add(i), 0) };
             i += 1;
         }
-        unsafe { core::ptr::write_volatile(&raw mut self.icmp, 0) };
+        unsafe {
+            core::ptr::write_volatile(&raw mut self.icmp, 0);
+            core::ptr::write_volatile(&raw mut self.tcp, 0);
+        }
     }
 
     /// Stores `off` as the L4 offset and returns it re-read: an unknown value to the verifier,
@@ -300,14 +305,22 @@ fn l4_len(proto: u8) -> usize {
     }
 }
 
-/// Reads the source and destination ports at `off` (TCP and UDP both start with them), after
+/// Reads the source and destination ports at `off` (TCP and UDP both start with them), and for
+/// a whole TCP header (`need` is [`TCP_HDR_LEN`]) its flags byte (byte 13; else 0), after
 /// checking that `need` bytes from `off` lie inside the datagram, which ends at `end`. (The
 /// frame may be longer: Ethernet padding is not part of the datagram.)
 #[inline(always)]
-fn ports(ctx: &XdpContext, off: usize, need: usize, end: usize) -> Result<(u16, u16), Reason> {
+fn ports(ctx: &XdpContext, off: usize, need: usize, end: usize) -> Result<(u16, u16, u32), Reason> {
     let p: *const [u16; 2] = ptr_at(ctx, off).ok_or(Reason::MalformedPass)?;
-    // Checked after the read, not before: `end` fits in the frame, so LLVM would otherwise
-    // drop `ptr_at`'s bounds check as implied, and the verifier cannot follow that reasoning
+    let flags = if need == TCP_HDR_LEN {
+        let f: *const [u8; 2] = ptr_at(ctx, off + 12).ok_or(Reason::MalformedPass)?;
+        // SAFETY: `ptr_at` checked both bytes.
+        u32::from(unsafe { (*f)[1] })
+    } else {
+        0
+    };
+    // Checked after the reads, not before: `end` fits in the frame, so LLVM would otherwise
+    // drop `ptr_at`'s bounds checks as implied, and the verifier cannot follow that reasoning
     // (6.18: "invalid access to packet").
     if off + need > end {
         return Err(Reason::MalformedPass);
@@ -318,6 +331,7 @@ fn ports(ctx: &XdpContext, off: usize, need: usize, end: usize) -> Result<(u16, 
     Ok((
         u16::from_ne_bytes([b[0], b[1]]),
         u16::from_ne_bytes([b[2], b[3]]),
+        flags,
     ))
 }
 
@@ -358,11 +372,12 @@ fn parse_ipv4(ctx: &XdpContext, l3: usize, pkt: &mut Packet) -> Result<(), Reaso
         PROTO_TCP | PROTO_UDP => {
             // A first fragment carries the ports: the service is looked up with them (the
             // datagram is then balanced on addresses and the service port).
-            let (sport, dport) = if frag == frag::LATER {
-                (0, 0)
+            let (sport, dport, tcp) = if frag == frag::LATER {
+                (0, 0, 0)
             } else {
                 ports(ctx, l4, l4_len(ip.proto), end)?
             };
+            pkt.tcp = tcp;
             set_flow(
                 &mut pkt.flow,
                 v4_addr(&ip.src_addr),
@@ -409,7 +424,7 @@ fn icmpv4_inner(
         return Err(Reason::NoService);
     }
     // The quote holds the original header and at least 64 bits of its data (RFC 792).
-    let (sport, dport) = ports(ctx, inner_l3 + ihl, ICMP_QUOTED_DATA, end)?;
+    let (sport, dport, _) = ports(ctx, inner_l3 + ihl, ICMP_QUOTED_DATA, end)?;
     // The quoted packet left the virtual IP towards the client: reverse it.
     set_flow(
         f,
@@ -493,11 +508,13 @@ fn parse_ipv6(ctx: &XdpContext, l3: usize, pkt: &mut Packet) -> Result<(), Reaso
         _ if frag == frag::LATER || next == PROTO_TCP || next == PROTO_UDP => {
             // A first fragment carries the ports: the service is looked up with them (the
             // datagram is then balanced on addresses and the service port).
-            let (sport, dport) = if frag == frag::LATER {
-                (0, 0)
+            let (sport, dport, tcp) = if frag == frag::LATER {
+                (0, 0, 0)
             } else {
                 ports(ctx, off, l4_len(next), end)?
             };
+            pkt.tcp = tcp;
+            pkt.tcp = tcp;
             set_flow(
                 &mut pkt.flow,
                 v6_addr(&ip.src_addr),
@@ -545,7 +562,7 @@ fn icmpv6_inner(
     if ip.next_hdr != PROTO_TCP && ip.next_hdr != PROTO_UDP || !same_addr(&ip.src_addr, to) {
         return Err(Reason::NoService);
     }
-    let (sport, dport) = ports(ctx, inner_l3 + Ipv6Hdr::LEN, ICMP_QUOTED_DATA, end)?;
+    let (sport, dport, _) = ports(ctx, inner_l3 + Ipv6Hdr::LEN, ICMP_QUOTED_DATA, end)?;
     set_flow(
         f,
         v6_addr(&ip.dst_addr),

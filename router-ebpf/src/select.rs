@@ -2,23 +2,41 @@
 //! forwarding needs, read through this CPU's flow cache), then, for a new flow, the service's
 //! decision word and the chosen pool's live Maglev table ([`select`]).
 //!
+//! Connection tracking keeps each flow's protocol state and when it last sent a packet
+//! (`FlowEntry`, router-common's `first_state`/`next_state`):
+//! - a TCP SYN without ACK opens a new connection on any 5-tuple: it is not looked up in
+//!   `CONNTRACK` at all, and its choice is recorded only in this CPU's flow cache
+//!   (`FLOW_F_FIRST`, in the set's second way). The connection's next packet on this CPU writes
+//!   it to `CONNTRACK` with that backend (a retransmitted SYN reuses the record). A SYN flood
+//!   never writes `CONNTRACK`, so it never evicts a tracked flow;
+//! - any other packet of a flow `CONNTRACK` does not hold (a UDP flow's first, a TCP
+//!   connection's after a SYN this CPU did not see or lost from its cache) tracks the flow at
+//!   once;
+//! - a FIN or an RST makes a TCP flow closing: its last packets still go to its backend, for
+//!   the closing timeout;
+//! - a flow idle past its state's timeout (`Config.timeouts`, in ticks of [`now`]) is a new
+//!   flow again, selected from the current table. `seen` is rewritten at most every
+//!   `SEEN_REFRESH` ticks.
+//!
 //! The flow cache (`FLOW_CACHE`, decision 0015) holds copies of `CONNTRACK` entries in
 //! two-way sets of 64-byte entries, one region per CPU: a tracked packet costs a dozen
 //! instructions of hashing and one cache line instead of the kernel's hash-map lookup. Its
 //! invariants:
 //! - a copy is never newer than `CONNTRACK` on this CPU: the program writes `CONNTRACK`, then
-//!   the copy;
-//! - a flow enters the cache with its second packet on a CPU, read from `CONNTRACK`: a flood of
-//!   one-packet flows does not displace the cached ones;
+//!   the copy. A SYN's record is the one entry with no `CONNTRACK` counterpart;
+//! - a tracked flow enters the cache with its first packet on a CPU that found it in
+//!   `CONNTRACK` (so, for a flow tracked here, its second), into way 0; a SYN's record goes
+//!   into way 1 (or over the flow's own entry): a SYN flood churns way 1 only;
 //! - every [`FLOW_CACHE_LEASE`] packets of a flow on a CPU, its entry is read from `CONNTRACK`
 //!   again (and kept recent in its LRU), so the copy follows rewrites by other CPUs, the agent
 //!   and `bpftool` within that many packets. A flow `CONNTRACK` lost meanwhile (evicted, or
 //!   deleted) is written back from the copy: a flow the cache still serves stays where it is,
 //!   as it would have had its entry been kept recent. Every other check of a tracked packet
-//!   (its service slot, its backend's state) is made on every packet, as without the cache;
+//!   (its service slot, its backend's state, its age) is made on every packet, as without the
+//!   cache;
 //! - a copy that no longer applies (its slot no longer holds the flow's service, its backend
-//!   is not usable) is checked against `CONNTRACK` before the flow is re-selected: another CPU
-//!   may have re-selected it already;
+//!   is not usable, it is idle past its timeout) is checked against `CONNTRACK` before the flow
+//!   is re-selected: another CPU may have re-selected or refreshed it already;
 //! - a copy is used only while its backend's generation (`Backend.generation`, which the agent
 //!   changes with every change of the slot's state, address or family) is the one it was made under: a flow that
 //!   another CPU re-selected while its backend was down is read from `CONNTRACK` again here
@@ -27,18 +45,20 @@
 //! - an entry is written family word last, after it was made unmatchable, so a reader never
 //!   takes a half-written key for a flow.
 
-use aya_ebpf::helpers::generated::bpf_get_smp_processor_id;
+use aya_ebpf::helpers::generated::{bpf_get_smp_processor_id, bpf_ktime_get_coarse_ns};
 use router_common::{
     Backend, CachedFlow, Decision, FILTER_F_NAT, FILTER_FLAGS, FILTER_NAT_REPLY, FILTER_SERVICE,
-    FILTER_WORDS, FLOW_CACHE_ENTRIES, FLOW_CACHE_LEASE, FLOW_CACHE_WAYS, FlowEntry, FlowKey,
-    MAGLEV_LANES, MAGLEV_SIZE, MAX_POOLS, NO_BACKEND, NO_POOL, POOL_F_ALL_DOWN_PASS, Reason,
-    SVC_F_HASH_SOURCE, Service, flow_hash,
+    FILTER_WORDS, FLOW_CACHE_ENTRIES, FLOW_CACHE_LEASE, FLOW_CACHE_WAYS, FLOW_F_FIRST, FLOW_STATES,
+    FLOW_TCP_SYN, FlowEntry, FlowKey, MAGLEV_LANES, MAGLEV_SIZE, MAX_POOLS, NO_BACKEND, NO_POOL,
+    POOL_F_ALL_DOWN_PASS, Reason, SEEN_REFRESH, SVC_F_HASH_SOURCE, Service, TICK_SHIFT, expired,
+    first_state, flow_hash,
     hash::{filter_bit_words, flow_cache_set},
-    keeps_flows, maglev_backend, maglev_index, source_hash,
+    keeps_flows, maglev_backend, maglev_index, next_state, opens, source_hash,
 };
 
 use crate::maps::{
-    BACKENDS, CONNTRACK, DECISIONS, FLOW_CACHE, MAGLEV, POOLS, SERVICE_FILTER, SERVICE_SLOTS,
+    BACKENDS, CLOCK, CONFIG, CONNTRACK, DECISIONS, FLOW_CACHE, MAGLEV, POOLS, SERVICE_FILTER,
+    SERVICE_SLOTS,
 };
 
 /// A chosen backend.
@@ -165,48 +185,174 @@ fn slot_serves(slot: &router_common::ServiceSlot, flow: &FlowKey) -> bool {
     (k[0] ^ d[0]) | (k[1] ^ d[1]) | (k[2] ^ d[2]) | (k[3] ^ d[3]) | (k[4] ^ tail) == 0
 }
 
-/// A tracked flow, forwarded on its conntrack entry alone: the backend it had, and the service
-/// its slot holds. `Err(true)` when the flow has an entry that no longer applies (its backend is
-/// down or removed, or its service slot no longer holds the flow's service: it is re-selected),
-/// `Err(false)` when it has none.
+/// Why a packet's flow needs a backend chosen, and what its choice is recorded as.
+#[derive(Clone, Copy)]
+pub struct Miss {
+    /// The flow is tracked and its entry no longer applies (its backend is not usable, or its
+    /// service slot holds another service): the new choice goes to `CONNTRACK` at once. Else
+    /// the packet is a new flow's first (or a flow's whose tracking ended), recorded in this
+    /// CPU's flow cache only.
+    pub reselect: bool,
+    /// The flow's state with this packet (`FLOW_*`).
+    pub state: u8,
+    /// Index in `FLOW_CACHE` of way 0 of the flow's set on this CPU ([`cache_index`]).
+    pub at: u32,
+}
+
+/// The program's clock: `(bpf_ktime_get_coarse_ns() + CLOCK[0]) >> TICK_SHIFT`, in ticks of
+/// about a millisecond, wrapping (`router_common::TICK_SHIFT`). `CLOCK` is zero unless a test
+/// moves the clock forward.
 #[inline(always)]
-pub fn tracked(flow: &FlowKey) -> Result<(Service, Choice), bool> {
-    let Some((entry, cached)) = flow_entry(flow) else {
-        return Err(false);
+#[expect(
+    clippy::cast_possible_truncation,
+    reason = "the clock is kept as a wrapping u32 of ticks; ages are wrapping differences"
+)]
+pub fn now() -> u32 {
+    // SAFETY: a helper without arguments.
+    let ns = unsafe { bpf_ktime_get_coarse_ns() };
+    let offset = CLOCK.get(0).copied().unwrap_or(0);
+    (ns.wrapping_add(offset) >> TICK_SHIFT) as u32
+}
+
+/// The flow timeouts the agent wrote (`Config.timeouts`, ticks; 0 is the default).
+#[inline(always)]
+fn timeouts() -> [u32; FLOW_STATES] {
+    CONFIG.get(0).map_or([0; FLOW_STATES], |c| c.timeouts)
+}
+
+/// A tracked flow, forwarded on its conntrack entry alone: the backend it had, and the service
+/// its slot holds. The packet (TCP flags `tcp`, 0 for UDP, at time `now`) moves the flow's
+/// state and refreshes its `seen`, unless `update` is false (an ICMP error quoting the flow).
+///
+/// `Err` when a backend must be chosen ([`Miss`]): the flow has no entry, its entry expired, the
+/// packet opens a connection, or its entry no longer applies (`reselect`).
+#[inline(always)]
+pub fn tracked(
+    flow: &FlowKey,
+    tcp: u32,
+    now: u32,
+    update: bool,
+) -> Result<(Service, Choice), Miss> {
+    let w = key_words(flow);
+    let at = cache_index(&w);
+    let new = Miss {
+        reselect: false,
+        state: first_state(flow.proto, tcp),
+        at,
     };
-    if let Some(hit) = applies(flow, entry) {
-        return Ok(hit);
+    let timeouts = timeouts();
+    let way = cache_way(at, &w);
+    if let Some(e) = way {
+        // SAFETY: a map value of this CPU's region (see `cache_write`).
+        let copy = unsafe { (*e).entry };
+        if copy.state & FLOW_F_FIRST != 0 {
+            return first_again(flow, e, &w, copy, tcp, now, update, &timeouts).ok_or(new);
+        }
     }
-    if !cached {
-        return Err(true);
+    if opens(tcp) {
+        return Err(new);
     }
-    // A copy that no longer applies may be older than conntrack: another CPU may have
-    // re-selected the flow. Conntrack decides, and the copy follows it.
-    let Some(c) = CONNTRACK.get_ptr(flow) else {
-        return Err(true);
+    let Some((mut entry, mut cached)) = flow_entry(flow, way, at, &w) else {
+        return Err(new);
     };
-    let fresh = unsafe { *c };
-    if fresh == entry {
-        return Err(true);
+    if expired(entry.seen, entry.state, now, &timeouts) {
+        // Another CPU may have seen the flow since this copy was made.
+        let fresh = if cached { conntrack_entry(flow) } else { None };
+        match fresh {
+            Some(f) if !expired(f.seen, f.state, now, &timeouts) => {
+                entry = f;
+                cached = false;
+                fill_at(at, &w, f);
+            }
+            _ => return Err(new),
+        }
     }
-    let hit = applies(flow, fresh).ok_or(true)?;
-    cache_fill(flow, fresh);
+    let state = next_state(entry.state, tcp);
+    let reselect = Miss {
+        reselect: true,
+        state,
+        at,
+    };
+    let hit = if let Some(hit) = applies(flow, entry) {
+        hit
+    } else {
+        // A copy that no longer applies may be older than conntrack: another CPU may have
+        // re-selected the flow. Conntrack decides, and the copy follows it.
+        let fresh = if cached { conntrack_entry(flow) } else { None };
+        let Some(f) = fresh else {
+            return Err(reselect);
+        };
+        if f.backend == entry.backend && f.service == entry.service {
+            return Err(reselect);
+        }
+        let hit = applies(flow, f).ok_or(reselect)?;
+        entry = f;
+        fill_at(at, &w, f);
+        hit
+    };
+    if update && (state != entry.state || now.wrapping_sub(entry.seen) >= SEEN_REFRESH) {
+        entry.state = state;
+        entry.seen = now;
+        refresh(flow, at, &w, entry);
+    }
     Ok(hit)
+}
+
+/// A packet of a flow whose first packet this CPU recorded (`copy`, in cache entry `e`): the
+/// same backend while the record is within its timeout and applies. A repeated opening packet
+/// (a retransmitted SYN) leaves it a record; any other packet (with `update`) tracks the flow in
+/// `CONNTRACK` and makes the record its copy. `None`: the flow is new again.
+#[inline(always)]
+#[expect(
+    clippy::too_many_arguments,
+    reason = "inlined into `tracked`, whose locals these are"
+)]
+fn first_again(
+    flow: &FlowKey,
+    e: *mut CachedFlow,
+    w: &[u64; 5],
+    copy: FlowEntry,
+    tcp: u32,
+    now: u32,
+    update: bool,
+    timeouts: &[u32; FLOW_STATES],
+) -> Option<(Service, Choice)> {
+    if expired(copy.seen, copy.state, now, timeouts) {
+        return None;
+    }
+    let (svc, mut choice) = applies(flow, copy)?;
+    if opens(tcp) || !update {
+        choice.reason = Reason::NewFlow;
+        return Some((svc, choice));
+    }
+    let entry = FlowEntry {
+        seen: now,
+        state: next_state(copy.state, tcp),
+        ..copy
+    };
+    // A failed insert (map full of pinned entries) leaves the flow untracked: its next packet
+    // finds the record again and tries once more.
+    if CONNTRACK.insert(flow, entry, 0).is_ok() {
+        cache_write(
+            e,
+            w,
+            entry_words(entry),
+            hits_word(choice.backend.generation),
+        );
+    }
+    Some((svc, choice))
 }
 
 /// The service and backend a tracked flow's entry sends it to, if the entry still applies: its
 /// service slot holds the flow's key and its backend is usable.
 #[inline(always)]
 fn applies(flow: &FlowKey, entry: FlowEntry) -> Option<(Service, Choice)> {
-    let FlowEntry {
-        backend: id,
-        service,
-    } = entry;
-    let slot = SERVICE_SLOTS.get(service)?;
+    let slot = SERVICE_SLOTS.get(entry.service)?;
     if !slot_serves(slot, flow) {
         return None;
     }
     let svc = slot.service;
+    let id = entry.backend;
     let backend = usable_backend(id)?;
     Some((
         svc,
@@ -218,9 +364,11 @@ fn applies(flow: &FlowKey, entry: FlowEntry) -> Option<(Service, Choice)> {
     ))
 }
 
-/// Chooses a backend for a new (or re-selected, `reselect`) flow `flow` of `svc` through the
-/// service's decision word and the chosen pool's live Maglev table; with `track`, the choice is
-/// recorded in connection tracking (ICMP errors look up without recording).
+/// Chooses a backend for flow `flow` of `svc` ([`Miss`] says why) through the service's
+/// decision word and the chosen pool's live Maglev table. With `track`, the choice is recorded:
+/// a re-selected flow's in `CONNTRACK` and this CPU's cache; a SYN's as a first-packet record
+/// in this CPU's cache (in `CONNTRACK` at once on a CPU without a cache); any other new flow's
+/// in `CONNTRACK`. ICMP errors look up without recording.
 ///
 /// Errors: `NoBackend` / `AllDownPass` when no pool has a usable backend (by the primary pool's
 /// `when_all_down`), `BadState` when the service's decision slot is missing.
@@ -229,9 +377,10 @@ pub fn select(
     flow: &FlowKey,
     svc: &Service,
     track: bool,
-    reselect: bool,
+    miss: Miss,
+    now: u32,
 ) -> Result<Choice, Reason> {
-    let mut reason = if reselect {
+    let mut reason = if miss.reselect {
         Reason::Reselected
     } else {
         Reason::NewFlow
@@ -265,21 +414,36 @@ pub fn select(
         });
     };
     if track {
-        let entry = FlowEntry {
+        let mut entry = FlowEntry {
             backend: id,
             service: svc.id,
+            seen: now,
+            state: miss.state,
+            _pad: [0; 3],
         };
-        // A failed insert (map full of pinned entries) only costs stickiness for this flow.
-        // A new flow enters the cache with its second packet (a flood of one-packet flows
-        // never displaces the cached ones); a re-selected one is in it and gets its new
-        // entry there.
-        let inserted = CONNTRACK.insert(flow, entry, 0).is_ok();
-        if reselect {
-            if inserted {
-                cache_fill(flow, entry);
+        let w = key_words(flow);
+        if miss.reselect {
+            // A failed insert (map full of pinned entries) only costs stickiness for this flow.
+            if CONNTRACK.insert(flow, entry, 0).is_ok() {
+                fill_at(miss.at, &w, entry);
             } else {
-                cache_forget(flow);
+                forget_at(miss.at, &w);
             }
+        } else if miss.state == FLOW_TCP_SYN {
+            entry.state |= FLOW_F_FIRST;
+            if !first_at(miss.at, &w, entry, backend.generation) {
+                let _ = CONNTRACK.insert(
+                    flow,
+                    FlowEntry {
+                        state: miss.state,
+                        ..entry
+                    },
+                    0,
+                );
+            }
+        } else {
+            // Tracked at once; it enters this CPU's cache with its next packet here.
+            let _ = CONNTRACK.insert(flow, entry, 0);
         }
     }
     Ok(Choice {
@@ -312,8 +476,8 @@ fn cache_index(w: &[u64; 5]) -> u32 {
         .wrapping_add(flow_cache_set(*w) * FLOW_CACHE_WAYS)
 }
 
-/// Cache entry `e` as its eight 64-bit words (key 0–4, entry 5, hit count and backend
-/// generation 6).
+/// Cache entry `e` as its eight 64-bit words (key 0–4, entry 5–6, hit count and backend
+/// generation 7).
 #[inline(always)]
 #[expect(
     clippy::cast_ptr_alignment,
@@ -332,11 +496,25 @@ fn holds(e: *mut CachedFlow, w: &[u64; 5]) -> bool {
     (k[0] ^ w[0]) | (k[1] ^ w[1]) | (k[2] ^ w[2]) | (k[3] ^ w[3]) | (k[4] ^ w[4]) == 0
 }
 
-/// A `FlowEntry` as the one 64-bit word it is stored as, so it is written with one store.
+/// The way of the set at `at` that holds the flow with key words `w`, if one does (way 0 first).
 #[inline(always)]
-fn entry_word(entry: FlowEntry) -> u64 {
-    // SAFETY: `FlowEntry` is two `u32`, eight bytes without padding.
-    unsafe { core::mem::transmute::<FlowEntry, u64>(entry) }
+fn cache_way(at: u32, w: &[u64; 5]) -> Option<*mut CachedFlow> {
+    let mut way = 0;
+    while way < FLOW_CACHE_WAYS {
+        let e = FLOW_CACHE.get_ptr_mut(at + way)?;
+        if holds(e, w) {
+            return Some(e);
+        }
+        way += 1;
+    }
+    None
+}
+
+/// A `FlowEntry` as the two 64-bit words it is stored as in the cache.
+#[inline(always)]
+fn entry_words(entry: FlowEntry) -> [u64; 2] {
+    // SAFETY: `FlowEntry` is 16 bytes without implicit padding (its `_pad` is a field).
+    unsafe { core::mem::transmute::<FlowEntry, [u64; 2]>(entry) }
 }
 
 /// The generation of backend slot `id` (`Backend.generation`); 0 for a slot past the map.
@@ -345,52 +523,58 @@ fn backend_generation(id: u32) -> u32 {
     BACKENDS.get(id).map_or(0, |b| b.generation)
 }
 
-/// Word 6 of a cache entry: no hits, and the backend generation `generation`.
+/// Word 7 of a cache entry: no hits, and the backend generation `generation`.
 #[inline(always)]
 fn hits_word(generation: u32) -> u64 {
-    // SAFETY: two `u32` are eight bytes; `CachedFlow.hits` comes first (offset 48), then
-    // `generation` (offset 52).
+    // SAFETY: two `u32` are eight bytes; `CachedFlow.hits` comes first (offset 56), then
+    // `generation` (offset 60).
     unsafe { core::mem::transmute::<[u32; 2], u64>([0, generation]) }
 }
 
-/// Writes cache entry `e`: key words `w`, `entry`, no hits, backend generation in `word6`
-/// ([`hits_word`]). The family word (the key's last) is cleared first and written last, so
-/// the entry matches no flow until it is whole.
+/// Writes cache entry `e`: key words `w`, `entry` (two words), no hits, backend generation in
+/// `word7` ([`hits_word`]). The family word (the key's last) is cleared first and written last,
+/// so the entry matches no flow until it is whole.
 #[inline(always)]
-fn cache_write(e: *mut CachedFlow, w: &[u64; 5], entry: u64, word6: u64) {
+fn cache_write(e: *mut CachedFlow, w: &[u64; 5], entry: [u64; 2], word7: u64) {
     let p = words(e);
-    // SAFETY: `e` is a 64-byte map value of this CPU's region: words 0–4 are the key, 5 the
-    // entry, 6 the hit count and backend generation.
+    // SAFETY: `e` is a 64-byte map value of this CPU's region: words 0–4 are the key, 5–6 the
+    // entry, 7 the hit count and backend generation.
     unsafe {
         core::ptr::write_volatile(p.add(4), 0);
         core::ptr::write_volatile(p, w[0]);
         core::ptr::write_volatile(p.add(1), w[1]);
         core::ptr::write_volatile(p.add(2), w[2]);
         core::ptr::write_volatile(p.add(3), w[3]);
-        core::ptr::write_volatile(p.add(5), entry);
-        core::ptr::write_volatile(p.add(6), word6);
+        core::ptr::write_volatile(p.add(5), entry[0]);
+        core::ptr::write_volatile(p.add(6), entry[1]);
+        core::ptr::write_volatile(p.add(7), word7);
         core::ptr::write_volatile(p.add(4), w[4]);
     }
 }
 
-/// Records `entry` for `flow` in this CPU's cache: over the flow's copy if its set holds one,
-/// else in way 0, after way 0's flow moved to way 1 (the set's older flow leaves).
+/// Rewrites the entry words of cache entry `e` (not its key, hits or generation).
 #[inline(always)]
-fn cache_fill(flow: &FlowKey, entry: FlowEntry) {
-    let w = key_words(flow);
-    fill_at(cache_index(&w), &w, entry);
+fn cache_set_entry(e: *mut CachedFlow, entry: FlowEntry) {
+    let [a, b] = entry_words(entry);
+    // SAFETY: a map value of this CPU's region (see `cache_write`).
+    unsafe {
+        core::ptr::write_volatile(words(e).add(5), a);
+        core::ptr::write_volatile(words(e).add(6), b);
+    }
 }
 
-/// [`cache_fill`] of the flow with key words `w` into the set whose way 0 is at `at`.
+/// Records tracked `entry` for the flow with key words `w` in the set whose way 0 is at `at`:
+/// over the flow's copy if the set holds one, else in way 0, after way 0's flow moved to way 1
+/// (the set's older flow leaves).
 #[inline(always)]
 fn fill_at(at: u32, w: &[u64; 5], entry: FlowEntry) {
     let (Some(w0), Some(w1)) = (FLOW_CACHE.get_ptr_mut(at), FLOW_CACHE.get_ptr_mut(at + 1)) else {
         return;
     };
-    let word6 = hits_word(backend_generation(entry.backend));
-    let entry = entry_word(entry);
+    let word7 = hits_word(backend_generation(entry.backend));
+    let entry = entry_words(entry);
     if holds(w1, w) && !holds(w0, w) {
-        cache_write(w1, w, entry, word6);
+        cache_write(w1, w, entry, word7);
         return;
     }
     if !holds(w0, w) {
@@ -398,83 +582,116 @@ fn fill_at(at: u32, w: &[u64; 5], entry: FlowEntry) {
         let (k, e, h) = unsafe {
             (
                 core::ptr::read(words(w0).cast::<[u64; 5]>()),
-                core::ptr::read_volatile(words(w0).add(5)),
-                core::ptr::read_volatile(words(w0).add(6)),
+                [
+                    core::ptr::read_volatile(words(w0).add(5)),
+                    core::ptr::read_volatile(words(w0).add(6)),
+                ],
+                core::ptr::read_volatile(words(w0).add(7)),
             )
         };
         cache_write(w1, &k, e, h);
     }
-    cache_write(w0, w, entry, word6);
+    cache_write(w0, w, entry, word7);
 }
 
-/// Empties this CPU's cache entry of `flow`, if it has one.
+/// Records a first packet's `entry` (with `FLOW_F_FIRST`) for the flow with key words `w` in
+/// the set whose way 0 is at `at`: over the flow's own entry if the set holds one, else in
+/// way 1, so first packets never displace way 0. `false` on a CPU without a cache.
 #[inline(always)]
-fn cache_forget(flow: &FlowKey) {
-    let w = key_words(flow);
-    let at = cache_index(&w);
-    let mut way = 0;
-    while way < FLOW_CACHE_WAYS {
-        if let Some(e) = FLOW_CACHE.get_ptr_mut(at + way)
-            && holds(e, &w)
-        {
-            // SAFETY: a map value of this CPU's region (see `cache_write`).
-            unsafe { core::ptr::write_volatile(words(e).add(4), 0) };
-        }
-        way += 1;
+fn first_at(at: u32, w: &[u64; 5], entry: FlowEntry, generation: u32) -> bool {
+    let (Some(w0), Some(w1)) = (FLOW_CACHE.get_ptr_mut(at), FLOW_CACHE.get_ptr_mut(at + 1)) else {
+        return false;
+    };
+    let e = if holds(w0, w) { w0 } else { w1 };
+    cache_write(e, w, entry_words(entry), hits_word(generation));
+    true
+}
+
+/// Empties the cache entry of the flow with key words `w` in the set at `at`, if it has one.
+#[inline(always)]
+fn forget_at(at: u32, w: &[u64; 5]) {
+    if let Some(e) = cache_way(at, w) {
+        // SAFETY: a map value of this CPU's region (see `cache_write`).
+        unsafe { core::ptr::write_volatile(words(e).add(4), 0) };
     }
+}
+
+/// Writes a tracked flow's new `seen` and state to `CONNTRACK` in place (a flow it lost
+/// meanwhile is tracked again with `entry`), then to this CPU's copy.
+#[inline(always)]
+fn refresh(flow: &FlowKey, at: u32, w: &[u64; 5], entry: FlowEntry) {
+    match CONNTRACK.get_ptr_mut(flow) {
+        // SAFETY: a map value; `seen` and `state` are each one aligned store, so a reader
+        // sees the old or the new value of each (and either pair is a valid entry).
+        Some(c) => unsafe {
+            core::ptr::write_volatile(&raw mut (*c).seen, entry.seen);
+            core::ptr::write_volatile(&raw mut (*c).state, entry.state);
+        },
+        None => {
+            let _ = CONNTRACK.insert(flow, entry, BPF_NOEXIST);
+        }
+    }
+    if let Some(e) = cache_way(at, w) {
+        cache_set_entry(e, entry);
+    }
+}
+
+/// `CONNTRACK`'s entry of `flow`, if it has one.
+#[inline(always)]
+fn conntrack_entry(flow: &FlowKey) -> Option<FlowEntry> {
+    // SAFETY: a map value, copied out.
+    CONNTRACK.get_ptr(flow).map(|c| unsafe { *c })
 }
 
 /// `BPF_NOEXIST`: a map update that creates the entry only.
 const BPF_NOEXIST: u64 = 1;
 
-/// The conntrack entry of `flow`, through this CPU's flow cache, and whether it is the cached
-/// copy: the copy while its lease lasts and its backend's generation is unchanged, else
-/// `CONNTRACK`'s (which refills the cache). A copy whose lease ended and whose flow `CONNTRACK` lost is written back there;
-/// a stale copy whose flow `CONNTRACK` lost is emptied, and the flow is selected again.
+/// The conntrack entry of tracked `flow` (key words `w`, set at `at`, `way` the cache entry
+/// holding it if any), through this CPU's flow cache, and whether it is the cached copy: the
+/// copy while its lease lasts and its backend's generation is unchanged, else `CONNTRACK`'s
+/// (which refills the cache). A copy whose lease ended and whose flow `CONNTRACK` lost is
+/// written back there; a stale copy whose flow `CONNTRACK` lost is emptied, and the flow is
+/// selected again.
 #[inline(always)]
-fn flow_entry(flow: &FlowKey) -> Option<(FlowEntry, bool)> {
-    let w = key_words(flow);
-    let at = cache_index(&w);
-    let mut way = 0;
-    while way < FLOW_CACHE_WAYS {
-        let Some(e) = FLOW_CACHE.get_ptr_mut(at + way) else {
-            break;
-        };
-        if holds(e, &w) {
-            // SAFETY: a map value of this CPU's region (see `cache_write`).
-            unsafe {
-                let hits = (*e).hits + 1;
-                let copy = (*e).entry;
-                let current = (*e).generation == backend_generation(copy.backend);
-                if hits < FLOW_CACHE_LEASE && current {
-                    (*e).hits = hits;
-                    return Some((copy, true));
-                }
-                let entry = match CONNTRACK.get_ptr(flow) {
-                    Some(c) => *c,
-                    // A flow the cache serves lost its conntrack entry (evicted, or deleted by
-                    // another writer): it stays where it is and is tracked again, unless another
-                    // CPU tracked it meanwhile (then that entry holds).
-                    None if current => match CONNTRACK.insert(flow, copy, BPF_NOEXIST) {
-                        Ok(()) => copy,
-                        Err(_) => *CONNTRACK.get_ptr(flow)?,
-                    },
-                    None => {
-                        core::ptr::write_volatile(words(e).add(4), 0);
-                        return None;
-                    }
-                };
-                core::ptr::write_volatile(words(e).add(5), entry_word(entry));
-                core::ptr::write_volatile(
-                    words(e).add(6),
-                    hits_word(backend_generation(entry.backend)),
-                );
-                return Some((entry, false));
-            }
+fn flow_entry(
+    flow: &FlowKey,
+    way: Option<*mut CachedFlow>,
+    at: u32,
+    w: &[u64; 5],
+) -> Option<(FlowEntry, bool)> {
+    let Some(e) = way else {
+        let entry = conntrack_entry(flow)?;
+        fill_at(at, w, entry);
+        return Some((entry, false));
+    };
+    // SAFETY: a map value of this CPU's region (see `cache_write`).
+    unsafe {
+        let hits = (*e).hits + 1;
+        let copy = (*e).entry;
+        let current = (*e).generation == backend_generation(copy.backend);
+        if hits < FLOW_CACHE_LEASE && current {
+            (*e).hits = hits;
+            return Some((copy, true));
         }
-        way += 1;
+        let entry = match conntrack_entry(flow) {
+            Some(c) => c,
+            // A flow the cache serves lost its conntrack entry (evicted, or deleted by
+            // another writer): it stays where it is and is tracked again, unless another
+            // CPU tracked it meanwhile (then that entry holds).
+            None if current => match CONNTRACK.insert(flow, copy, BPF_NOEXIST) {
+                Ok(()) => copy,
+                Err(_) => conntrack_entry(flow)?,
+            },
+            None => {
+                core::ptr::write_volatile(words(e).add(4), 0);
+                return None;
+            }
+        };
+        cache_set_entry(e, entry);
+        core::ptr::write_volatile(
+            words(e).add(7),
+            hits_word(backend_generation(entry.backend)),
+        );
+        Some((entry, false))
     }
-    let entry = unsafe { *CONNTRACK.get_ptr(flow)? };
-    fill_at(at, &w, entry);
-    Some((entry, false))
 }

@@ -44,8 +44,47 @@ impl TcpSession {
     /// When the connection is not accepted within `timeout`, or the server sends no name line
     /// (at most 64 bytes, UTF-8) within [`TIMEOUT`].
     pub fn connect_with_timeout(addr: SocketAddr, timeout: Duration) -> Result<Self> {
-        let mut stream = TcpStream::connect_timeout(&addr, timeout)
+        let stream = TcpStream::connect_timeout(&addr, timeout)
             .with_context(|| format!("connect to {addr}"))?;
+        Self::greeted(stream, addr)
+    }
+
+    /// Connects to `addr` from local port `port` (a chosen 5-tuple; the address may be reused
+    /// at once) and reads the backend's name.
+    ///
+    /// # Errors
+    ///
+    /// As [`TcpSession::connect`], and when the port cannot be bound.
+    pub fn connect_from(addr: SocketAddr, port: u16) -> Result<Self> {
+        use socket2::{Domain, Socket, Type};
+        let sock = Socket::new(Domain::for_address(addr), Type::STREAM, None)?;
+        sock.set_reuse_address(true)?;
+        let local: SocketAddr = if addr.is_ipv4() {
+            (std::net::Ipv4Addr::UNSPECIFIED, port).into()
+        } else {
+            (std::net::Ipv6Addr::UNSPECIFIED, port).into()
+        };
+        sock.bind(&local.into())
+            .with_context(|| format!("bind {local}"))?;
+        sock.connect_timeout(&addr.into(), TIMEOUT)
+            .with_context(|| format!("connect to {addr} from port {port}"))?;
+        Self::greeted(sock.into(), addr)
+    }
+
+    /// Ends the connection with an RST (`SO_LINGER` 0): no FIN exchange, no `TIME_WAIT`, and the
+    /// 5-tuple is free for the next connection at once.
+    ///
+    /// # Errors
+    ///
+    /// When the socket option cannot be set.
+    pub fn reset(self) -> Result<()> {
+        socket2::SockRef::from(&self.stream).set_linger(Some(Duration::ZERO))?;
+        drop(self);
+        Ok(())
+    }
+
+    /// A session on `stream`, connected to `addr`, once the server's name line is read.
+    fn greeted(mut stream: TcpStream, addr: SocketAddr) -> Result<Self> {
         stream.set_read_timeout(Some(TIMEOUT))?;
         stream.set_write_timeout(Some(TIMEOUT))?;
         stream.set_nodelay(true)?;
@@ -181,6 +220,36 @@ pub fn udp_flow(addr: SocketAddr, n: usize) -> Result<Vec<String>> {
     (0..n)
         .map(|k| udp_ask(&sock, addr).with_context(|| format!("datagram {k}")))
         .collect()
+}
+
+/// One UDP flow: a socket on an ephemeral port connected to a service, asked in turn.
+#[derive(Debug)]
+pub struct UdpFlow {
+    sock: UdpSocket,
+    addr: SocketAddr,
+}
+
+impl UdpFlow {
+    /// Asks the service which backend answers, on this flow (up to three tries).
+    ///
+    /// # Errors
+    ///
+    /// As [`udp_query`].
+    pub fn ask(&self) -> Result<String> {
+        udp_ask(&self.sock, self.addr)
+    }
+}
+
+/// Opens a UDP flow to `addr` in the calling thread's namespace; nothing is sent yet.
+///
+/// # Errors
+///
+/// When the socket cannot be opened or connected.
+pub fn udp_flow_socket(addr: SocketAddr) -> Result<UdpFlow> {
+    Ok(UdpFlow {
+        sock: udp_socket(addr)?,
+        addr,
+    })
 }
 
 /// A UDP socket on an ephemeral port, connected to `addr`: replies from any other source

@@ -47,6 +47,9 @@ pub struct Lab {
     pub publisher: Publisher,
     ifindex: HashMap<String, u32>,
     ebpf: Ebpf,
+    /// The CPU every run of this lab runs on: the flow cache and first-packet records are
+    /// per CPU, as they are per receive queue on a NIC.
+    cpu: usize,
 }
 
 impl Lab {
@@ -82,12 +85,15 @@ impl Lab {
         }
         publisher.set_next_hops(&mut maps, &hops)?;
         publisher.apply(&mut maps, cfg)?;
+        // SAFETY: sched_getcpu has no preconditions.
+        let cpu = usize::try_from(unsafe { libc::sched_getcpu() }).unwrap_or(0);
         Ok(Self {
             topo,
             maps,
             publisher,
             ifindex: index,
             ebpf,
+            cpu,
         })
     }
 
@@ -110,7 +116,9 @@ impl Lab {
             .iter()
             .flat_map(|w| w.to_ne_bytes())
             .collect();
+        let cpu = self.cpu;
         self.topo.lb().run(|| {
+            crate::bench::host::pin(0, cpu)?;
             let mut out = vec![0u8; frame.len() + 256];
             let opts = TestRunOptions {
                 data_in: Some(frame),
@@ -200,6 +208,29 @@ impl Lab {
                 let _ = cache.set(i, CachedFlow::default(), 0);
             }
         }
+    }
+
+    /// Runs every later run of this lab on CPU `cpu` (each CPU has its own flow cache).
+    pub fn set_cpu(&mut self, cpu: usize) {
+        self.cpu = cpu;
+    }
+
+    /// Moves the program's clock forward by `by` (the `CLOCK` map): tracked flows age as if
+    /// that much time had passed.
+    ///
+    /// # Errors
+    ///
+    /// When the object has no `CLOCK` map, or it cannot be written.
+    pub fn advance_clock(&mut self, by: std::time::Duration) -> Result<()> {
+        let map = self
+            .ebpf
+            .map_mut(router_common::maps::CLOCK)
+            .context("no CLOCK map in the object")?;
+        let mut clock: aya::maps::Array<_, u64> = aya::maps::Array::try_from(map)?;
+        let now = clock.get(&0, 0)?;
+        let by = u64::try_from(by.as_nanos()).context("too far")?;
+        clock.set(0, now + by, 0)?;
+        Ok(())
     }
 
     /// The program's flow cache (`router_common::maps::FLOW_CACHE`).

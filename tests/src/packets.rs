@@ -17,25 +17,55 @@ pub const FROM_CLIENT: [u8; 6] = crate::addrs::CLIENT_MAC;
 /// A payload to carry.
 pub const PAYLOAD: &[u8] = b"switchyard fixture payload, 48 bytes long......";
 
-/// Ethernet + IP + TCP (SYN) from `src:sport` to `dst:dport`.
+/// Ethernet + IP + TCP (ACK, with data: a segment of an open connection) from `src:sport` to
+/// `dst:dport`.
 #[must_use]
 pub fn tcp(src: IpAddr, sport: u16, dst: IpAddr, dport: u16) -> Vec<u8> {
+    tcp_with(src, sport, dst, dport, Tcp::Ack)
+}
+
+/// A TCP SYN (no ACK): the segment that opens a connection.
+#[must_use]
+pub fn syn(src: IpAddr, sport: u16, dst: IpAddr, dport: u16) -> Vec<u8> {
+    tcp_with(src, sport, dst, dport, Tcp::Syn)
+}
+
+/// Flags of a crafted TCP segment.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Tcp {
+    /// SYN: opens a connection.
+    Syn,
+    /// ACK: a segment of an open connection.
+    Ack,
+    /// FIN + ACK: the sender is done.
+    Fin,
+    /// RST: the connection is reset.
+    Rst,
+}
+
+/// Ethernet + IP + TCP with `flags` from `src:sport` to `dst:dport`.
+#[must_use]
+pub fn tcp_with(src: IpAddr, sport: u16, dst: IpAddr, dport: u16, flags: Tcp) -> Vec<u8> {
     let eth = PacketBuilder::ethernet2(FROM_CLIENT, TO_LB);
     let mut out = Vec::new();
-    let r = match (src, dst) {
+    let step = match (src, dst) {
         (IpAddr::V4(s), IpAddr::V4(d)) => eth
             .ipv4(s.octets(), d.octets(), 64)
-            .tcp(sport, dport, 1000, 64240)
-            .syn()
-            .write(&mut out, PAYLOAD),
+            .tcp(sport, dport, 1000, 64240),
         (IpAddr::V6(s), IpAddr::V6(d)) => eth
             .ipv6(s.octets(), d.octets(), 64)
-            .tcp(sport, dport, 1000, 64240)
-            .syn()
-            .write(&mut out, PAYLOAD),
+            .tcp(sport, dport, 1000, 64240),
         _ => return Vec::new(),
     };
-    r.map(|()| out).unwrap_or_default()
+    let step = match flags {
+        Tcp::Syn => step.syn(),
+        Tcp::Ack => step.ack(1),
+        Tcp::Fin => step.fin().ack(1),
+        Tcp::Rst => step.rst(),
+    };
+    step.write(&mut out, PAYLOAD)
+        .map(|()| out)
+        .unwrap_or_default()
 }
 
 /// Ethernet + IP + UDP from `src:sport` to `dst:dport`.

@@ -181,7 +181,8 @@ pub struct DrainStatus {
     pub evicted: bool,
     /// Its backend slot (the `backend` field of its `CONNTRACK` entries).
     pub slot: u32,
-    /// Tracked flows still on it, counted from connection tracking when the status was taken
+    /// Open flows still on it (established TCP and UDP flows not idle past their timeout,
+    /// `router_common::flow_open`), counted from connection tracking when the status was taken
     /// (`None` when the table could not be read).
     pub open_flows: Option<u64>,
 }

@@ -313,7 +313,7 @@ pub fn ago(now: u64, then: u64) -> String {
 }
 
 /// What each pinned map holds, for `switchyard maps`.
-pub const MAP_HELP: [(&str, &str); 17] = [
+pub const MAP_HELP: [(&str, &str); 18] = [
     (
         maps::SERVICES,
         "services: (VIP, port, protocol) → slot, decision slot, flags",
@@ -345,7 +345,7 @@ pub const MAP_HELP: [(&str, &str); 17] = [
     ),
     (
         maps::CONNTRACK,
-        "connection tracking: 5-tuple → backend slot (LRU)",
+        "connection tracking: 5-tuple → backend slot, state, last seen (LRU)",
     ),
     (
         maps::NAT_REVERSE,
@@ -360,7 +360,14 @@ pub const MAP_HELP: [(&str, &str); 17] = [
         maps::IPIP_TX,
         "the ipip encapsulation program, tail-called for ipip services",
     ),
-    (maps::CONFIG, "config generation and ABI version"),
+    (
+        maps::CONFIG,
+        "config generation, ABI version and flow timeouts",
+    ),
+    (
+        maps::CLOCK,
+        "ns added to the program's clock (tests only; the agent never writes it)",
+    ),
 ];
 
 /// Prints each map, what it holds, its key and value layout, and how to dump it.

@@ -1,5 +1,5 @@
 //! Finding the fragments of a directory, parsing each with positions, and deserializing each item
-//! (the agent, a service, a pool) into its spec.
+//! (the agent, the conntrack timeouts, a service, a pool) into its spec.
 //!
 //! Items are deserialized one at a time, so a broken item does not hide the others. Within an
 //! item, serde stops at the first unknown key or misshapen value; the loader reports it, removes
@@ -17,7 +17,10 @@ use serde::de::DeserializeOwned;
 use super::{
     Config, ConfigError, Fragments, Problem,
     report::{Item, Pos, Report, index, index_path, key_path, quoted},
-    spec::{AgentSpec, DecisionGroupSpec, PoolSpec, ServiceSpec, StateVarSpec, TOP_LEVEL_KEYS},
+    spec::{
+        AgentSpec, ConntrackSpec, DecisionGroupSpec, PoolSpec, ServiceSpec, StateVarSpec,
+        TOP_LEVEL_KEYS,
+    },
     validate::validate,
     values::{closest, suggest},
 };
@@ -251,6 +254,8 @@ fn load<'a>(
 pub(crate) struct Parsed {
     /// Each `agent:` (more than one is an error).
     pub agents: Vec<Item<AgentSpec>>,
+    /// Each `conntrack:` (more than one is an error).
+    pub conntracks: Vec<Item<ConntrackSpec>>,
     /// Each `services[]` item.
     pub services: Vec<Item<ServiceSpec>>,
     /// Each `pools[]` item.
@@ -298,6 +303,14 @@ fn parse_file(file: usize, text: &str, parsed: &mut Parsed, report: &mut Report)
                         item.pos.insert(String::new(), at);
                     }
                     parsed.agents.push(item);
+                }
+            }
+            "conntrack" => {
+                if let Some(mut item) = item::<ConntrackSpec>(file, name, value, report) {
+                    if let Some(at) = at {
+                        item.pos.insert(String::new(), at);
+                    }
+                    parsed.conntracks.push(item);
                 }
             }
             "services" => {

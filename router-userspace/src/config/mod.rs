@@ -3,8 +3,8 @@
 //!
 //! The pipeline is parse → validate → convert:
 //! - `load` finds the fragments, parses each with positions (marked-yaml), and deserializes
-//!   each item (the agent, a service, a pool) into the serde shapes of `spec`, which reject
-//!   unknown keys; a broken item does not stop the others;
+//!   each item (the agent, the conntrack timeouts, a service, a pool) into the serde shapes of
+//!   `spec`, which reject unknown keys; a broken item does not stop the others;
 //! - `validate` checks the whole merged configuration (names, references, address families,
 //!   limits of the data plane, every rule expression against [`schema`]) and converts it into
 //!   the runtime types of [`model`];
@@ -39,8 +39,8 @@ pub use fragments::Fragments;
 pub use lint::lint;
 pub use load::{DirFragments, is_fragment, load_dir, load_files, read_dir};
 pub use model::{
-    Agent, Backend, Backoff, CheckKind, Config, DEFAULT_PIN_PATH, Forward, HashMode, HealthCheck,
-    Pool, Protocol, Service, SourceRange, SplitShare, Target, WhenAllDown,
+    Agent, Backend, Backoff, CheckKind, Config, Conntrack, DEFAULT_PIN_PATH, Forward, HashMode,
+    HealthCheck, Pool, Protocol, Service, SourceRange, SplitShare, Target, WhenAllDown,
 };
 
 /// One thing wrong with a configuration, located as precisely as the input allows.

@@ -33,12 +33,23 @@ pub const DEFAULT_BACKOFF_FACTOR: f64 = 1.0;
 pub const DEFAULT_HTTP_PATH: &str = "/";
 /// Default accepted HTTP status codes.
 pub const DEFAULT_HTTP_EXPECT: &[u16] = &[200];
+/// Shortest `conntrack:` timeout.
+pub const MIN_FLOW_TIMEOUT: Duration = Duration::from_secs(1);
+/// Longest `conntrack:` timeout: 7 days.
+pub const MAX_FLOW_TIMEOUT: Duration = Duration::from_hours(7 * 24);
+
+const _: () = assert!(
+    router_common::ticks(MAX_FLOW_TIMEOUT) < router_common::MAX_TIMEOUT_TICKS,
+    "the longest conntrack timeout fits the program's clock"
+);
 
 /// The whole merged configuration of one config directory.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Config {
     /// `agent:`.
     pub agent: Agent,
+    /// `conntrack:`.
+    pub conntrack: Conntrack,
     /// `services:`, in file order (files in name order).
     pub services: Vec<Service>,
     /// `pools:`, in file order (files in name order).
@@ -84,6 +95,52 @@ impl Default for Agent {
             api: DEFAULT_API,
             pin_path: PathBuf::from(DEFAULT_PIN_PATH),
             state_dir: PathBuf::from(DEFAULT_STATE_DIR),
+        }
+    }
+}
+
+/// `conntrack:` settings: how long a tracked flow may stay idle in each state before it is a
+/// new flow again (its next packet is selected from the current table). Each is 1 s to 7 days.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Conntrack {
+    /// A TCP flow that has sent only a SYN (default 60 s).
+    pub tcp_syn: Duration,
+    /// A TCP flow that sent more than a SYN, and neither FIN nor RST (default 900 s).
+    pub tcp_established: Duration,
+    /// A TCP flow whose client sent a FIN or an RST (default 10 s).
+    pub tcp_closing: Duration,
+    /// A UDP flow (default 60 s).
+    pub udp: Duration,
+}
+
+impl Conntrack {
+    /// The timeouts in ticks of the program's clock, indexed by flow state
+    /// (`router_common::FLOW_TCP_SYN`, `FLOW_TCP_OPEN`, `FLOW_TCP_CLOSING`, `FLOW_UDP`): the
+    /// `timeouts` of the `CONFIG` map.
+    #[must_use]
+    pub fn ticks(&self) -> [u32; router_common::FLOW_STATES] {
+        use router_common::{FLOW_TCP_CLOSING, FLOW_TCP_OPEN, FLOW_TCP_SYN, FLOW_UDP, ticks};
+        let mut t = [0; router_common::FLOW_STATES];
+        t[usize::from(FLOW_TCP_SYN)] = ticks(self.tcp_syn);
+        t[usize::from(FLOW_TCP_OPEN)] = ticks(self.tcp_established);
+        t[usize::from(FLOW_TCP_CLOSING)] = ticks(self.tcp_closing);
+        t[usize::from(FLOW_UDP)] = ticks(self.udp);
+        t
+    }
+}
+
+impl Default for Conntrack {
+    /// `router_common::DEFAULT_TIMEOUTS`.
+    fn default() -> Self {
+        use router_common::{
+            DEFAULT_TIMEOUTS, FLOW_TCP_CLOSING, FLOW_TCP_OPEN, FLOW_TCP_SYN, FLOW_UDP,
+        };
+        let secs = |state: u8| Duration::from_secs(u64::from(DEFAULT_TIMEOUTS[usize::from(state)]));
+        Self {
+            tcp_syn: secs(FLOW_TCP_SYN),
+            tcp_established: secs(FLOW_TCP_OPEN),
+            tcp_closing: secs(FLOW_TCP_CLOSING),
+            udp: secs(FLOW_UDP),
         }
     }
 }

@@ -22,6 +22,16 @@ pub(crate) struct AgentSpec {
     pub state_dir: Option<String>,
 }
 
+/// `conntrack:`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ConntrackSpec {
+    pub tcp_syn: Option<String>,
+    pub tcp_established: Option<String>,
+    pub tcp_closing: Option<String>,
+    pub udp: Option<String>,
+}
+
 /// `services[]`.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -204,4 +214,11 @@ pub(crate) struct SwitchSpec {
 }
 
 /// The top-level keys a fragment may have, in the order the docs list them.
-pub(crate) const TOP_LEVEL_KEYS: &[&str] = &["agent", "services", "pools", "state", "decisions"];
+pub(crate) const TOP_LEVEL_KEYS: &[&str] = &[
+    "agent",
+    "conntrack",
+    "services",
+    "pools",
+    "state",
+    "decisions",
+];

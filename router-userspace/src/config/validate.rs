@@ -14,11 +14,11 @@ use std::{
 use super::{
     load::Parsed,
     model::{
-        Agent, Config, DEFAULT_PIN_PATH, DEFAULT_STATE_DIR, Forward, HashMode, Protocol, Service,
-        SourceRange, SplitShare, Target,
+        Agent, Config, Conntrack, DEFAULT_PIN_PATH, DEFAULT_STATE_DIR, Forward, HashMode,
+        MAX_FLOW_TIMEOUT, MIN_FLOW_TIMEOUT, Protocol, Service, SourceRange, SplitShare, Target,
     },
     report::{Item, Report, index_path, key_path},
-    spec::{AgentSpec, ServiceSpec, TargetSpec},
+    spec::{AgentSpec, ConntrackSpec, ServiceSpec, TargetSpec},
     values::{self, Bad, did_you_mean},
 };
 
@@ -106,6 +106,7 @@ pub(super) fn missing<S>(it: &Item<S>, report: &mut Report, parent: &str, key: &
 /// Checks the merged configuration; the [`Config`] when nothing was reported.
 pub(crate) fn validate(parsed: &Parsed, report: &mut Report) -> Option<Config> {
     let agent = agents(&parsed.agents, report);
+    let conntrack = conntracks(&parsed.conntracks, report);
     let pools: Vec<pool::Draft> = parsed.pools.iter().map(|p| pool::pool(p, report)).collect();
     let services: Vec<ServiceDraft> = parsed.services.iter().map(|s| service(s, report)).collect();
 
@@ -151,6 +152,7 @@ pub(crate) fn validate(parsed: &Parsed, report: &mut Report) -> Option<Config> {
     }
     let config = Config {
         agent: agent?,
+        conntrack: conntrack?,
         services: services
             .into_iter()
             .map(|s| s.value)
@@ -209,6 +211,56 @@ fn agent(it: &Item<AgentSpec>, report: &mut Report) -> Option<Agent> {
         api: api?,
         pin_path: pin_path?,
         state_dir: state_dir?,
+    })
+}
+
+/// The flow timeouts: defaults, or the one `conntrack:` (more than one is an error).
+fn conntracks(items: &[Item<ConntrackSpec>], report: &mut Report) -> Option<Conntrack> {
+    let mut result = Some(Conntrack::default());
+    let mut first: Option<String> = None;
+    for it in items {
+        let conntrack = conntrack(it, report);
+        match &first {
+            None => {
+                first = Some(it.location(report, ""));
+                result = conntrack;
+            }
+            Some(first) => {
+                let hint = format!("first set at {first}; set it in one file");
+                let message = "conntrack is set in more than one file".to_owned();
+                it.err(report, "", message, Some(hint));
+            }
+        }
+    }
+    result
+}
+
+fn conntrack(it: &Item<ConntrackSpec>, report: &mut Report) -> Option<Conntrack> {
+    let defaults = Conntrack::default();
+    let s = &it.spec;
+    let mut timeout = |value: Option<&str>, key: &str, default| {
+        leaf(it, report, value, key, |v| {
+            values::duration_within(v, key, MIN_FLOW_TIMEOUT, MAX_FLOW_TIMEOUT)
+        })
+        .or(default)
+    };
+    let tcp_syn = timeout(s.tcp_syn.as_deref(), "tcp_syn", defaults.tcp_syn);
+    let tcp_established = timeout(
+        s.tcp_established.as_deref(),
+        "tcp_established",
+        defaults.tcp_established,
+    );
+    let tcp_closing = timeout(
+        s.tcp_closing.as_deref(),
+        "tcp_closing",
+        defaults.tcp_closing,
+    );
+    let udp = timeout(s.udp.as_deref(), "udp", defaults.udp);
+    Some(Conntrack {
+        tcp_syn: tcp_syn?,
+        tcp_established: tcp_established?,
+        tcp_closing: tcp_closing?,
+        udp: udp?,
     })
 }
 

@@ -208,6 +208,27 @@ pub(crate) fn duration(s: &str, what: &str) -> Result<Duration, Bad> {
     }
 }
 
+/// A duration with a unit from `min` to `max` inclusive; `what` names it in the message.
+pub(crate) fn duration_within(
+    s: &str,
+    what: &str,
+    min: Duration,
+    max: Duration,
+) -> Result<Duration, Bad> {
+    match humantime::parse_duration(s) {
+        Ok(d) if (min..=max).contains(&d) => Ok(d),
+        Ok(_) => Err((
+            format!(
+                "{what} must be from {} to {}, not {s:?}",
+                show(min),
+                show(max)
+            ),
+            None,
+        )),
+        Err(_) => duration(s, what),
+    }
+}
+
 /// A duration as written back in messages.
 pub(crate) fn show(d: Duration) -> String {
     humantime::format_duration(d).to_string()
@@ -257,6 +278,23 @@ mod tests {
         assert!(duration("100", "interval").is_err());
         assert!(duration("0s", "interval").is_err());
         assert!(duration("-1s", "interval").is_err());
+    }
+
+    #[test]
+    fn durations_within_bounds_include_both_ends() {
+        let (min, max) = (Duration::from_secs(1), Duration::from_hours(168));
+        assert_eq!(duration_within("1s", "udp", min, max), Ok(min));
+        assert_eq!(duration_within("7d", "udp", min, max), Ok(max));
+        assert_eq!(
+            duration_within("999ms", "udp", min, max),
+            Err((
+                "udp must be from 1s to 7days, not \"999ms\"".to_owned(),
+                None
+            ))
+        );
+        assert!(duration_within("0s", "udp", min, max).is_err());
+        assert!(duration_within("7d 1s", "udp", min, max).is_err());
+        assert!(duration_within("60", "udp", min, max).is_err());
     }
 
     #[test]

@@ -242,6 +242,9 @@ pub fn all() -> Vec<MapLayout> {
             value: record!(FlowEntry {
                 backend: "backend slot",
                 service: "service slot",
+                seen: "last packet, ticks of the program's clock (2^20 ns, CLOCK_MONOTONIC_COARSE + CLOCK)",
+                state: "0 TCP SYN, 1 TCP open, 2 TCP closing, 3 UDP; +128 a first packet's record",
+                _pad,
             }),
         },
         MapLayout {
@@ -344,7 +347,17 @@ pub fn all() -> Vec<MapLayout> {
                 generation: "applied config, +1 per apply; 0 = never written",
                 abi_version: "map layout version of the agent that wrote it",
                 _pad,
+                timeouts: "idle timeout by flow state (TCP SYN, open, closing, UDP), ticks; 0 = default",
             }),
+        },
+        MapLayout {
+            name: maps::CLOCK,
+            kind: "array",
+            entries: 1,
+            key: Layout::scalar::<u32>("always 0"),
+            value: Layout::scalar::<u64>(
+                "ns added to the program's clock; 0 unless a test ages flows (the agent never writes it)",
+            ),
         },
     ]
 }

@@ -325,7 +325,7 @@ pub trait Dataplane {
     ///
     /// [`DataplaneError::Map`] when the update fails (`index` past the filter's end).
     fn set_filter_word(&mut self, index: u32, word: u64) -> Result<(), DataplaneError>;
-    /// Writes the generation word.
+    /// Writes the `CONFIG` value: the generation word and the flow timeouts.
     ///
     /// # Errors
     ///

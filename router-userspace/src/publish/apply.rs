@@ -105,12 +105,14 @@ impl Publisher {
             .collect();
         self.hops.retain(|a, _| configured.contains(a));
         self.write_filter(dp, filter)?;
-        // 6. Generation.
+        // 6. Generation, with the flow timeouts (a change of timeouts alone is an apply too:
+        //    every apply writes them).
         self.generation += 1;
         dp.set_config(router_common::Config {
             generation: self.generation,
             abi_version: ABI_VERSION,
             _pad: 0,
+            timeouts: cfg.conntrack.ticks(),
         })?;
         Ok(self.generation)
     }

@@ -14,7 +14,8 @@
 //! 5. removals in reverse: services (key, then slot), then backends marked down (their tracked
 //!    flows re-select), then pool and decision slots freed; then the filter without the bits
 //!    of removed services;
-//! 6. the generation word.
+//! 6. the `CONFIG` word: the generation, with the flow timeouts of `conntrack:` (written by
+//!    every apply, so a change of timeouts alone takes effect).
 //!
 //! Backend health is not the publisher's: it reads the one [`Health`] table, which it keeps
 //! beside what it published so that the state store and the decision groups read the same

@@ -16,8 +16,8 @@ use router_common::{
 use super::{PublishError, Publisher, addr16};
 use crate::{
     config::{
-        Agent, Backend as CfgBackend, Config, Forward, HashMode, Pool as CfgPool, Protocol,
-        Service as CfgService, Target, WhenAllDown,
+        Agent, Backend as CfgBackend, Config, Conntrack, Forward, HashMode, Pool as CfgPool,
+        Protocol, Service as CfgService, Target, WhenAllDown,
     },
     dataplane::{Dataplane, DataplaneError, memory::MemoryDataplane},
 };
@@ -275,6 +275,7 @@ fn service(name: &str, port: u16, to: &str) -> CfgService {
 fn config(services: Vec<CfgService>, pools: Vec<CfgPool>) -> Config {
     Config {
         agent: Agent::default(),
+        conntrack: Conntrack::default(),
         services,
         pools,
         state: vec![],

@@ -11,7 +11,7 @@ use router_common::{Decision, NO_BACKEND, SPLIT_SCALE};
 use super::*;
 use crate::{
     config::{
-        Agent, Backend as CfgBackend, Config, Forward, HashMode, Pool as CfgPool,
+        Agent, Backend as CfgBackend, Config, Conntrack, Forward, HashMode, Pool as CfgPool,
         Service as CfgService, SplitShare, Target, WhenAllDown,
     },
     dataplane::memory::{MemoryDataplane, Write},
@@ -69,6 +69,7 @@ fn config(services: Vec<CfgService>, pools: Vec<CfgPool>) -> Config {
             pin_path: "/sys/fs/bpf/switchyard".into(),
             state_dir: "/var/lib/switchyard".into(),
         },
+        conntrack: Conntrack::default(),
         services,
         pools,
         state: vec![],
@@ -137,6 +138,37 @@ fn reapplying_the_same_config_writes_only_the_generation() {
         "{:?}",
         dp.log
     );
+    assert_eq!(dp.config.generation, 2);
+}
+
+#[test]
+fn every_apply_writes_the_flow_timeouts_in_ticks_a_change_of_them_alone_included() {
+    use router_common::{FLOW_TCP_CLOSING, FLOW_TCP_OPEN, FLOW_TCP_SYN, FLOW_UDP, ticks};
+    let mut dp = MemoryDataplane::default();
+    let mut p = Publisher::new();
+    let mut cfg = config(
+        vec![service("web", 80, Target::Pool("dc1".into()))],
+        vec![pool("dc1", &[("198.18.1.11", 100)])],
+    );
+    p.apply(&mut dp, &cfg).unwrap();
+    assert_eq!(dp.config.timeouts, router_common::DEFAULT_TIMEOUT_TICKS);
+    cfg.conntrack = Conntrack {
+        tcp_syn: Duration::from_secs(5),
+        tcp_established: Duration::from_hours(1),
+        tcp_closing: Duration::from_secs(2),
+        udp: Duration::from_secs(30),
+    };
+    dp.log.clear();
+    assert_eq!(p.apply(&mut dp, &cfg).unwrap(), 2);
+    let Some(Write::Config(written)) = dp.log.last() else {
+        panic!("the apply did not end with the CONFIG write: {:?}", dp.log);
+    };
+    let mut want = [0; router_common::FLOW_STATES];
+    want[usize::from(FLOW_TCP_SYN)] = ticks(Duration::from_secs(5));
+    want[usize::from(FLOW_TCP_OPEN)] = ticks(Duration::from_hours(1));
+    want[usize::from(FLOW_TCP_CLOSING)] = ticks(Duration::from_secs(2));
+    want[usize::from(FLOW_UDP)] = ticks(Duration::from_secs(30));
+    assert_eq!(written.timeouts, want);
     assert_eq!(dp.config.generation, 2);
 }
 

@@ -4,7 +4,8 @@ use rules::Value;
 
 use super::*;
 use crate::config::{
-    Agent, Backend, Forward, HashMode, HealthCheck, Pool, Protocol, Service, Target, WhenAllDown,
+    Agent, Backend, Conntrack, Forward, HashMode, HealthCheck, Pool, Protocol, Service, Target,
+    WhenAllDown,
     model::{DecisionGroup, DecisionRule, MetricSpec, StateProbe, StateVar, SwitchPolicy},
     model::{PushValue, StateSource},
 };
@@ -65,6 +66,7 @@ pub(crate) fn web_failover(switch: SwitchPolicy) -> Config {
     use rules::engine::Action;
     Config {
         agent: Agent::default(),
+        conntrack: Conntrack::default(),
         services: vec![
             service("web", 80, Target::Decide("web-failover".into())),
             service("web2", 81, Target::Decide("web-failover".into())),

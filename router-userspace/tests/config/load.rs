@@ -10,8 +10,8 @@ use std::{
 };
 
 use switchyard::config::{
-    Agent, Backend, Backoff, CheckKind, Config, Forward, HashMode, HealthCheck, Pool, Protocol,
-    Service, SplitShare, Target, WhenAllDown, load_files,
+    Agent, Backend, Backoff, CheckKind, Config, Conntrack, Forward, HashMode, HealthCheck, Pool,
+    Protocol, Service, SplitShare, Target, WhenAllDown, load_files,
 };
 
 use crate::{MINIMAL, ip, load};
@@ -26,6 +26,12 @@ fn minimal_config_loads_with_every_default_applied() {
                 api: SocketAddr::from(([127, 0, 0, 1], 9900)),
                 pin_path: PathBuf::from("/sys/fs/bpf/switchyard"),
                 state_dir: PathBuf::from("/var/lib/switchyard"),
+            },
+            conntrack: Conntrack {
+                tcp_syn: Duration::from_mins(1),
+                tcp_established: Duration::from_mins(15),
+                tcp_closing: Duration::from_secs(10),
+                udp: Duration::from_mins(1),
             },
             services: vec![Service {
                 name: "web".into(),
@@ -171,6 +177,49 @@ pools:
                 max: Duration::from_mins(10),
             },
         }
+    );
+}
+
+#[test]
+fn conntrack_timeouts_convert_and_default_one_by_one() {
+    let text = format!(
+        "{MINIMAL}conntrack:\n  tcp_syn: 5s\n  tcp_established: 2h\n  tcp_closing: 1s\n  udp: 7d\n"
+    );
+    let config = load(&[("10-web.yaml", &text)]);
+    assert_eq!(
+        config.conntrack,
+        Conntrack {
+            tcp_syn: Duration::from_secs(5),
+            tcp_established: Duration::from_hours(2),
+            tcp_closing: Duration::from_secs(1),
+            udp: Duration::from_hours(7 * 24),
+        }
+    );
+    // In ticks of the program's clock (2^20 ns, rounded up), in FLOW_* order.
+    assert_eq!(
+        config.conntrack.ticks(),
+        [
+            router_common::ticks(Duration::from_secs(5)),
+            router_common::ticks(Duration::from_hours(2)),
+            router_common::ticks(Duration::from_secs(1)),
+            router_common::ticks(Duration::from_hours(7 * 24)),
+        ]
+    );
+    // A key left out keeps its default; in a file of its own, like `agent`.
+    let config = load(&[
+        ("00-conntrack.yaml", "conntrack: { udp: 30s }\n"),
+        ("10-web.yaml", MINIMAL),
+    ]);
+    assert_eq!(
+        config.conntrack,
+        Conntrack {
+            udp: Duration::from_secs(30),
+            ..Conntrack::default()
+        }
+    );
+    assert_eq!(
+        Conntrack::default().ticks(),
+        router_common::DEFAULT_TIMEOUT_TICKS
     );
 }
 

@@ -6,9 +6,10 @@
 //! another fragment, or reordering services or pools, is no change. Rule order is compared,
 //! because it breaks priority ties.
 //!
-//! The order of the changes does not depend on file order: the agent settings, then services,
-//! pools (each followed by its backends), state variables, decision groups (each followed by
-//! its rules); within each, by name (backends by address, IPv4 before IPv6).
+//! The order of the changes does not depend on file order: the agent settings, the conntrack
+//! timeouts, then services, pools (each followed by its backends), state variables, decision
+//! groups (each followed by its rules); within each, by name (backends by address, IPv4 before
+//! IPv6).
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -24,7 +25,8 @@ use render::{
 };
 
 use super::model::{
-    Agent, Config, DecisionGroup, DecisionRule, HealthCheck, Pool, Service, StateSource, StateVar,
+    Agent, Config, Conntrack, DecisionGroup, DecisionRule, HealthCheck, Pool, Service, StateSource,
+    StateVar,
 };
 
 /// What happened to a resource.
@@ -57,6 +59,8 @@ impl Op {
 pub enum Kind {
     /// `agent:` settings (no name).
     Agent,
+    /// `conntrack:` timeouts (no name).
+    Conntrack,
     /// A service, by name.
     Service,
     /// A pool, by name.
@@ -77,6 +81,7 @@ impl Kind {
     pub fn word(self) -> &'static str {
         match self {
             Self::Agent => "agent",
+            Self::Conntrack => "conntrack",
             Self::Service => "service",
             Self::Pool => "pool",
             Self::Backend => "backend",
@@ -122,7 +127,8 @@ pub struct Change {
     /// The pool of a backend, the decision group of a rule; `None` for the others.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parent: Option<String>,
-    /// The resource's name (a backend's address, a rule's id; empty for the agent settings).
+    /// The resource's name (a backend's address, a rule's id; empty for the agent settings and
+    /// the conntrack timeouts).
     pub name: String,
     /// For an added resource, what it is; for a removed one, what it was (one phrase). Empty
     /// for a change.
@@ -175,6 +181,7 @@ impl Diff {
     pub fn between(old: &Config, new: &Config) -> Self {
         let mut d = Builder::default();
         d.agent(&old.agent, &new.agent);
+        d.conntrack(&old.conntrack, &new.conntrack);
         for (name, old, new) in pair(&old.services, &new.services, |s| s.name.as_str()) {
             d.service(name, old, new);
         }
@@ -278,6 +285,19 @@ impl Builder {
             new.state_dir.display(),
         );
         self.changed(Kind::Agent, None, String::new(), f);
+    }
+
+    fn conntrack(&mut self, old: &Conntrack, new: &Conntrack) {
+        let mut f = Fields::default();
+        f.cmp("tcp_syn", dur(old.tcp_syn), dur(new.tcp_syn));
+        f.cmp(
+            "tcp_established",
+            dur(old.tcp_established),
+            dur(new.tcp_established),
+        );
+        f.cmp("tcp_closing", dur(old.tcp_closing), dur(new.tcp_closing));
+        f.cmp("udp", dur(old.udp), dur(new.udp));
+        self.changed(Kind::Conntrack, None, String::new(), f);
     }
 
     fn service(&mut self, name: &str, old: Option<&Service>, new: Option<&Service>) {
@@ -760,6 +780,26 @@ decisions:
                 "~ agent: api 127.0.0.1:9900 → 127.0.0.1:9901, state_dir /var/lib/switchyard → /srv/sy"
             ]
         );
+    }
+
+    #[test]
+    fn conntrack_timeouts_are_compared() {
+        let new = format!("{BASE}conntrack: {{ tcp_established: 1h, udp: 30s }}\n");
+        assert_eq!(
+            lines(BASE, &new),
+            ["~ conntrack: tcp_established 15m → 1h, udp 1m → 30s"]
+        );
+        // Written out at their defaults, the timeouts are no change.
+        let defaults = format!(
+            "{BASE}conntrack: {{ tcp_syn: 60s, tcp_established: 900s, tcp_closing: 10s, udp: 1m }}\n"
+        );
+        assert!(lines(BASE, &defaults).is_empty());
+        let json = serde_json::to_value(Diff::between(
+            &config(&[("x.yaml", BASE)]),
+            &config(&[("x.yaml", &new)]),
+        ))
+        .unwrap();
+        assert_eq!(json["changes"][0]["kind"], "conntrack");
     }
 
     #[test]

@@ -56,18 +56,24 @@ fn an_evicted_backend_loses_its_flows_to_a_fresh_selection() -> Result<()> {
     )
 }
 
-/// The first packet of a new TCP flow from each of `ports`, its backend recorded as
-/// `flow PORT`.
+/// The first two packets of a new TCP flow from each of `ports` (a flow is tracked from its
+/// second), its backend recorded as `flow PORT`.
 fn track(ports: std::ops::Range<u16>) -> Vec<Step> {
     ports
-        .map(|p| {
-            forwarded(
-                &format!("flow {p}"),
-                packets::tcp(c4(), p, v4(), 80),
-                Reason::NewFlow,
-            )
-            .to(To::Record(format!("flow {p}")))
-            .into()
+        .flat_map(|p| {
+            let name = format!("flow {p}");
+            [
+                forwarded(&name, packets::tcp(c4(), p, v4(), 80), Reason::NewFlow)
+                    .to(To::Record(name.clone()))
+                    .into(),
+                forwarded(
+                    &format!("{name}, tracked"),
+                    packets::tcp(c4(), p, v4(), 80),
+                    Reason::ConntrackHit,
+                )
+                .to(To::Same(name))
+                .into(),
+            ]
         })
         .collect()
 }
@@ -310,8 +316,9 @@ const LEASE: usize = router_common::FLOW_CACHE_LEASE as usize;
 /// Runs the rows after it on CPU `cpu` (`BPF_PROG_TEST_RUN` runs the program on the caller's
 /// CPU, and each CPU has its own flow cache).
 fn on_cpu(cpu: usize) -> Step {
-    step(&format!("on CPU {cpu}"), move |_, _| {
-        router_tests::bench::host::pin(0, cpu)
+    step(&format!("on CPU {cpu}"), move |lab, _| {
+        lab.set_cpu(cpu);
+        Ok(())
     })
 }
 
@@ -333,6 +340,9 @@ fn a_cached_flow_follows_its_rewritten_conntrack_entry_within_the_lease() -> Res
             let entry = router_common::FlowEntry {
                 backend: web_slot(lab, to)?,
                 service: lab.publisher.services()["web"].value.id,
+                seen: switchyard::dataplane::counters::now_ticks(0),
+                state: router_common::FLOW_TCP_OPEN,
+                _pad: [0; 3],
             };
             lab.maps.conntrack.insert(web_flow(port), entry, 0)?;
             Ok(())

@@ -13,7 +13,8 @@ use router_tests::{
 };
 use rules::engine::Action;
 use switchyard::config::{
-    Agent, Backend, Config, Forward, HashMode, Pool, Protocol, Service, Target, WhenAllDown,
+    Agent, Backend, Config, Conntrack, Forward, HashMode, Pool, Protocol, Service, Target,
+    WhenAllDown,
     model::{DecisionGroup, DecisionRule, SwitchPolicy},
 };
 
@@ -43,6 +44,7 @@ fn config() -> Config {
     };
     Config {
         agent: Agent::default(),
+        conntrack: Conntrack::default(),
         services: vec![service("api", 80), service("ws", 443)],
         pools: vec![pool("dc1", 1), pool("dc2", 2)],
         state: vec![],

@@ -288,6 +288,13 @@ pub fn flush() -> Step {
     })
 }
 
+/// Moves the program's clock forward by `by`.
+pub fn advance(by: std::time::Duration) -> Step {
+    step(&format!("clock + {by:?}"), move |lab, _| {
+        lab.advance_clock(by)
+    })
+}
+
 /// Records a health verdict for `address` in `pool`.
 pub fn health(pool: &'static str, address: IpAddr, healthy: bool) -> Step {
     step(

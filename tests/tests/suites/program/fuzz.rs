@@ -40,7 +40,7 @@ use router_tests::{
     privileged,
 };
 use switchyard::config::{
-    Agent, Config, Forward, HashMode, Protocol, Service, Target, WhenAllDown,
+    Agent, Config, Conntrack, Forward, HashMode, Protocol, Service, Target, WhenAllDown,
 };
 
 const XDP_ABORTED: u32 = 0;
@@ -92,6 +92,7 @@ fn config() -> Config {
             pin_path: "/sys/fs/bpf/x".into(),
             state_dir: "/var/lib/switchyard".into(),
         },
+        conntrack: Conntrack::default(),
         services: vec![
             svc("web", vip4, 80, Protocol::Tcp, false, "web"),
             svc("dns", vip4, 53, Protocol::Udp, true, "web"),

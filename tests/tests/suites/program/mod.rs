@@ -13,6 +13,7 @@
 mod conntrack;
 mod decision;
 mod fixture;
+mod flow_state;
 mod fragments;
 mod fuzz;
 mod icmp;
@@ -32,7 +33,7 @@ use router_tests::{
     privileged,
 };
 use switchyard::config::{
-    Agent, Config, Forward, HashMode, Protocol, Service, SplitShare, Target, WhenAllDown,
+    Agent, Config, Conntrack, Forward, HashMode, Protocol, Service, SplitShare, Target, WhenAllDown,
 };
 
 const BACKENDS: usize = 3;
@@ -86,6 +87,7 @@ fn fixture_config() -> Config {
             pin_path: "/sys/fs/bpf/x".into(),
             state_dir: "/var/lib/switchyard".into(),
         },
+        conntrack: Conntrack::default(),
         services: vec![
             svc("web", vip4, 80, Protocol::Tcp, Forward::DsrL2, "web"),
             svc("dns", vip4, 53, Protocol::Udp, Forward::Nat, "web"),

@@ -117,6 +117,9 @@ fn next_hops_come_from_the_map_the_agent_writes() -> Result<()> {
                 router_common::FlowEntry {
                     backend: slot,
                     service: 0,
+                    seen: switchyard::dataplane::counters::now_ticks(0),
+                    state: router_common::FLOW_TCP_OPEN,
+                    _pad: [0; 3],
                 },
                 0,
             )?;

@@ -294,13 +294,16 @@ fn a_drains_flow_count_never_counts_a_flow_twice_while_the_table_churns() -> Res
         )?))?)
     };
     let mut table = open()?;
+    // Open flows, seen now: `status` counts only those.
     let other = FlowEntry {
         backend: slot + 1,
-        service: 0,
+        seen: switchyard::dataplane::counters::now_ticks(0),
+        state: router_common::FLOW_TCP_OPEN,
+        ..FlowEntry::default()
     };
     let mine = FlowEntry {
         backend: slot,
-        service: 0,
+        ..other
     };
     // A full table: other flows first (the oldest), then the drained backend's.
     for i in 0..CONNTRACK_SIZE - MINE {

@@ -6,6 +6,7 @@
 mod balance;
 mod drain;
 mod failover;
+mod flow_state;
 mod health;
 mod hitless;
 mod real_hosts;

@@ -51,11 +51,10 @@ fn maps_written_by_another_layout_version_are_refused_by_attach_and_upgrade() ->
     agent.stop()?;
     // What an agent of the next layout version would have written.
     let mut maps = KernelMaps::open_pinned(&agent.pin_dir())?;
-    let generation = maps.config()?.generation;
+    let config = maps.config()?;
     maps.set_config(Config {
-        generation,
         abi_version: ABI_VERSION + 1,
-        _pad: 0,
+        ..config
     })?;
     drop(maps);
     let versions = format!(
