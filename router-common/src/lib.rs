@@ -630,7 +630,8 @@ pub const fn next_state(state: u8, tcp: u32) -> u8 {
 }
 
 /// Whether a flow whose entry says `seen` and `state` has been idle past its state's timeout
-/// at `now` (ticks; `timeouts` as in [`Config::timeouts`], 0 meaning the default).
+/// at `now` (ticks; `timeouts` as in [`Config::timeouts`], 0 meaning the default). A `seen`
+/// ahead of `now` (a wrapping age of 2^31 ticks or more, about 26 days) is not expired.
 #[must_use]
 #[expect(
     clippy::inline_always,
@@ -638,7 +639,10 @@ pub const fn next_state(state: u8, tcp: u32) -> u8 {
 )]
 #[inline(always)]
 pub fn expired(seen: u32, state: u8, now: u32, timeouts: &[u32; FLOW_STATES]) -> bool {
-    now.wrapping_sub(seen) > timeout(state, timeouts)
+    let age = now.wrapping_sub(seen);
+    // An age of 2^31 ticks or more is a `seen` ahead of `now`: another CPU refreshed the entry
+    // after this packet read the clock. Timeouts are at most `MAX_TIMEOUT_TICKS` (2^30).
+    age > timeout(state, timeouts) && age < 1 << 31
 }
 
 /// The timeout of flow state `state` (flags ignored), in ticks: `timeouts`'s, or the default for

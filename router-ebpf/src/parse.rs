@@ -514,7 +514,6 @@ fn parse_ipv6(ctx: &XdpContext, l3: usize, pkt: &mut Packet) -> Result<(), Reaso
                 ports(ctx, off, l4_len(next), end)?
             };
             pkt.tcp = tcp;
-            pkt.tcp = tcp;
             set_flow(
                 &mut pkt.flow,
                 v6_addr(&ip.src_addr),

@@ -48,10 +48,10 @@
 use aya_ebpf::helpers::generated::{bpf_get_smp_processor_id, bpf_ktime_get_coarse_ns};
 use router_common::{
     Backend, CachedFlow, Decision, FILTER_F_NAT, FILTER_FLAGS, FILTER_NAT_REPLY, FILTER_SERVICE,
-    FILTER_WORDS, FLOW_CACHE_ENTRIES, FLOW_CACHE_LEASE, FLOW_CACHE_WAYS, FLOW_F_FIRST, FLOW_STATES,
-    FLOW_TCP_SYN, FlowEntry, FlowKey, MAGLEV_LANES, MAGLEV_SIZE, MAX_POOLS, NO_BACKEND, NO_POOL,
-    POOL_F_ALL_DOWN_PASS, Reason, SEEN_REFRESH, SVC_F_HASH_SOURCE, Service, TICK_SHIFT, expired,
-    first_state, flow_hash,
+    FILTER_WORDS, FLOW_CACHE_ENTRIES, FLOW_CACHE_LEASE, FLOW_CACHE_WAYS, FLOW_F_FIRST,
+    FLOW_STATE_MASK, FLOW_STATES, FLOW_TCP_CLOSING, FLOW_TCP_SYN, FlowEntry, FlowKey, MAGLEV_LANES,
+    MAGLEV_SIZE, MAX_POOLS, NO_BACKEND, NO_POOL, POOL_F_ALL_DOWN_PASS, Reason, SEEN_REFRESH,
+    SVC_F_HASH_SOURCE, Service, TICK_SHIFT, expired, first_state, flow_hash,
     hash::{filter_bit_words, flow_cache_set},
     keeps_flows, maglev_backend, maglev_index, next_state, opens, source_hash,
 };
@@ -267,10 +267,9 @@ pub fn tracked(
             _ => return Err(new),
         }
     }
-    let state = next_state(entry.state, tcp);
     let reselect = Miss {
         reselect: true,
-        state,
+        state: next_state(entry.state, tcp),
         at,
     };
     let hit = if let Some(hit) = applies(flow, entry) {
@@ -290,6 +289,7 @@ pub fn tracked(
         fill_at(at, &w, f);
         hit
     };
+    let state = next_state(entry.state, tcp);
     if update && (state != entry.state || now.wrapping_sub(entry.seen) >= SEEN_REFRESH) {
         entry.state = state;
         entry.seen = now;
@@ -317,10 +317,18 @@ fn first_again(
     update: bool,
     timeouts: &[u32; FLOW_STATES],
 ) -> Option<(Service, Choice)> {
-    if expired(copy.seen, copy.state, now, timeouts) {
+    let applied = if expired(copy.seen, copy.state, now, timeouts) {
+        None
+    } else {
+        applies(flow, copy)
+    };
+    let Some((svc, mut choice)) = applied else {
+        // A record that no longer applies is dropped: the flow's next packets are selected,
+        // and tracked, afresh.
+        // SAFETY: a map value of this CPU's region (see `cache_write`).
+        unsafe { core::ptr::write_volatile(words(e).add(4), 0) };
         return None;
-    }
-    let (svc, mut choice) = applies(flow, copy)?;
+    };
     if opens(tcp) || !update {
         choice.reason = Reason::NewFlow;
         return Some((svc, choice));
@@ -330,16 +338,30 @@ fn first_again(
         state: next_state(copy.state, tcp),
         ..copy
     };
-    // A failed insert (map full of pinned entries) leaves the flow untracked: its next packet
-    // finds the record again and tries once more.
-    if CONNTRACK.insert(flow, entry, 0).is_ok() {
-        cache_write(
-            e,
-            w,
-            entry_words(entry),
-            hits_word(choice.backend.generation),
-        );
+    if CONNTRACK.insert(flow, entry, BPF_NOEXIST).is_err() {
+        // `CONNTRACK` holds this 5-tuple. An open flow there that still applies keeps its
+        // backend: the SYN was a duplicate or forged, and a live connection is never moved by
+        // one. A closing or expired one is replaced by the new connection.
+        if let Some(x) = conntrack_entry(flow)
+            && x.state & FLOW_STATE_MASK != FLOW_TCP_CLOSING
+            && !expired(x.seen, x.state, now, timeouts)
+            && let Some(hit) = applies(flow, x)
+        {
+            cache_write(e, w, entry_words(x), hits_word(hit.1.backend.generation));
+            return Some(hit);
+        }
+        // A failed insert (map full of pinned entries) leaves the flow untracked: its next
+        // packet finds the record again and tries once more.
+        if CONNTRACK.insert(flow, entry, 0).is_err() {
+            return Some((svc, choice));
+        }
     }
+    cache_write(
+        e,
+        w,
+        entry_words(entry),
+        hits_word(choice.backend.generation),
+    );
     Some((svc, choice))
 }
 
@@ -623,9 +645,12 @@ fn refresh(flow: &FlowKey, at: u32, w: &[u64; 5], entry: FlowEntry) {
     match CONNTRACK.get_ptr_mut(flow) {
         // SAFETY: a map value; `seen` and `state` are each one aligned store, so a reader
         // sees the old or the new value of each (and either pair is a valid entry).
+        // A closing flow stays closing: a copy older than another CPU's FIN does not reopen it.
         Some(c) => unsafe {
             core::ptr::write_volatile(&raw mut (*c).seen, entry.seen);
-            core::ptr::write_volatile(&raw mut (*c).state, entry.state);
+            if (*c).state & FLOW_STATE_MASK != FLOW_TCP_CLOSING {
+                core::ptr::write_volatile(&raw mut (*c).state, entry.state);
+            }
         },
         None => {
             let _ = CONNTRACK.insert(flow, entry, BPF_NOEXIST);

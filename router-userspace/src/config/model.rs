@@ -33,8 +33,10 @@ pub const DEFAULT_BACKOFF_FACTOR: f64 = 1.0;
 pub const DEFAULT_HTTP_PATH: &str = "/";
 /// Default accepted HTTP status codes.
 pub const DEFAULT_HTTP_EXPECT: &[u16] = &[200];
-/// Shortest `conntrack:` timeout.
-pub const MIN_FLOW_TIMEOUT: Duration = Duration::from_secs(1);
+/// Shortest `conntrack:` timeout: twice the interval at which the program rewrites a busy
+/// flow's last-seen time (`router_common::SEEN_REFRESH`, about a second), so a flow that sends
+/// packets never looks idle.
+pub const MIN_FLOW_TIMEOUT: Duration = Duration::from_secs(2);
 /// Longest `conntrack:` timeout: 7 days.
 pub const MAX_FLOW_TIMEOUT: Duration = Duration::from_hours(7 * 24);
 

@@ -183,7 +183,7 @@ pools:
 #[test]
 fn conntrack_timeouts_convert_and_default_one_by_one() {
     let text = format!(
-        "{MINIMAL}conntrack:\n  tcp_syn: 5s\n  tcp_established: 2h\n  tcp_closing: 1s\n  udp: 7d\n"
+        "{MINIMAL}conntrack:\n  tcp_syn: 5s\n  tcp_established: 2h\n  tcp_closing: 2s\n  udp: 7d\n"
     );
     let config = load(&[("10-web.yaml", &text)]);
     assert_eq!(
@@ -191,7 +191,7 @@ fn conntrack_timeouts_convert_and_default_one_by_one() {
         Conntrack {
             tcp_syn: Duration::from_secs(5),
             tcp_established: Duration::from_hours(2),
-            tcp_closing: Duration::from_secs(1),
+            tcp_closing: Duration::from_secs(2),
             udp: Duration::from_hours(7 * 24),
         }
     );
@@ -201,7 +201,7 @@ fn conntrack_timeouts_convert_and_default_one_by_one() {
         [
             router_common::ticks(Duration::from_secs(5)),
             router_common::ticks(Duration::from_hours(2)),
-            router_common::ticks(Duration::from_secs(1)),
+            router_common::ticks(Duration::from_secs(2)),
             router_common::ticks(Duration::from_hours(7 * 24)),
         ]
     );

@@ -354,3 +354,86 @@ fn a_syn_flood_writes_nothing_to_conntrack_and_tracked_flows_stay() -> Result<()
     }
     run(&mut lab, table)
 }
+
+#[test]
+fn a_duplicate_syn_on_an_open_connection_does_not_move_it_after_a_table_change() -> Result<()> {
+    let Some(mut lab) = lab("fx-st-dupsyn") else {
+        return Ok(());
+    };
+    let mut table = vec![without_backend_3()];
+    table.extend(open_flows(seg));
+    table.push(with_backend_3());
+    for p in FLOWS {
+        let name = format!("flow {p}");
+        // The duplicate SYN itself is balanced as a new connection would be; the connection's
+        // next segment stays on its backend.
+        table.push(
+            forwarded(
+                &format!("duplicate SYN {p}"),
+                seg(p, Tcp::Syn),
+                Reason::NewFlow,
+            )
+            .into(),
+        );
+        table.push(
+            forwarded(
+                &format!("ACK {p} after it"),
+                seg(p, Tcp::Ack),
+                Reason::ConntrackHit,
+            )
+            .to(To::Same(name))
+            .into(),
+        );
+    }
+    run(&mut lab, table)
+}
+
+#[test]
+fn a_syn_record_whose_backend_went_down_is_dropped_and_not_revived() -> Result<()> {
+    let Some(mut lab) = lab("fx-st-record") else {
+        return Ok(());
+    };
+    let mut table: Vec<Step> = Vec::new();
+    for p in FLOWS {
+        table.push(
+            forwarded(&format!("SYN {p}"), seg(p, Tcp::Syn), Reason::NewFlow)
+                .to(To::Record(format!("syn {p}")))
+                .into(),
+        );
+    }
+    table.push(health("web", backend_v4(1).into(), false));
+    for p in FLOWS {
+        let syn = format!("syn {p}");
+        table.push(
+            forwarded(&format!("ACK {p}"), seg(p, Tcp::Ack), Reason::NewFlow)
+                .any_reason()
+                .to(To::Record(format!("flow {p}")))
+                .into(),
+        );
+        table.push(check(&format!("{p} left backend 1"), move |_, memo| {
+            let (was, now) = (memo.get(&syn)?, memo.get(&format!("flow {p}"))?);
+            ensure!(
+                now != 1,
+                "flow {p} still on backend 1 (its SYN went to {was})"
+            );
+            Ok(())
+        }));
+    }
+    table.push(health("web", backend_v4(1).into(), true));
+    for p in FLOWS {
+        table.push(
+            forwarded(
+                &format!("ACK {p}, backend 1 back"),
+                seg(p, Tcp::Ack),
+                Reason::ConntrackHit,
+            )
+            .to(To::Same(format!("flow {p}")))
+            .into(),
+        );
+    }
+    table.push(check("some SYN had gone to backend 1", |_, memo| {
+        ensure!(memo.with_prefix("syn ").contains(&1));
+        Ok(())
+    }));
+    run(&mut lab, table)
+}
