@@ -10,12 +10,12 @@
 //! agent resolves them), inside the lb namespace of a standard topology, on TCP frames to a
 //! `dsr-l2` service with two backends:
 //!
-//! - **conntrack hit**: one flow's ACK, tracked by two first runs (a flow is tracked from its
-//!   second packet), then run `--repeat` times in one call; the kernel reports the mean per
-//!   run. The baseline runs the same frame the same way.
+//! - **conntrack hit**: one flow's ACK, tracked by a first run, then run `--repeat` times in
+//!   one call; the kernel reports the mean per run. The baseline runs the same frame the same
+//!   way.
 //! - **conntrack miss**: `--flows` SYNs of distinct new flows (distinct source ports, empty
-//!   conntrack), each run once (`repeat = 1`), then each flow's ACK once (the packet that
-//!   tracks the flow), and the kernel-reported durations averaged. A
+//!   conntrack), each run once (`repeat = 1`) and followed by its ACK, run once (the packet
+//!   that tracks the flow), and the kernel-reported durations averaged. A
 //!   single run's time also holds clock reads, the test loop's entry and exit, and the cold
 //!   caches and branch predictors a system call leaves, so the baseline and the tracked flow
 //!   are run once per frame the same way, as many times. The miss is reported raw (beside the
@@ -201,8 +201,7 @@ fn measure_round(
         let sy = lab.program()?;
         let base = baseline.program()?;
         let (hit, b) = lab.topo.lb().run(|| -> Result<(f64, f64)> {
-            // The first two runs track the flow (if an earlier round has not).
-            time(sy, &f.hit, ingress, 1)?;
+            // The first run tracks the flow (if an earlier round has not).
             time(sy, &f.hit, ingress, 1)?;
             let hit = repeated(sy, &f.hit, ingress, repeat, XDP_REDIRECT)?;
             let b = repeated(base, &f.hit, ingress, repeat, XDP_TX)?;
@@ -226,22 +225,19 @@ fn measure_round(
         let n = f.misses.len();
         let (miss, confirm, b, hit) =
             lab.topo.lb().run(|| -> Result<(f64, f64, f64, f64)> {
-                let miss = once_each(
-                    sy,
-                    f.misses.iter().map(Vec::as_slice),
-                    ingress,
-                    XDP_REDIRECT,
-                )?;
-                let confirm = once_each(
-                    sy,
-                    f.confirms.iter().map(Vec::as_slice),
-                    ingress,
-                    XDP_REDIRECT,
-                )?;
+                // Each SYN, then its ACK: the ACK finds the SYN's record in the flow cache, as
+                // a connection's does a round trip later.
+                let (mut syns, mut acks) = (Vec::new(), Vec::new());
+                for (syn, ack) in f.misses.iter().zip(&f.confirms) {
+                    for (frame, times) in [(syn, &mut syns), (ack, &mut acks)] {
+                        let t = time(sy, frame, ingress, 1)?;
+                        ensure!(t.action == XDP_REDIRECT, "verdict {}", t.action);
+                        times.push(t.ns);
+                    }
+                }
+                let (miss, confirm) = (bench::mean(&syns), bench::mean(&acks));
                 let b = once_each(base, f.misses.iter().map(Vec::as_slice), ingress, XDP_TX)?;
-                time(sy, &f.hit, ingress, 1)?;
-                // Twice: the first run of a tracked flow after the flush records it, the second
-                // tracks it; the hit is timed from the third.
+                // The hit flow's ACK is tracked by its first run after the flush.
                 time(sy, &f.hit, ingress, 1)?;
                 let hit = once_each(
                     sy,
