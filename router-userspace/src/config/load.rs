@@ -1,5 +1,5 @@
 //! Finding the fragments of a directory, parsing each with positions, and deserializing each item
-//! (the agent, the conntrack timeouts, a service, a pool) into its spec.
+//! (the agent, the conntrack timeouts, a service, a virtual IP's settings, a pool) into its spec.
 //!
 //! Items are deserialized one at a time, so a broken item does not hide the others. Within an
 //! item, serde stops at the first unknown key or misshapen value; the loader reports it, removes
@@ -19,7 +19,7 @@ use super::{
     report::{Item, Pos, Report, index, index_path, key_path, quoted},
     spec::{
         AgentSpec, ConntrackSpec, DecisionGroupSpec, PoolSpec, ServiceSpec, StateVarSpec,
-        TOP_LEVEL_KEYS,
+        TOP_LEVEL_KEYS, VipSpec,
     },
     validate::validate,
     values::{closest, suggest},
@@ -258,6 +258,8 @@ pub(crate) struct Parsed {
     pub conntracks: Vec<Item<ConntrackSpec>>,
     /// Each `services[]` item.
     pub services: Vec<Item<ServiceSpec>>,
+    /// Each `vips[]` item.
+    pub vips: Vec<Item<VipSpec>>,
     /// Each `pools[]` item.
     pub pools: Vec<Item<PoolSpec>>,
     /// Each `state.<name>` entry, with its name (the key).
@@ -319,6 +321,12 @@ fn parse_file(file: usize, text: &str, parsed: &mut Parsed, report: &mut Report)
                     parsed.services.extend(item(file, &base, node, report));
                 }
             }
+            "vips" => {
+                for (i, node) in list(file, name, at, value, report).iter().enumerate() {
+                    let base = index_path(name, i);
+                    parsed.vips.extend(item(file, &base, node, report));
+                }
+            }
             "pools" => {
                 for (i, node) in list(file, name, at, value, report).iter().enumerate() {
                     let base = index_path(name, i);
@@ -361,7 +369,7 @@ fn parse_file(file: usize, text: &str, parsed: &mut Parsed, report: &mut Report)
     }
 }
 
-/// The elements of a top-level list (`services`, `pools`), or none after reporting that it is
+/// The elements of a top-level list (`services`, `vips`, `pools`), or none after reporting that it is
 /// not a list.
 fn list<'n>(
     file: usize,

@@ -63,6 +63,16 @@ pub(crate) struct SplitShareSpec {
     pub weight: Option<String>,
 }
 
+/// `vips[]`: how one virtual IP is handled beyond its services.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct VipSpec {
+    pub address: Option<String>,
+    pub echo: Option<String>,
+    /// `tcp/PORT` or `udp/PORT`.
+    pub host_ports: Option<Vec<String>>,
+}
+
 /// `pools[]`.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -218,6 +228,7 @@ pub(crate) const TOP_LEVEL_KEYS: &[&str] = &[
     "agent",
     "conntrack",
     "services",
+    "vips",
     "pools",
     "state",
     "decisions",

@@ -2,8 +2,8 @@
 //!
 //! Each item is checked on its own first (every value, every missing key), giving a draft with
 //! what could be read; then the drafts are checked together: unique names and service
-//! addresses, references to pools, address families, and the data plane's limits. A [`Config`]
-//! is built only when no problem was reported.
+//! addresses, `vips:` entries against the services, references to pools, address families, and
+//! the data plane's limits. A [`Config`] is built only when no problem was reported.
 
 use std::{
     collections::HashMap,
@@ -26,6 +26,7 @@ mod decisions;
 pub(crate) use decisions::Checked;
 mod pool;
 mod state;
+mod vip;
 
 /// A value read from one key.
 pub(super) enum Field<V> {
@@ -123,6 +124,8 @@ pub(crate) fn validate(parsed: &Parsed, report: &mut Report) -> Option<Config> {
         report,
     );
     unique_addresses(&parsed.services, &services, report);
+    let vips: Vec<vip::Draft> = parsed.vips.iter().map(|v| vip::entry(v, report)).collect();
+    vip::check(parsed, &vips, &services, report);
     let users = references(parsed, &pools, &services, report);
     families(parsed, &pools, &services, &users, report);
     backends_are_not_vips(parsed, &pools, &services, report);
@@ -153,6 +156,7 @@ pub(crate) fn validate(parsed: &Parsed, report: &mut Report) -> Option<Config> {
     let config = Config {
         agent: agent?,
         conntrack: conntrack?,
+        vips: vips.into_iter().map(|v| v.value).collect::<Option<_>>()?,
         services: services
             .into_iter()
             .map(|s| s.value)

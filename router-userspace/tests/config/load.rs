@@ -10,8 +10,8 @@ use std::{
 };
 
 use switchyard::config::{
-    Agent, Backend, Backoff, CheckKind, Config, Conntrack, Forward, HashMode, HealthCheck, Pool,
-    Protocol, Service, SplitShare, Target, WhenAllDown, load_files,
+    Agent, Backend, Backoff, CheckKind, Config, Conntrack, Forward, HashMode, HealthCheck,
+    MAX_HOST_PORTS, Pool, Protocol, Service, SplitShare, Target, Vip, WhenAllDown, load_files,
 };
 
 use crate::{MINIMAL, ip, load};
@@ -33,6 +33,7 @@ fn minimal_config_loads_with_every_default_applied() {
                 tcp_closing: Duration::from_secs(10),
                 udp: Duration::from_mins(1),
             },
+            vips: vec![],
             services: vec![Service {
                 name: "web".into(),
                 vip: ip("198.18.0.10"),
@@ -221,6 +222,62 @@ fn conntrack_timeouts_convert_and_default_one_by_one() {
         Conntrack::default().ticks(),
         router_common::DEFAULT_TIMEOUT_TICKS
     );
+}
+
+#[test]
+fn vips_convert_in_file_order_with_their_defaults() {
+    let web6 = "services:\n  - { name: web6, vip: \"2001:db8::10\", port: 443, protocol: tcp, \
+                forward: nat, to: { pool: dc6 } }\n  - { name: dns, vip: 198.18.0.10, port: 53, \
+                protocol: udp, forward: dsr-l2, to: { pool: dc1 } }\npools:\n  - { name: dc6, \
+                backends: [ { address: \"2001:db8:1::11\" } ] }\n";
+    let text = format!(
+        "{MINIMAL}vips:\n  - address: 198.18.0.10\n    echo: false\n    \
+         host_ports: [tcp/22, udp/161, tcp/53, udp/80]\n"
+    );
+    // Entries of several files, in file order; a key left out keeps its default.
+    let config = load(&[
+        ("10-web.yaml", &text),
+        (
+            "20-web6.yaml",
+            &format!("{web6}vips:\n  - {{ address: \"2001:DB8::0010\", host_ports: ~ }}\n"),
+        ),
+    ]);
+    assert_eq!(
+        config.vips,
+        [
+            Vip {
+                address: ip("198.18.0.10"),
+                echo: false,
+                // The other protocol of a service's port is not the service's.
+                host_ports: vec![
+                    (Protocol::Tcp, 22),
+                    (Protocol::Udp, 161),
+                    (Protocol::Tcp, 53),
+                    (Protocol::Udp, 80),
+                ],
+            },
+            Vip {
+                address: ip("2001:db8::10"),
+                echo: true,
+                host_ports: vec![],
+            },
+        ]
+    );
+    // As many host ports as the data plane has, an empty list, no `vips:` at all.
+    let ports: Vec<String> = (1..=MAX_HOST_PORTS)
+        .map(|p| format!("tcp/{}", p + 1000))
+        .collect();
+    let full = format!(
+        "{MINIMAL}vips:\n  - {{ address: 198.18.0.10, host_ports: [{}] }}\n",
+        ports.join(", ")
+    );
+    assert_eq!(
+        load(&[("x.yaml", &full)]).vips[0].host_ports.len(),
+        MAX_HOST_PORTS
+    );
+    let empty = format!("{MINIMAL}vips: []\n");
+    assert!(load(&[("x.yaml", &empty)]).vips.is_empty());
+    assert!(load(&[("x.yaml", MINIMAL)]).vips.is_empty());
 }
 
 #[test]

@@ -1,15 +1,15 @@
 //! A resource-level diff between two configurations: what an operator wants to read before a
 //! rollback or after an apply (`ctl diff A B`), not a text diff.
 //!
-//! Resources are matched by name (services, pools, state variables, decision groups), backends
-//! by address within their pool, rules by id within their group; so moving a resource to
-//! another fragment, or reordering services or pools, is no change. Rule order is compared,
-//! because it breaks priority ties.
+//! Resources are matched by name (services, pools, state variables, decision groups), `vips:`
+//! entries and backends by address (backends within their pool), rules by id within their
+//! group; so moving a resource to another fragment, or reordering services, pools or a virtual
+//! IP's host ports, is no change. Rule order is compared, because it breaks priority ties.
 //!
 //! The order of the changes does not depend on file order: the agent settings, the conntrack
-//! timeouts, then services, pools (each followed by its backends), state variables, decision
-//! groups (each followed by its rules); within each, by name (backends by address, IPv4 before
-//! IPv6).
+//! timeouts, then services, `vips:` entries, pools (each followed by its backends), state
+//! variables, decision groups (each followed by its rules); within each, by name (`vips:`
+//! entries and backends by address, IPv4 before IPv6).
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -20,13 +20,13 @@ use serde::{Deserialize, Serialize};
 
 mod render;
 use render::{
-    action, dur, forward, group, hash, opt, opt_action, opt_health, opt_quoted, pool, probe,
-    protocol, push, rule, service, slow_start, source, target, when_all_down,
+    action, dur, forward, group, hash, host_ports, opt, opt_action, opt_health, opt_quoted, pool,
+    probe, protocol, push, rule, service, slow_start, source, target, vip, when_all_down,
 };
 
 use super::model::{
     Agent, Config, Conntrack, DecisionGroup, DecisionRule, HealthCheck, Pool, Service, StateSource,
-    StateVar,
+    StateVar, Vip,
 };
 
 /// What happened to a resource.
@@ -63,6 +63,8 @@ pub enum Kind {
     Conntrack,
     /// A service, by name.
     Service,
+    /// A `vips:` entry, by address.
+    Vip,
     /// A pool, by name.
     Pool,
     /// A backend, by address, in the pool named by [`Change::parent`].
@@ -83,6 +85,7 @@ impl Kind {
             Self::Agent => "agent",
             Self::Conntrack => "conntrack",
             Self::Service => "service",
+            Self::Vip => "vip",
             Self::Pool => "pool",
             Self::Backend => "backend",
             Self::State => "state",
@@ -127,8 +130,8 @@ pub struct Change {
     /// The pool of a backend, the decision group of a rule; `None` for the others.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parent: Option<String>,
-    /// The resource's name (a backend's address, a rule's id; empty for the agent settings and
-    /// the conntrack timeouts).
+    /// The resource's name (a `vips:` entry's or a backend's address, a rule's id; empty for the
+    /// agent settings and the conntrack timeouts).
     pub name: String,
     /// For an added resource, what it is; for a removed one, what it was (one phrase). Empty
     /// for a change.
@@ -184,6 +187,9 @@ impl Diff {
         d.conntrack(&old.conntrack, &new.conntrack);
         for (name, old, new) in pair(&old.services, &new.services, |s| s.name.as_str()) {
             d.service(name, old, new);
+        }
+        for (address, old, new) in pair(&old.vips, &new.vips, |v| v.address) {
+            d.vip(&address.to_string(), old, new);
         }
         for (name, old, new) in pair(&old.pools, &new.pools, |p| p.name.as_str()) {
             d.pool(name, old, new);
@@ -313,6 +319,24 @@ impl Builder {
                 f.cmp("hash", hash(a.hash), hash(b.hash));
                 f.cmp("to", target(&a.to), target(&b.to));
                 self.changed(Kind::Service, None, name.into(), f);
+            }
+            (None, None) => {}
+        }
+    }
+
+    fn vip(&mut self, address: &str, old: Option<&Vip>, new: Option<&Vip>) {
+        match (old, new) {
+            (None, Some(v)) => self.push(Op::Added, Kind::Vip, None, address.into(), vip(v)),
+            (Some(v), None) => self.push(Op::Removed, Kind::Vip, None, address.into(), vip(v)),
+            (Some(a), Some(b)) => {
+                let mut f = Fields::default();
+                f.cmp("echo", a.echo, b.echo);
+                f.cmp(
+                    "host_ports",
+                    host_ports(&a.host_ports),
+                    host_ports(&b.host_ports),
+                );
+                self.changed(Kind::Vip, None, address.into(), f);
             }
             (None, None) => {}
         }
@@ -800,6 +824,72 @@ decisions:
         ))
         .unwrap();
         assert_eq!(json["changes"][0]["kind"], "conntrack");
+    }
+
+    #[test]
+    fn vips_entries_are_matched_by_address() {
+        let one =
+            format!("{BASE}vips:\n  - {{ address: 198.18.0.10, host_ports: [udp/161, tcp/22] }}\n");
+        assert_eq!(
+            lines(BASE, &one),
+            ["+ vip 198.18.0.10: echo true, host_ports [tcp/22, udp/161]"]
+        );
+        assert_eq!(
+            lines(&one, BASE),
+            ["- vip 198.18.0.10: echo true, host_ports [tcp/22, udp/161]"]
+        );
+        // Settings compared one by one; the order of the host ports is no change.
+        let changed = format!(
+            "{BASE}vips:\n  - {{ address: 198.18.0.10, echo: false, host_ports: [tcp/22] }}\n"
+        );
+        assert_eq!(
+            lines(&one, &changed),
+            ["~ vip 198.18.0.10: echo true → false, host_ports [tcp/22, udp/161] → [tcp/22]"]
+        );
+        let reordered = one.replace("[udp/161, tcp/22]", "[tcp/22, udp/161]");
+        assert!(lines(&one, &reordered).is_empty());
+        // After the services, before the pools; by address, IPv4 before IPv6, whatever the
+        // file order.
+        let v6 = edit(&[
+            (
+                "  - { name: dns,",
+                "  - { name: dns6, vip: 2001:db8::11, port: 53, protocol: udp, forward: nat, \
+                 to: { pool: dc6 } }\n  - { name: dns,",
+            ),
+            (
+                "state:\n",
+                "  - { name: dc6, backends: [ { address: 2001:db8:1::2 } ] }\nstate:\n",
+            ),
+        ]);
+        let new = v6
+            .replacen(
+                "pools:\n",
+                "vips:\n  - { address: 2001:db8::11, echo: false }\n  \
+                 - { address: 198.18.0.11, host_ports: [] }\npools:\n",
+                1,
+            )
+            .replace("to: { pool: dc1 } }", "to: { pool: dc2 } }")
+            .replace(
+                "backends: [ { address: 198.18.2.2 } ]",
+                "backends: [ { address: 198.18.2.2 } ]\n    when_all_down: pass",
+            );
+        assert_eq!(
+            lines(&v6, &new),
+            [
+                "~ service dns: to pool dc1 → pool dc2",
+                "+ vip 198.18.0.11: echo true, host_ports []",
+                "+ vip 2001:db8::11: echo false, host_ports []",
+                "~ pool dc2: when_all_down drop → pass",
+            ]
+        );
+        let json = serde_json::to_value(Diff::between(
+            &config(&[("x.yaml", &one)]),
+            &config(&[("x.yaml", &changed)]),
+        ))
+        .unwrap();
+        assert_eq!(json["changes"][0]["kind"], "vip");
+        assert_eq!(json["changes"][0]["name"], "198.18.0.10");
+        assert_eq!(json["changes"][0]["fields"][1]["field"], "host_ports");
     }
 
     #[test]

@@ -4,7 +4,7 @@ use std::{fmt, net::SocketAddr, time::Duration};
 
 use super::super::model::{
     CheckKind, DecisionGroup, DecisionRule, Forward, HashMode, HealthCheck, Pool, Protocol,
-    PushValue, Service, StateSource, Target, WhenAllDown,
+    PushValue, Service, StateSource, Target, Vip, WhenAllDown,
 };
 
 pub(super) fn service(s: &Service) -> String {
@@ -16,6 +16,19 @@ pub(super) fn service(s: &Service) -> String {
         hash(s.hash),
         target(&s.to)
     )
+}
+
+/// `echo false, host_ports [tcp/22]`.
+pub(super) fn vip(v: &Vip) -> String {
+    format!("echo {}, host_ports {}", v.echo, host_ports(&v.host_ports))
+}
+
+/// `[tcp/22, udp/161]`: TCP before UDP, each by port (their order in the file means nothing).
+pub(super) fn host_ports(ports: &[(Protocol, u16)]) -> String {
+    let mut ports: Vec<(&str, u16)> = ports.iter().map(|&(p, n)| (protocol(p), n)).collect();
+    ports.sort_unstable();
+    let ports: Vec<String> = ports.iter().map(|(p, n)| format!("{p}/{n}")).collect();
+    format!("[{}]", ports.join(", "))
 }
 
 pub(super) fn pool(p: &Pool) -> String {
