@@ -32,9 +32,11 @@ enum Cmd {
         /// Interface to attach to; repeat for several (e.g. the client side and each backend side).
         #[arg(long = "iface", required = true)]
         interfaces: Vec<String>,
-        /// XDP mode: native (driver) or generic (skb). Falling back is never automatic.
-        #[arg(long, value_enum, default_value = "native")]
-        mode: Mode,
+        /// XDP mode of a new attachment: native (driver; the default) or generic (skb).
+        /// Falling back is never automatic. A program already attached is adopted in the mode
+        /// it runs in; when that is not the mode given here, the log and `status` warn.
+        #[arg(long, value_enum)]
+        mode: Option<Mode>,
         /// Directory of `*.yaml` fragments.
         #[arg(long, default_value = DEFAULT_DIR)]
         config_dir: PathBuf,
@@ -271,7 +273,9 @@ fn decap_command(interfaces: &[String], detach: bool, mode: Mode, pin_path: &Pat
             continue;
         }
         match decap::attach(iface, mode, pin_path)? {
-            attach::Attached::Adopted => println!("{iface}: decapsulator already attached"),
+            attach::Attached::Adopted(running) => {
+                println!("{iface}: decapsulator already attached ({running} mode)");
+            }
             attach::Attached::New => {
                 println!("{iface}: decapsulator attached ({})", mode.name());
             }

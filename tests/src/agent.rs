@@ -63,6 +63,8 @@ pub struct Agent {
     /// config is invalid).
     pin_path: PathBuf,
     bin: PathBuf,
+    /// The `--mode` each launch passes (`native`, `generic`), none when `None`.
+    mode: Option<String>,
 }
 
 /// How a `switchyard attach` that was expected to fail ended
@@ -159,6 +161,31 @@ impl Agent {
         Ok(agent)
     }
 
+    /// Like [`Agent::start_on`], with `switchyard attach --mode MODE` (`native`, `generic`);
+    /// later launches ([`Agent::restart`], [`Agent::relaunch`]) pass the same until
+    /// [`Agent::set_mode`].
+    ///
+    /// # Errors
+    ///
+    /// As [`Agent::start`].
+    pub fn start_on_in_mode(
+        topo: &Topology,
+        files: &[(&str, String)],
+        interfaces: &[&str],
+        mode: &str,
+    ) -> Result<Self> {
+        let interfaces: Vec<String> = interfaces.iter().map(|&i| i.to_owned()).collect();
+        let mut agent = Self::spawn_in_mode(topo, files, &interfaces, Some(mode))?;
+        agent.wait_ready(Duration::from_secs(20))?;
+        Ok(agent)
+    }
+
+    /// The `--mode` the next launches pass ([`Agent::restart`], [`Agent::relaunch`]); `None`
+    /// passes none.
+    pub fn set_mode(&mut self, mode: Option<&str>) {
+        self.mode = mode.map(str::to_owned);
+    }
+
     /// Runs `switchyard attach` on `interfaces` (in this order) with a config directory of
     /// `files`, for a start that must fail: waits up to `limit` for it to exit and returns its
     /// exit status, output and leftover pins. Fails if it is still running then. Either way
@@ -225,6 +252,15 @@ impl Agent {
     }
 
     fn spawn(topo: &Topology, files: &[(&str, String)], interfaces: &[String]) -> Result<Self> {
+        Self::spawn_in_mode(topo, files, interfaces, None)
+    }
+
+    fn spawn_in_mode(
+        topo: &Topology,
+        files: &[(&str, String)],
+        interfaces: &[String],
+        mode: Option<&str>,
+    ) -> Result<Self> {
         let config_dir = temp_dir("config")?;
         let state_dir = config_dir.with_extension("state");
         for (name, text) in files {
@@ -239,6 +275,7 @@ impl Agent {
             config_dir,
             log,
             bin: binary()?,
+            mode: mode.map(str::to_owned),
         };
         agent.launch()?;
         Ok(agent)
@@ -253,6 +290,9 @@ impl Agent {
             .arg("attach");
         for i in &self.interfaces {
             cmd.args(["--iface", i]);
+        }
+        if let Some(mode) = &self.mode {
+            cmd.args(["--mode", mode]);
         }
         cmd.arg("--config-dir").arg(&self.config_dir);
         // One open file for both streams, so they share an offset and never overwrite each

@@ -6,7 +6,9 @@
 //! answers ([`crate::record`]) → load the program with its pinned maps → attach to every interface
 //! (on a failure, undo the attachments made so far and remove the map pins this run created)
 //! → publish → start health checks. An earlier agent's pinned link is adopted only while it is
-//! live on its interface here; a defunct one is replaced ([`attach::attach`]). On SIGINT or
+//! live on its interface here; a defunct one is replaced ([`attach::attach`]). An adopted link
+//! keeps the mode it runs in, read from the kernel; when `--mode` asked for another, the agent
+//! warns (log and `status`) and keeps it ([`attach::ModeMismatch`]). On SIGINT or
 //! SIGTERM the agent exits (removing its record) and the program **stays attached** with the
 //! last maps (pinned link and maps); `switchyard detach` removes it. SIGHUP re-reads the config
 //! directory; a broken config is logged, counted and shown by `status`, and the running config
@@ -61,8 +63,9 @@ use crate::{
 pub struct Options {
     /// Interfaces to attach to (at least one).
     pub interfaces: Vec<String>,
-    /// XDP mode.
-    pub mode: Mode,
+    /// The XDP mode asked for (`--mode`), `None` when not given: a new attachment is then
+    /// native, and an adopted one is reported in whatever mode it runs without a warning.
+    pub mode: Option<Mode>,
     /// The config directory (`/etc/switchyard`).
     pub config_dir: PathBuf,
 }
@@ -193,13 +196,23 @@ pub async fn run(opts: Options) -> Result<(), AgentError> {
     let mut maps = KernelMaps::take(&mut ebpf)?;
     let mut interfaces = Vec::new();
     for iface in &opts.interfaces {
-        match attach::attach(&mut ebpf, &mut maps, iface, opts.mode, &pin_dir) {
+        let new_mode = opts.mode.unwrap_or(Mode::Native);
+        match attach::attach(&mut ebpf, &mut maps, iface, new_mode, &pin_dir) {
             Ok(how) => {
-                let mode = opts.mode.name();
+                let mode = new_mode.name();
                 match &how {
                     Attached::New => info!("{iface}: attached ({mode} mode)"),
-                    Attached::Adopted => {
-                        info!("{iface}: adopted the program already attached ({mode} mode)");
+                    Attached::Adopted(running) => {
+                        match attach::ModeMismatch::of(opts.mode, *running) {
+                            None => info!(
+                                "{iface}: adopted the program already attached ({running} mode)"
+                            ),
+                            Some(mismatch) => warn!(
+                                "{iface}: adopted the program already attached ({running} mode), \
+                                 NOT IN THE MODE ASKED FOR: {}",
+                                mismatch.describe(iface)
+                            ),
+                        }
                     }
                     Attached::Replaced(why) => warn!(
                         "{iface}: link_{iface} was defunct ({why}): attached anew ({mode} mode)"

@@ -12,7 +12,7 @@ use crate::{
         metrics::{BackendRow, Scrape},
         status::{
             BackendStatus, DrainStatus, InterfaceStatus, NextHopStatus, PoolStatus, ServiceStatus,
-            Status, protocol,
+            Status, modes_in_use, protocol,
         },
     },
     config,
@@ -82,19 +82,22 @@ impl Runtime {
                         .collect(),
                 })
                 .collect();
+        // The pinned link says which program runs now (it follows `switchyard upgrade` and
+        // adopted links), whether it still runs on the interface, and the interface in which
+        // mode: read from the kernel each time, never the mode asked for.
+        let interfaces: Vec<InterfaceStatus> = self
+            .interfaces
+            .iter()
+            .map(|(name, _)| {
+                InterfaceStatus::of(&load::pin_dir(&self.config.agent.pin_path), name, self.mode)
+            })
+            .collect();
         Status {
             generation: self.publisher.generation(),
             config_dir: self.config_dir.display().to_string(),
-            mode: self.mode.name().to_owned(),
-            // The pinned link says which program runs now (it follows `switchyard upgrade` and
-            // adopted links) and whether it still runs on the interface.
-            interfaces: self
-                .interfaces
-                .iter()
-                .map(|(name, _)| {
-                    InterfaceStatus::of(&load::pin_dir(&self.config.agent.pin_path), name)
-                })
-                .collect(),
+            mode: modes_in_use(&interfaces),
+            requested_mode: self.mode.map(|m| m.name().to_owned()),
+            interfaces,
             services,
             pools,
             rejected: self.rejected.clone(),

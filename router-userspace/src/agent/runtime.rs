@@ -50,8 +50,9 @@ pub struct Runtime {
     pub(super) config_dir: PathBuf,
     /// Interfaces and how they were attached.
     pub(super) interfaces: Vec<(String, Attached)>,
-    /// XDP mode.
-    pub(super) mode: Mode,
+    /// The XDP mode `--mode` asked for, `None` when it was not given. What runs is read from
+    /// the kernel (`status`); this only says whether an adopted attachment differs.
+    pub(super) mode: Option<Mode>,
     /// Last probe per (pool, backend).
     pub(super) probes: HashMap<(String, IpAddr), ProbeStatus>,
     /// The running probes (dropping them stops them).

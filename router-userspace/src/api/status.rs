@@ -64,8 +64,15 @@ pub struct Status {
     pub generation: u64,
     /// The config directory.
     pub config_dir: String,
-    /// XDP mode.
+    /// The XDP mode the program runs in, read from the kernel for each interface's live link
+    /// ([`InterfaceStatus::mode`]): `native`, `generic` or `offloaded`; the distinct modes in
+    /// interface order, comma-separated, when the interfaces differ; `none` when no link is
+    /// live. Never the mode asked for (that is `requested_mode`).
     pub mode: String,
+    /// The mode `--mode` asked for (`native` or `generic`), `None` when the agent was started
+    /// without it (a new attachment is then native).
+    #[serde(default)]
+    pub requested_mode: Option<String>,
     /// Attached interfaces.
     pub interfaces: Vec<InterfaceStatus>,
     /// Services.
@@ -101,27 +108,60 @@ pub struct InterfaceStatus {
     /// from agents that predate it.
     #[serde(default)]
     pub link: String,
+    /// The mode the interface runs the link's program in, read from the kernel (`IFLA_XDP`):
+    /// `native`, `generic` or `offloaded`; `None` when the link is not live.
+    #[serde(default)]
+    pub mode: Option<String>,
+    /// Set when `--mode` asked for another mode than the one the adopted program runs in: what
+    /// runs, what was asked, and how to change it (the agent keeps the program as it runs,
+    /// [`attach::ModeMismatch`]).
+    #[serde(default)]
+    pub mode_warning: Option<String>,
 }
 
 impl InterfaceStatus {
-    /// The status of `name`, whose link is pinned under `pin_dir`.
+    /// The status of `name`, whose link is pinned under `pin_dir`, for an agent that was asked
+    /// for `requested` (`--mode`; `None` when not given).
     #[must_use]
-    pub fn of(pin_dir: &std::path::Path, name: &str) -> Self {
-        let (program_id, link) = match attach::link_state(pin_dir, name) {
-            Ok(state) => (
-                match &state {
-                    attach::LinkState::Live(info) => Some(info.program_id),
-                    _ => None,
-                },
-                state.describe(),
-            ),
-            Err(e) => (None, format!("unknown ({e})")),
+    pub fn of(pin_dir: &std::path::Path, name: &str, requested: Option<attach::Mode>) -> Self {
+        let (program_id, running, link) = match attach::link_state(pin_dir, name) {
+            Ok(state) => {
+                let (program_id, running) = match &state {
+                    attach::LinkState::Live(info, running) => {
+                        (Some(info.program_id), Some(*running))
+                    }
+                    _ => (None, None),
+                };
+                (program_id, running, state.describe())
+            }
+            Err(e) => (None, None, format!("unknown ({e})")),
         };
         Self {
             name: name.to_owned(),
             program_id,
             link,
+            mode: running.map(|m| m.name().to_owned()),
+            mode_warning: running
+                .and_then(|m| attach::ModeMismatch::of(requested, m))
+                .map(|mismatch| mismatch.describe(name)),
         }
+    }
+}
+
+/// [`Status::mode`] of `interfaces`: their distinct modes in order, comma-separated, or `none`
+/// when none has a live link.
+#[must_use]
+pub fn modes_in_use(interfaces: &[InterfaceStatus]) -> String {
+    let mut modes: Vec<&str> = Vec::new();
+    for mode in interfaces.iter().filter_map(|i| i.mode.as_deref()) {
+        if !modes.contains(&mode) {
+            modes.push(mode);
+        }
+    }
+    if modes.is_empty() {
+        "none".to_owned()
+    } else {
+        modes.join(", ")
     }
 }
 
@@ -193,5 +233,46 @@ pub fn protocol(p: config::Protocol) -> &'static str {
     match p {
         config::Protocol::Tcp => "tcp",
         config::Protocol::Udp => "udp",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn interface(name: &str, mode: Option<&str>) -> InterfaceStatus {
+        InterfaceStatus {
+            name: name.to_owned(),
+            program_id: mode.map(|_| 42),
+            link: if mode.is_some() { "live" } else { "none" }.to_owned(),
+            mode: mode.map(str::to_owned),
+            mode_warning: None,
+        }
+    }
+
+    #[test]
+    fn the_status_mode_is_the_modes_the_interfaces_run() {
+        assert_eq!(modes_in_use(&[]), "none");
+        assert_eq!(modes_in_use(&[interface("a", None)]), "none");
+        assert_eq!(
+            modes_in_use(&[interface("a", Some("generic")), interface("b", None)]),
+            "generic"
+        );
+        assert_eq!(
+            modes_in_use(&[
+                interface("a", Some("generic")),
+                interface("b", Some("native")),
+                interface("c", Some("generic")),
+            ]),
+            "generic, native"
+        );
+    }
+
+    #[test]
+    fn an_interface_status_of_an_older_agent_has_no_mode() {
+        let old: InterfaceStatus =
+            serde_json::from_str(r#"{"name":"eth0","program_id":7,"link":"live"}"#).unwrap();
+        assert_eq!(old.mode, None);
+        assert_eq!(old.mode_warning, None);
     }
 }

@@ -188,6 +188,39 @@ pub async fn status(dir: &Path, api: Option<&str>, json: bool) -> Result<(), Sta
     Ok(())
 }
 
+/// The interfaces line of [`render`]: each interface's link, the mode it runs in and its
+/// program; then a `WARNING` line for each interface whose mode is not the one asked for.
+fn interfaces_text(o: &mut String, s: &Status) {
+    use std::fmt::Write as _;
+    let interfaces: Vec<String> = s
+        .interfaces
+        .iter()
+        .map(|i| match (i.program_id, i.link.as_str()) {
+            (Some(id), link) => match &i.mode {
+                Some(mode) => format!("{} (link {link}, {mode} mode, program {id})", i.name),
+                None => format!("{} (link {link}, program {id})", i.name),
+            },
+            (None, "none" | "") => format!(
+                "{} (DETACHED: no pinned link; `switchyard detach` ran?)",
+                i.name
+            ),
+            (None, link) => match link.strip_prefix("defunct") {
+                Some(why) => format!(
+                    "{} (link DEFUNCT{why}: nothing runs here; restarting the agent attaches anew)",
+                    i.name
+                ),
+                None => format!("{} (link {link})", i.name),
+            },
+        })
+        .collect();
+    let _ = writeln!(o, "interfaces: {}; {} XDP", interfaces.join(", "), s.mode);
+    for i in &s.interfaces {
+        if let Some(warning) = &i.mode_warning {
+            let _ = writeln!(o, "\nWARNING: {}: {warning}", i.name);
+        }
+    }
+}
+
 /// The human form of a status document.
 #[must_use]
 pub fn render(s: &Status) -> String {
@@ -203,25 +236,7 @@ pub fn render(s: &Status) -> String {
         if r.source.is_empty() { "?" } else { &r.source },
         r.hash.get(..12).unwrap_or(&r.hash)
     );
-    let interfaces: Vec<String> = s
-        .interfaces
-        .iter()
-        .map(|i| match (i.program_id, i.link.as_str()) {
-            (Some(id), link) => format!("{} (link {link}, program {id})", i.name),
-            (None, "none" | "") => format!(
-                "{} (DETACHED: no pinned link; `switchyard detach` ran?)",
-                i.name
-            ),
-            (None, link) => match link.strip_prefix("defunct") {
-                Some(why) => format!(
-                    "{} (link DEFUNCT{why}: nothing runs here; restarting the agent attaches anew)",
-                    i.name
-                ),
-                None => format!("{} (link {link})", i.name),
-            },
-        })
-        .collect();
-    let _ = writeln!(o, "interfaces: {}; {} XDP", interfaces.join(", "), s.mode);
+    interfaces_text(&mut o, s);
     if let Some(r) = &s.rejected {
         let _ = writeln!(
             o,
@@ -431,6 +446,50 @@ mod tests {
                 "{name} missing:\n{text}"
             );
         }
+    }
+
+    #[test]
+    fn status_text_shows_the_mode_each_interface_runs_and_a_mismatch() {
+        use crate::api::status::{InterfaceStatus, Status};
+        let interface = |name: &str, mode: &str, warning: Option<&str>| InterfaceStatus {
+            name: name.to_owned(),
+            program_id: Some(42),
+            link: "live".to_owned(),
+            mode: Some(mode.to_owned()),
+            mode_warning: warning.map(str::to_owned),
+        };
+        let status = Status {
+            generation: 1,
+            config_dir: "/etc/switchyard".to_owned(),
+            mode: "generic".to_owned(),
+            requested_mode: Some("native".to_owned()),
+            interfaces: vec![interface(
+                "eth0",
+                "generic",
+                Some("--mode native was asked for"),
+            )],
+            services: Vec::new(),
+            pools: Vec::new(),
+            rejected: None,
+            running: crate::agent::Running::default(),
+            differs_from_files: None,
+            time: 0,
+        };
+        let text = super::render(&status);
+        assert!(
+            text.contains("interfaces: eth0 (link live, generic mode, program 42); generic XDP"),
+            "{text}"
+        );
+        assert!(
+            text.contains("WARNING: eth0: --mode native was asked for"),
+            "{text}"
+        );
+        let agreeing = Status {
+            requested_mode: None,
+            interfaces: vec![interface("eth0", "generic", None)],
+            ..status
+        };
+        assert!(!super::render(&agreeing).contains("WARNING"));
     }
 
     #[test]

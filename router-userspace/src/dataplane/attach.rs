@@ -9,6 +9,10 @@
 //! namespace ([`super::link`]): one whose interface was deleted (and perhaps created again), or
 //! one pinned for an interface of another namespace, is unpinned and replaced by a new
 //! attachment (decision 0010).
+//!
+//! The mode of an adopted link is read from the kernel ([`LinkState::Live`]), never taken from
+//! what was asked: an attachment in another mode than `--mode` asked for is kept as it is and
+//! reported ([`ModeMismatch`], decision 0019), because changing the mode means detaching.
 
 use std::{
     ffi::CString,
@@ -24,7 +28,7 @@ use aya::{
 };
 use router_common::{ABI_VERSION, maps};
 
-pub use super::link::LinkState;
+pub use super::link::{AttachedMode, LinkState};
 
 use super::{
     DataplaneError,
@@ -33,7 +37,7 @@ use super::{
     maps::KernelMaps,
 };
 
-/// How the program runs on an interface.
+/// How the program is asked to run on an interface (`--mode`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Mode {
     /// Native (driver) XDP: the default, and the fast one.
@@ -58,6 +62,53 @@ impl Mode {
             Mode::Generic => XdpMode::Skb,
         }
     }
+
+    /// The mode the kernel reports for a program attached in this one: the flags
+    /// switchyard attaches with (`XDP_FLAGS_DRV_MODE`, `XDP_FLAGS_SKB_MODE`) make the kernel
+    /// attach in exactly that mode or refuse.
+    #[must_use]
+    pub const fn attached(self) -> AttachedMode {
+        match self {
+            Mode::Native => AttachedMode::Native,
+            Mode::Generic => AttachedMode::Generic,
+        }
+    }
+}
+
+/// An adopted attachment whose mode is not the one `--mode` asked for. It is kept as it runs
+/// and said in the log and in `status`: changing the mode means detaching the program (the
+/// kernel runs no native and generic program side by side, and a link cannot change its mode),
+/// which the agent never does by accident (decision 0019).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ModeMismatch {
+    /// The mode asked for.
+    pub asked: Mode,
+    /// The mode the program runs in, read from the kernel.
+    pub running: AttachedMode,
+}
+
+impl ModeMismatch {
+    /// The mismatch between `asked` (`None`: no mode was asked for, so none is wrong) and
+    /// `running`, or `None` when they agree.
+    #[must_use]
+    pub fn of(asked: Option<Mode>, running: AttachedMode) -> Option<Self> {
+        let asked = asked?;
+        (asked.attached() != running).then_some(Self { asked, running })
+    }
+
+    /// What the log and `status` say about it on `iface`: what runs, what was asked, and how
+    /// to move to the mode asked for.
+    #[must_use]
+    pub fn describe(&self, iface: &str) -> String {
+        let (asked, running) = (self.asked.name(), self.running);
+        format!(
+            "--mode {asked} was asked for, but the program already attached to {iface} runs in \
+             {running} mode; it was adopted as it runs (switchyard detaches nothing by \
+             accident). To run it in {asked} mode: stop the agent, `switchyard detach --iface \
+             {iface} --keep-maps`, then start the agent with --mode {asked} (new connections \
+             meet no program in between)"
+        )
+    }
 }
 
 /// What `attach` did on one interface.
@@ -65,8 +116,9 @@ impl Mode {
 pub enum Attached {
     /// Attached now.
     New,
-    /// A link pinned by an earlier agent was found live on the interface and kept.
-    Adopted,
+    /// A link pinned by an earlier agent was found live on the interface and kept; its
+    /// program runs in the mode given, read from the kernel.
+    Adopted(AttachedMode),
     /// A pinned link was found defunct (for the reason given) and unpinned; attached now.
     Replaced(Defunct),
 }
@@ -75,7 +127,7 @@ impl Attached {
     /// Whether this run attached the program (so undoing the run detaches it).
     #[must_use]
     pub fn attached_now(&self) -> bool {
-        !matches!(self, Attached::Adopted)
+        !matches!(self, Attached::Adopted(_))
     }
 }
 
@@ -135,11 +187,12 @@ pub fn link_state(pin_dir: &Path, iface: &str) -> Result<LinkState, DataplaneErr
     })
 }
 
-/// Attaches the loaded program to `iface` (or adopts the link an earlier agent pinned there,
-/// when it is live on this interface in this namespace), and adds the interface to `TX_PORTS`
-/// so other interfaces can redirect to it. A defunct pinned link (its interface gone, or
-/// another namespace's) is replaced: the new link is attached first, then the old pin removed
-/// and the new one pinned in its place.
+/// Attaches the loaded program to `iface` in `mode` (or adopts the link an earlier agent pinned
+/// there, when it is live on this interface in this namespace, in whatever mode it runs:
+/// [`Attached::Adopted`] says which), and adds the interface to `TX_PORTS` so other interfaces
+/// can redirect to it. A defunct pinned link (its interface gone, or another namespace's) is
+/// replaced: the new link is attached first, then the old pin removed and the new one pinned
+/// in its place.
 ///
 /// # Errors
 ///
@@ -162,9 +215,9 @@ pub fn attach(
     let index = ifindex(iface)?;
     let path = link_path(pin_dir, iface);
     let replaced = match link_state(pin_dir, iface)? {
-        LinkState::Live(_) => {
+        LinkState::Live(_, running) => {
             add_tx_port(maps, index)?;
-            return Ok(Attached::Adopted);
+            return Ok(Attached::Adopted(running));
         }
         LinkState::None => None,
         LinkState::Defunct(_, why) => Some(why),
@@ -442,6 +495,59 @@ fn remove_other_layout_pins(dir: &Path) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_mode_is_wrong_only_when_one_was_asked_for_and_another_runs() {
+        for running in [
+            AttachedMode::Native,
+            AttachedMode::Generic,
+            AttachedMode::Offloaded,
+        ] {
+            assert_eq!(ModeMismatch::of(None, running), None, "{running}");
+        }
+        assert_eq!(
+            ModeMismatch::of(Some(Mode::Native), AttachedMode::Native),
+            None
+        );
+        assert_eq!(
+            ModeMismatch::of(Some(Mode::Generic), AttachedMode::Generic),
+            None
+        );
+        let mismatch = ModeMismatch::of(Some(Mode::Native), AttachedMode::Generic).unwrap();
+        assert_eq!(
+            mismatch,
+            ModeMismatch {
+                asked: Mode::Native,
+                running: AttachedMode::Generic
+            }
+        );
+        let said = mismatch.describe("eth0");
+        assert!(
+            said.starts_with(
+                "--mode native was asked for, but the program already attached to eth0 runs in \
+                 generic mode"
+            ),
+            "{said}"
+        );
+        assert!(
+            said.contains("switchyard detach --iface eth0 --keep-maps"),
+            "{said}"
+        );
+        assert!(
+            ModeMismatch::of(Some(Mode::Generic), AttachedMode::Offloaded).is_some(),
+            "offloaded is neither mode switchyard attaches"
+        );
+    }
+
+    #[test]
+    fn each_asked_mode_is_the_mode_the_kernel_reports_for_it() {
+        assert_eq!(Mode::Native.attached(), AttachedMode::Native);
+        assert_eq!(Mode::Generic.attached(), AttachedMode::Generic);
+        assert_eq!(Mode::Native.attached().name(), Mode::Native.name());
+        assert_eq!(Mode::Generic.attached().name(), Mode::Generic.name());
+        assert!(Attached::New.attached_now());
+        assert!(!Attached::Adopted(AttachedMode::Generic).attached_now());
+    }
 
     #[test]
     fn links_of_other_layout_versions_are_found_beside_this_one() {

@@ -34,7 +34,8 @@ pub fn pin_dir(pin_path: &Path) -> PathBuf {
 }
 
 /// Attaches the decapsulator to `iface` in `mode` and pins its link under
-/// [`pin_dir`]`(pin_path)`; keeps a link already live there.
+/// [`pin_dir`]`(pin_path)`; keeps a link already live there, in the mode it runs in
+/// ([`Attached::Adopted`] says which).
 ///
 /// # Errors
 ///
@@ -63,7 +64,7 @@ fn attach_in(dir: &Path, iface: &str, index: u32, mode: Mode) -> Result<Attached
         source: e,
     };
     let replaced = match link::state(&path, iface).map_err(|e| io("reading the pinned link", e))? {
-        LinkState::Live(_) => return Ok(Attached::Adopted),
+        LinkState::Live(_, running) => return Ok(Attached::Adopted(running)),
         LinkState::None => None,
         LinkState::Defunct(info, _) if info.ifindex != 0 => return Err(live_elsewhere(&path)),
         LinkState::Defunct(_, why) => Some(why),

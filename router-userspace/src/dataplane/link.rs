@@ -8,6 +8,12 @@
 //! `iface` only when both views agree: the link's `bpf_link_info` names the ifindex `iface` has
 //! in this namespace, and that interface reports the link's program as its XDP program
 //! (`IFLA_XDP` of `RTM_GETLINK`, asked in this namespace).
+//!
+//! The same `IFLA_XDP` answer says in which mode the interface runs each program (driver,
+//! generic or offloaded): a live link's mode is read from it ([`AttachedMode`]), never assumed
+//! from what an agent was asked for. A program runs in one mode on one interface: the kernel
+//! refuses native and generic programs side by side, and an offloaded program is bound to its
+//! device and attaches in no other mode.
 
 use std::{
     ffi::CString,
@@ -19,7 +25,7 @@ use std::{
 use netlink_packet_core::{NLM_F_REQUEST, NetlinkMessage, NetlinkPayload};
 use netlink_packet_route::{
     RouteNetlinkMessage,
-    link::{LinkAttribute, LinkMessage, LinkXdp},
+    link::{LinkAttribute, LinkMessage, LinkXdp, XdpAttached},
 };
 use netlink_sys::{Socket, SocketAddr, protocols::NETLINK_ROUTE};
 
@@ -42,13 +48,122 @@ pub struct XdpLinkInfo {
     pub ifindex: u32,
 }
 
+/// The mode an XDP program runs in on an interface, as the kernel reports it (`IFLA_XDP`:
+/// `IFLA_XDP_DRV_PROG_ID`, `IFLA_XDP_SKB_PROG_ID`, `IFLA_XDP_HW_PROG_ID`, or
+/// `IFLA_XDP_ATTACHED` beside `IFLA_XDP_PROG_ID`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AttachedMode {
+    /// In the driver (`XDP_ATTACHED_DRV`, `ip link` shows `xdp`/`xdpdrv`): what `--mode native`
+    /// attaches.
+    Native,
+    /// On the skb, after the driver (`XDP_ATTACHED_SKB`, `ip link` shows `xdpgeneric`): what
+    /// `--mode generic` attaches.
+    Generic,
+    /// On the NIC (`XDP_ATTACHED_HW`, `xdpoffload`): never attached by switchyard, but reported
+    /// as it is.
+    Offloaded,
+}
+
+impl AttachedMode {
+    /// `native`, `generic` or `offloaded`: the words of `--mode`, as `status` and the log show
+    /// them.
+    #[must_use]
+    pub const fn name(self) -> &'static str {
+        match self {
+            AttachedMode::Native => "native",
+            AttachedMode::Generic => "generic",
+            AttachedMode::Offloaded => "offloaded",
+        }
+    }
+}
+
+impl fmt::Display for AttachedMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// One XDP program attached to an interface, and in which mode.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Attachment {
+    /// Kernel id of the program (never 0).
+    pub program: u32,
+    /// The mode it runs in.
+    pub mode: AttachedMode,
+}
+
 /// The XDP attachment of one interface of this network namespace, from `IFLA_XDP`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct InterfaceXdp {
     /// Its ifindex here.
     pub ifindex: u32,
-    /// Ids of the XDP programs attached to it (driver, generic or offloaded); empty when none.
-    pub programs: Vec<u32>,
+    /// The XDP programs attached to it, at most one per mode, in the order native, generic,
+    /// offloaded; empty when none.
+    pub attachments: Vec<Attachment>,
+}
+
+impl InterfaceXdp {
+    /// Ids of the programs attached, in the order of [`InterfaceXdp::attachments`].
+    #[must_use]
+    pub fn programs(&self) -> Vec<u32> {
+        self.attachments.iter().map(|a| a.program).collect()
+    }
+
+    /// The mode `program` runs in here, `None` when it is not attached here.
+    #[must_use]
+    pub fn mode_of(&self, program: u32) -> Option<AttachedMode> {
+        self.attachments
+            .iter()
+            .find(|a| a.program == program)
+            .map(|a| a.mode)
+    }
+}
+
+/// The programs an `IFLA_XDP` nest reports, with their modes ([`InterfaceXdp::attachments`]).
+///
+/// The per-mode ids (`IFLA_XDP_DRV_PROG_ID`, `_SKB_`, `_HW_`; every kernel with XDP links sends
+/// them) are authoritative. Without any, a single program is read from `IFLA_XDP_PROG_ID` and
+/// the mode `IFLA_XDP_ATTACHED` gives it; `XDP_ATTACHED_MULTI` or an unknown value then names
+/// no mode, and nothing is reported. Program id 0 means none.
+#[must_use]
+pub fn attachments(xdp: &[LinkXdp]) -> Vec<Attachment> {
+    let per_mode = |mode: AttachedMode| {
+        xdp.iter().find_map(|x| match (x, mode) {
+            (LinkXdp::DrvProgId(id), AttachedMode::Native)
+            | (LinkXdp::SkbProgId(id), AttachedMode::Generic)
+            | (LinkXdp::HwProgId(id), AttachedMode::Offloaded)
+                if *id != 0 =>
+            {
+                Some(Attachment { program: *id, mode })
+            }
+            _ => None,
+        })
+    };
+    let found: Vec<Attachment> = [
+        AttachedMode::Native,
+        AttachedMode::Generic,
+        AttachedMode::Offloaded,
+    ]
+    .into_iter()
+    .filter_map(per_mode)
+    .collect();
+    if !found.is_empty() {
+        return found;
+    }
+    let program = xdp.iter().find_map(|x| match x {
+        LinkXdp::ProgId(id) if *id != 0 => Some(*id),
+        _ => None,
+    });
+    let mode = xdp.iter().find_map(|x| match x {
+        LinkXdp::Attached(XdpAttached::Driver) => Some(AttachedMode::Native),
+        LinkXdp::Attached(XdpAttached::SocketBuffer) => Some(AttachedMode::Generic),
+        LinkXdp::Attached(XdpAttached::Hardware) => Some(AttachedMode::Offloaded),
+        _ => None,
+    });
+    match (program, mode) {
+        (Some(program), Some(mode)) => vec![Attachment { program, mode }],
+        _ => Vec::new(),
+    }
 }
 
 /// Why a pinned link is not live on its interface.
@@ -117,8 +232,9 @@ impl fmt::Display for Defunct {
 pub enum LinkState {
     /// No link is pinned.
     None,
-    /// The link runs its program on the interface, in this namespace.
-    Live(XdpLinkInfo),
+    /// The link runs its program on the interface, in this namespace, in the mode given (read
+    /// from the interface, not from what the agent was asked for).
+    Live(XdpLinkInfo, AttachedMode),
     /// A link is pinned but does not run on the interface here.
     Defunct(XdpLinkInfo, Defunct),
 }
@@ -129,21 +245,22 @@ impl LinkState {
     pub fn describe(&self) -> String {
         match self {
             LinkState::None => "none".into(),
-            LinkState::Live(_) => "live".into(),
+            LinkState::Live(..) => "live".into(),
             LinkState::Defunct(_, why) => format!("defunct ({why})"),
         }
     }
 }
 
 /// Whether the link `info` is live on the interface `iface` has here (`here`, `None` when
-/// there is none): see the module documentation.
+/// there is none), and if so in which mode the interface runs its program: see the module
+/// documentation.
 ///
 /// # Errors
 ///
 /// Why the link is defunct: [`Defunct::InterfaceGone`] when it reports ifindex 0,
 /// [`Defunct::OtherInterface`] when `here` is missing or has another ifindex,
 /// [`Defunct::OtherNamespace`] when `here` does not run the link's program.
-pub fn judge(info: &XdpLinkInfo, here: Option<&InterfaceXdp>) -> Result<(), Defunct> {
+pub fn judge(info: &XdpLinkInfo, here: Option<&InterfaceXdp>) -> Result<AttachedMode, Defunct> {
     if info.ifindex == 0 {
         return Err(Defunct::InterfaceGone);
     }
@@ -153,13 +270,11 @@ pub fn judge(info: &XdpLinkInfo, here: Option<&InterfaceXdp>) -> Result<(), Defu
             ours: here.map(|h| h.ifindex),
         });
     };
-    if !here.programs.contains(&info.program_id) {
-        return Err(Defunct::OtherNamespace {
+    here.mode_of(info.program_id)
+        .ok_or_else(|| Defunct::OtherNamespace {
             link_program: info.program_id,
-            running: here.programs.clone(),
-        });
-    }
-    Ok(())
+            running: here.programs(),
+        })
 }
 
 /// The state of the link pinned at `path` for `iface`.
@@ -175,7 +290,7 @@ pub fn state(path: &Path, iface: &str) -> std::io::Result<LinkState> {
     let info = pinned_xdp_link(path)?;
     let here = interface_xdp(iface)?;
     Ok(match judge(&info, here.as_ref()) {
-        Ok(()) => LinkState::Live(info),
+        Ok(mode) => LinkState::Live(info, mode),
         Err(why) => LinkState::Defunct(info, why),
     })
 }
@@ -309,31 +424,17 @@ pub fn interface_xdp(iface: &str) -> std::io::Result<Option<InterfaceXdp>> {
         .map_err(|e| std::io::Error::other(format!("parsing the rtnetlink answer: {e}")))?;
     match reply.payload {
         NetlinkPayload::InnerMessage(RouteNetlinkMessage::NewLink(link)) => {
-            let programs = link
+            let attachments = link
                 .attributes
                 .iter()
-                .filter_map(|a| match a {
-                    LinkAttribute::Xdp(xdp) => Some(xdp),
+                .find_map(|a| match a {
+                    LinkAttribute::Xdp(xdp) => Some(attachments(xdp)),
                     _ => None,
                 })
-                .flatten()
-                .filter_map(|x| match x {
-                    LinkXdp::ProgId(id)
-                    | LinkXdp::DrvProgId(id)
-                    | LinkXdp::SkbProgId(id)
-                    | LinkXdp::HwProgId(id) => Some(*id),
-                    _ => None,
-                })
-                .filter(|&id| id != 0)
-                .fold(Vec::new(), |mut v, id| {
-                    if !v.contains(&id) {
-                        v.push(id);
-                    }
-                    v
-                });
+                .unwrap_or_default();
             Ok(Some(InterfaceXdp {
                 ifindex: link.header.index,
-                programs,
+                attachments,
             }))
         }
         NetlinkPayload::Error(e) if e.raw_code() == -libc::ENODEV => Ok(None),
@@ -354,13 +455,26 @@ mod tests {
         ifindex: 5,
     };
 
+    /// An interface at `ifindex` running `programs` natively.
+    fn here(ifindex: u32, programs: &[u32]) -> InterfaceXdp {
+        InterfaceXdp {
+            ifindex,
+            attachments: programs
+                .iter()
+                .map(|&program| Attachment {
+                    program,
+                    mode: AttachedMode::Native,
+                })
+                .collect(),
+        }
+    }
+
     #[test]
     fn a_link_is_live_only_on_its_ifindex_running_its_program() {
-        let here = |ifindex, programs: &[u32]| InterfaceXdp {
-            ifindex,
-            programs: programs.to_vec(),
-        };
-        assert_eq!(judge(&LINK, Some(&here(5, &[42]))), Ok(()));
+        assert_eq!(
+            judge(&LINK, Some(&here(5, &[42]))),
+            Ok(AttachedMode::Native)
+        );
         let gone = XdpLinkInfo { ifindex: 0, ..LINK };
         assert_eq!(
             judge(&gone, Some(&here(9, &[]))),
@@ -391,9 +505,123 @@ mod tests {
     }
 
     #[test]
+    fn a_live_link_has_the_mode_its_program_runs_in_there() {
+        let generic = InterfaceXdp {
+            ifindex: 5,
+            attachments: vec![Attachment {
+                program: 42,
+                mode: AttachedMode::Generic,
+            }],
+        };
+        assert_eq!(judge(&LINK, Some(&generic)), Ok(AttachedMode::Generic));
+        // Offloaded beside native: each program has its own mode.
+        let both = InterfaceXdp {
+            ifindex: 5,
+            attachments: vec![
+                Attachment {
+                    program: 43,
+                    mode: AttachedMode::Native,
+                },
+                Attachment {
+                    program: 42,
+                    mode: AttachedMode::Offloaded,
+                },
+            ],
+        };
+        assert_eq!(judge(&LINK, Some(&both)), Ok(AttachedMode::Offloaded));
+        assert_eq!(both.programs(), vec![43, 42]);
+        assert_eq!(both.mode_of(43), Some(AttachedMode::Native));
+        assert_eq!(both.mode_of(44), None);
+    }
+
+    #[test]
+    fn per_mode_program_ids_give_each_program_its_mode() {
+        let at = |program, mode| Attachment { program, mode };
+        // What a kernel sends for one generic program.
+        let generic = [
+            LinkXdp::SkbProgId(42),
+            LinkXdp::Attached(XdpAttached::SocketBuffer),
+            LinkXdp::ProgId(42),
+        ];
+        assert_eq!(attachments(&generic), vec![at(42, AttachedMode::Generic)]);
+        let native = [
+            LinkXdp::DrvProgId(7),
+            LinkXdp::Attached(XdpAttached::Driver),
+            LinkXdp::ProgId(7),
+        ];
+        assert_eq!(attachments(&native), vec![at(7, AttachedMode::Native)]);
+        // Several modes: `IFLA_XDP_ATTACHED` says MULTI and no `IFLA_XDP_PROG_ID` comes.
+        let multi = [
+            LinkXdp::HwProgId(9),
+            LinkXdp::DrvProgId(7),
+            LinkXdp::Attached(XdpAttached::Multiple),
+        ];
+        assert_eq!(
+            attachments(&multi),
+            vec![at(7, AttachedMode::Native), at(9, AttachedMode::Offloaded)]
+        );
+        // The per-mode ids win over a contradicting summary.
+        let contradicting = [
+            LinkXdp::SkbProgId(42),
+            LinkXdp::Attached(XdpAttached::Driver),
+            LinkXdp::ProgId(42),
+        ];
+        assert_eq!(
+            attachments(&contradicting),
+            vec![at(42, AttachedMode::Generic)]
+        );
+    }
+
+    #[test]
+    fn without_per_mode_ids_the_summary_gives_the_mode() {
+        let at = |program, mode| Attachment { program, mode };
+        for (attached, mode) in [
+            (XdpAttached::Driver, AttachedMode::Native),
+            (XdpAttached::SocketBuffer, AttachedMode::Generic),
+            (XdpAttached::Hardware, AttachedMode::Offloaded),
+        ] {
+            assert_eq!(
+                attachments(&[LinkXdp::Attached(attached), LinkXdp::ProgId(3)]),
+                vec![at(3, mode)],
+                "{attached:?}"
+            );
+        }
+        // Nothing attached, or a summary that names no single mode: no attachment.
+        assert_eq!(attachments(&[LinkXdp::Attached(XdpAttached::None)]), vec![]);
+        assert_eq!(attachments(&[]), vec![]);
+        assert_eq!(
+            attachments(&[LinkXdp::Attached(XdpAttached::Multiple), LinkXdp::ProgId(3)]),
+            vec![]
+        );
+        assert_eq!(
+            attachments(&[LinkXdp::Attached(XdpAttached::Other(9)), LinkXdp::ProgId(3)]),
+            vec![]
+        );
+        // Id 0 is no program, per mode or not.
+        assert_eq!(
+            attachments(&[
+                LinkXdp::DrvProgId(0),
+                LinkXdp::Attached(XdpAttached::Driver),
+                LinkXdp::ProgId(0)
+            ]),
+            vec![]
+        );
+    }
+
+    #[test]
+    fn modes_are_named_as_the_mode_option_names_them() {
+        assert_eq!(AttachedMode::Native.to_string(), "native");
+        assert_eq!(AttachedMode::Generic.to_string(), "generic");
+        assert_eq!(AttachedMode::Offloaded.to_string(), "offloaded");
+    }
+
+    #[test]
     fn states_read_as_status_reports_them() {
         assert_eq!(LinkState::None.describe(), "none");
-        assert_eq!(LinkState::Live(LINK).describe(), "live");
+        assert_eq!(
+            LinkState::Live(LINK, AttachedMode::Generic).describe(),
+            "live"
+        );
         assert_eq!(
             LinkState::Defunct(LINK, Defunct::InterfaceGone).describe(),
             "defunct (interface gone)"

@@ -7,6 +7,7 @@ mod api;
 mod cli;
 mod history;
 mod links;
+mod modes;
 mod next_hops;
 mod overrides;
 mod reload;
