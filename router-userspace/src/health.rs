@@ -7,9 +7,23 @@
 //! `backend.<address>.healthy` from it, and decision groups' `require` and emergency exit count
 //! its usable backends. Nothing else keeps a copy, so the rules and the maps cannot disagree.
 //!
-//! Defaults follow keepalived and `HAProxy`: a backend nobody has probed yet is healthy, and a
-//! backend of a pool without a health check is always healthy (nothing would ever probe it
-//! back up).
+//! Where a backend's verdict starts:
+//! - A backend **new** to a health-checked pool of the running config (added by an apply, or
+//!   by the first apply of an agent that resumed its maps) is not healthy until it has passed
+//!   its check — `healthy_threshold` probes in a row — and gets no new flow before
+//!   ([`BackendHealth::awaiting_check`]). A backend added while its server is down never
+//!   takes a flow it would refuse.
+//! - A backend **carried over** (same pool name and address in the running config, or the same
+//!   address in a pool that is gone: a renamed pool) keeps its verdict, waiting included.
+//! - A backend resumed from the maps an earlier agent left keeps the verdict its map entry
+//!   holds: a restart takes no serving backend out of service.
+//! - At a **cold start** (no running config: no pinned maps, or maps without a version to
+//!   resume them from) every backend starts healthy, as `HAProxy`'s servers (`init-state up`,
+//!   its default) and keepalived's real servers (without `alpha`) do: a balancer that was not
+//!   serving serves at once, and a dead backend is out after `unhealthy_threshold` failed
+//!   probes.
+//! - A backend of a pool without a health check is always healthy (nothing would ever probe
+//!   it back up).
 
 use std::{
     collections::{BTreeMap, HashMap, HashSet},
@@ -38,9 +52,14 @@ pub enum Drain {
 pub struct BackendHealth {
     /// Its address.
     pub address: IpAddr,
-    /// The health check's verdict after thresholds (`true` until a check says otherwise, and
-    /// always for a pool without a check).
+    /// The health check's verdict after thresholds: `true` until a check says otherwise for a
+    /// backend that starts healthy, `false` while it [awaits its first
+    /// check](Self::awaiting_check), always `true` for a pool without a check.
     pub healthy: bool,
+    /// New to a health-checked pool of the running config and not yet through its first
+    /// check (`healthy_threshold` passed probes in a row): not healthy until then. Implies
+    /// `!healthy`; cleared by the first healthy verdict.
+    pub awaiting_check: bool,
     /// Whether its next hop is resolved (always, when nobody manages next hops).
     pub reachable: bool,
     /// The operator's drain.
@@ -53,7 +72,31 @@ impl BackendHealth {
     pub fn usable(&self) -> bool {
         self.healthy && self.reachable && self.drain == Drain::Off
     }
+
+    /// Why it takes no new flows, `None` when it does ([`usable`](Self::usable)): the health
+    /// check first ([`AWAITING_FIRST_CHECK`], `health check failed`), then its next hop
+    /// (`no next hop`), then the operator's drain (`drained`, `drained, timeout passed`).
+    #[must_use]
+    pub fn reason(&self) -> Option<&'static str> {
+        if self.awaiting_check {
+            Some(AWAITING_FIRST_CHECK)
+        } else if !self.healthy {
+            Some("health check failed")
+        } else if !self.reachable {
+            Some("no next hop")
+        } else {
+            match self.drain {
+                Drain::Off => None,
+                Drain::Draining => Some("drained"),
+                Drain::Evicted => Some("drained, timeout passed"),
+            }
+        }
+    }
 }
+
+/// [`BackendHealth::reason`] of a backend that [awaits its first
+/// check](BackendHealth::awaiting_check).
+pub const AWAITING_FIRST_CHECK: &str = "waiting for its first check";
 
 /// The table.
 #[derive(Clone, Debug, Default)]
@@ -64,6 +107,10 @@ pub struct Health {
     /// Whether an address with no report is unreachable (the agent, which resolves next hops)
     /// or reachable (nobody manages next hops: tests and benchmarks).
     require_hops: bool,
+    /// Whether the table holds a running config (it was configured, or resumed from maps):
+    /// from then on a backend new to a checked pool awaits its first check. Before, at a cold
+    /// start, every backend starts healthy.
+    running: bool,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -79,11 +126,12 @@ impl Health {
     }
 
     /// Makes the table hold `cfg`'s pools. A backend that stays in its pool keeps its verdict
-    /// while the pool has a health check, and its drain; a new backend, and every backend of a
-    /// pool without a check, is healthy. An address whose earlier pool is gone keeps the
-    /// verdict it had there (a renamed pool keeps its backends' verdicts). Next-hop reports of
-    /// addresses no pool has any more are forgotten: an address that comes back waits for a
-    /// new report.
+    /// (awaiting its first check included) while the pool has a health check, and its drain;
+    /// an address whose earlier pool is gone keeps the verdict it had there (a renamed pool
+    /// keeps its backends' verdicts). A new backend of a checked pool awaits its first check,
+    /// unless the table held no running config yet (a cold start: healthy). Every backend of
+    /// a pool without a check is healthy. Next-hop reports of addresses no pool has any more
+    /// are forgotten: an address that comes back waits for a new report.
     pub fn configure(&mut self, cfg: &Config) {
         let old = std::mem::take(&mut self.pools);
         let previous = |pool: &str, address: IpAddr| {
@@ -99,7 +147,14 @@ impl Health {
                         .filter(|(name, _)| cfg.pools.iter().all(|p| &p.name != *name))
                         .find_map(|(_, p)| p.backends.iter().find(|b| b.address == address))
                 })
-                .map(|b| b.healthy)
+                .map(|b| (b.healthy, b.awaiting_check))
+        };
+        // A backend the running config does not have: healthy at a cold start, else not until
+        // its first check passes.
+        let new = if self.running {
+            (false, true)
+        } else {
+            (true, false)
         };
         let configured: HashSet<IpAddr> = cfg
             .pools
@@ -112,20 +167,38 @@ impl Health {
             let backends = p
                 .backends
                 .iter()
-                .map(|b| BackendHealth {
-                    address: b.address,
-                    healthy: !checked || verdict(&p.name, b.address).unwrap_or(true),
-                    reachable: self.reachable(b.address),
-                    drain: drain(&p.name, b.address),
+                .map(|b| {
+                    let (healthy, awaiting_check) = if checked {
+                        verdict(&p.name, b.address).unwrap_or(new)
+                    } else {
+                        (true, false)
+                    };
+                    BackendHealth {
+                        address: b.address,
+                        healthy,
+                        awaiting_check,
+                        reachable: self.reachable(b.address),
+                        drain: drain(&p.name, b.address),
+                    }
                 })
                 .collect();
             self.pools.insert(p.name.clone(), Pool { backends });
         }
+        self.running = true;
+    }
+
+    /// From now on the table holds a running config, even one without backends (maps resumed
+    /// from a version with no pool): a backend of a later config that it does not have awaits
+    /// its first check.
+    pub fn mark_running(&mut self) {
+        self.running = true;
     }
 
     /// Puts a resumed backend's state back (an agent restarted over pinned maps): its verdict
-    /// and whether its slot holds a resolved next hop.
+    /// and whether its slot holds a resolved next hop. The table holds a running config from
+    /// now on ([`mark_running`](Self::mark_running)).
     pub fn resume(&mut self, pool: &str, address: IpAddr, healthy: bool, resolved: bool) {
+        self.running = true;
         if resolved {
             self.resolved.insert(address, true);
         }
@@ -134,22 +207,23 @@ impl Health {
         p.backends.push(BackendHealth {
             address,
             healthy,
+            awaiting_check: false,
             reachable,
             drain: Drain::Off,
         });
     }
 
     /// From now on, a backend needs a resolved next hop. A resumed backend whose slot holds no
-    /// resolved next hop becomes unreachable, and its verdict unknown — healthy, as for a new
-    /// backend, until a probe says otherwise (its down entry is explained by the missing next
-    /// hop).
+    /// resolved next hop becomes unreachable, and its verdict unknown — healthy until a probe
+    /// says otherwise (its down entry is explained by the missing next hop, and its pool may
+    /// have no check to bring it up). A backend awaiting its first check keeps waiting.
     pub fn require_next_hops(&mut self) {
         self.require_hops = true;
         let resolved = &self.resolved;
         for b in self.pools.values_mut().flat_map(|p| p.backends.iter_mut()) {
             if resolved.get(&b.address) != Some(&true) && b.reachable {
                 b.reachable = false;
-                b.healthy = true;
+                b.healthy = !b.awaiting_check;
             }
         }
     }
@@ -162,6 +236,7 @@ impl Health {
     }
 
     /// A health check's verdict on `address` in `pool`. Returns whether the verdict changed.
+    /// A healthy verdict ends a wait for the first check; an unhealthy one leaves it waiting.
     /// Unknown pools or addresses are ignored. A verdict on a pool without a check (the agent
     /// takes none: its probes run only for checked pools) holds until the next
     /// [`configure`](Self::configure).
@@ -175,6 +250,9 @@ impl Health {
         };
         let changed = b.healthy != healthy;
         b.healthy = healthy;
+        if healthy {
+            b.awaiting_check = false;
+        }
         changed
     }
 
@@ -293,6 +371,41 @@ mod tests {
         // would stay down for good.
         h.configure(&cfg(false));
         assert_eq!(h.counts("dc1"), (2, 2));
+    }
+
+    #[test]
+    fn a_backend_new_to_a_running_checked_pool_awaits_its_first_check() {
+        let mut h = Health::new();
+        let mut one = cfg(true);
+        one.pools[0].backends.truncate(1);
+        // A cold start: nothing runs yet, every backend serves.
+        h.configure(&one);
+        assert_eq!(h.counts("dc1"), (1, 1));
+        h.configure(&cfg(true));
+        let new = h.get("dc1", a("198.18.1.12")).expect("configured");
+        assert!(new.awaiting_check && !new.healthy && !new.usable());
+        assert_eq!(new.reason(), Some(AWAITING_FIRST_CHECK));
+        // A failed probe leaves it waiting; a healthy verdict ends the wait.
+        assert!(!h.set_check("dc1", a("198.18.1.12"), false));
+        assert!(
+            h.get("dc1", a("198.18.1.12"))
+                .is_some_and(|b| b.awaiting_check)
+        );
+        assert!(h.set_check("dc1", a("198.18.1.12"), true));
+        let up = h.get("dc1", a("198.18.1.12")).expect("configured");
+        assert!(up.usable() && !up.awaiting_check && up.reason().is_none());
+        // Next hops required later do not end a wait as they end an unknown verdict.
+        h.configure(&one);
+        h.configure(&cfg(true));
+        h.require_next_hops();
+        assert!(
+            h.get("dc1", a("198.18.1.12"))
+                .is_some_and(|b| b.awaiting_check && !b.healthy && !b.reachable)
+        );
+        assert_eq!(
+            h.get("dc1", a("198.18.1.11")).and_then(|b| b.reason()),
+            Some("no next hop")
+        );
     }
 
     #[test]

@@ -63,6 +63,12 @@ impl Runtime {
                             weight: b.weight,
                             effective_weight: b.ramp.and_then(|_| p.weight_in_table(b.slot)),
                             healthy: self.publisher.health().usable(name, b.address),
+                            reason: self
+                                .publisher
+                                .health()
+                                .get(name, b.address)
+                                .map_or(Some("not in the health table"), |h| h.reason())
+                                .map(str::to_owned),
                             probe: self.probes.get(&(name.clone(), b.address)).cloned(),
                             next_hop: Some(
                                 self.next_hops.get(&b.address).cloned().unwrap_or_else(|| {
@@ -166,6 +172,7 @@ impl Runtime {
                         address: b.address,
                         slot: b.slot,
                         healthy: h.is_some_and(|h| h.healthy),
+                        awaiting_check: h.is_some_and(|h| h.awaiting_check),
                         reachable: h.is_some_and(|h| h.reachable),
                         drain: h.map(|h| h.drain).unwrap_or_default(),
                     }

@@ -7,6 +7,7 @@
 //! | `switchyard_service_packets_total`, `…_bytes_total` | counter | `service`, `action` |
 //! | `switchyard_backend_packets_total`, `…_bytes_total` | counter | `pool`, `backend` |
 //! | `switchyard_backend_healthy` | gauge (0/1) | `pool`, `backend` |
+//! | `switchyard_backend_awaiting_check` | gauge (0/1) | `pool`, `backend` |
 //! | `switchyard_backend_next_hop_resolved` | gauge (0/1) | `pool`, `backend` |
 //! | `switchyard_backend_drained` | gauge (0 no, 1 draining, 2 evicted) | `pool`, `backend` |
 //! | `switchyard_next_hop_unresolved_total` | counter | `backend` |
@@ -101,8 +102,11 @@ pub struct BackendRow {
     pub address: IpAddr,
     /// Its slot (its counters' index).
     pub slot: u32,
-    /// Its health check's verdict.
+    /// Its health check's verdict (`false` while it awaits its first check).
     pub healthy: bool,
+    /// New to a running health-checked pool, it has not yet passed its first check
+    /// ([`crate::health::BackendHealth::awaiting_check`]).
+    pub awaiting_check: bool,
     /// Whether its next hop is resolved.
     pub reachable: bool,
     /// The operator's drain.
@@ -279,7 +283,7 @@ fn dataplane(scrape: &Scrape, encoder: &mut DescriptorEncoder) -> Result<(), std
 fn backends(scrape: &Scrape, encoder: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
     let snap = &scrape.counters;
     let (mut pk, mut by, mut up, mut hop) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-    let mut drained = Vec::new();
+    let (mut awaiting, mut drained) = (Vec::new(), Vec::new());
     for b in &scrape.backends {
         let labels = vec![("pool", b.pool.clone()), ("backend", b.address.to_string())];
         let t = snap
@@ -291,6 +295,7 @@ fn backends(scrape: &Scrape, encoder: &mut DescriptorEncoder) -> Result<(), std:
         pk.push((labels.clone(), t.packets));
         by.push((labels.clone(), t.bytes));
         up.push((labels.clone(), u64::from(b.healthy)));
+        awaiting.push((labels.clone(), u64::from(b.awaiting_check)));
         hop.push((labels.clone(), u64::from(b.reachable)));
         let drain = match b.drain {
             crate::health::Drain::Off => 0,
@@ -319,6 +324,14 @@ fn backends(scrape: &Scrape, encoder: &mut DescriptorEncoder) -> Result<(), std:
         "1 if the backend passes its health check",
         MetricType::Gauge,
         &up,
+    )?;
+    family(
+        encoder,
+        "backend_awaiting_check",
+        "1 while a backend added to a running health-checked pool has not yet passed its first \
+         check (no new flows until it does)",
+        MetricType::Gauge,
+        &awaiting,
     )?;
     family(
         encoder,

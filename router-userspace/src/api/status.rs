@@ -200,6 +200,12 @@ pub struct BackendStatus {
     pub effective_weight: Option<u32>,
     /// Whether it gets new flows: healthy, and its next hop resolved.
     pub healthy: bool,
+    /// Why it gets no new flows, when `healthy` is false: `waiting for its first check` (added
+    /// to a running health-checked pool, it has not yet passed `healthy_threshold` probes in a
+    /// row), `health check failed`, `no next hop`, `drained` or `drained, timeout passed`
+    /// ([`crate::health::BackendHealth::reason`]). `None` from agents that predate it.
+    #[serde(default)]
+    pub reason: Option<String>,
     /// The last probe, if checked.
     pub probe: Option<ProbeStatus>,
     /// Its next hop.

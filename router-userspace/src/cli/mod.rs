@@ -263,44 +263,61 @@ pub fn render(s: &Status) -> String {
         let up = p.backends.iter().filter(|b| b.healthy).count();
         let _ = writeln!(o, "  {} ({up}/{} healthy)", p.name, p.backends.len());
         for b in &p.backends {
-            let probe = b.probe.as_ref().map_or("not checked".to_owned(), |p| {
-                format!("{} in {} µs", p.detail, p.latency_us)
-            });
-            let state = match (&b.drain, b.healthy) {
-                (Some(d), _) if d.evicted => "EVICTED",
-                (Some(_), _) => "DRAIN",
-                (None, true) => "up",
-                (None, false) => "DOWN",
-            };
-            let weight = match b.effective_weight {
-                Some(w) => format!("{w}/{} (slow start)", b.weight),
-                None => b.weight.to_string(),
-            };
-            let _ = writeln!(
-                o,
-                "    {:<24} weight {weight:<5} {state:<4}  {probe}",
-                b.address
-            );
-            match &b.next_hop {
-                Some(h) if h.state == "resolved" => {
-                    let _ = writeln!(o, "      next hop {}", h.via.as_deref().unwrap_or(""));
-                }
-                Some(h) => {
-                    let _ = writeln!(
-                        o,
-                        "      NO NEXT HOP since {} ({}): no new flows",
-                        crate::cli::ago(s.time, h.since),
-                        h.reason.as_deref().unwrap_or("unknown")
-                    );
-                }
-                None => {}
-            }
-            if let Some(d) = &b.drain {
-                let _ = writeln!(o, "      {}", drain_line(d, s.time));
-            }
+            backend_lines(&mut o, b, s.time);
         }
     }
     o
+}
+
+/// A backend's lines in `status`, as seen at `now` (seconds since the Unix epoch): address,
+/// weight, state and last probe, then its next hop, why it waits (a backend awaiting its
+/// first check, state `NEW`) and its drain.
+fn backend_lines(o: &mut String, b: &crate::api::status::BackendStatus, now: u64) {
+    use std::fmt::Write as _;
+    let probe = b.probe.as_ref().map_or("not checked".to_owned(), |p| {
+        format!("{} in {} µs", p.detail, p.latency_us)
+    });
+    let awaiting = b.reason.as_deref() == Some(crate::health::AWAITING_FIRST_CHECK);
+    let state = match (&b.drain, b.healthy) {
+        (Some(d), _) if d.evicted => "EVICTED",
+        (Some(_), _) => "DRAIN",
+        (None, true) => "up",
+        (None, false) if awaiting => "NEW",
+        (None, false) => "DOWN",
+    };
+    let weight = match b.effective_weight {
+        Some(w) => format!("{w}/{} (slow start)", b.weight),
+        None => b.weight.to_string(),
+    };
+    let _ = writeln!(
+        o,
+        "    {:<24} weight {weight:<5} {state:<4}  {probe}",
+        b.address
+    );
+    match &b.next_hop {
+        Some(h) if h.state == "resolved" => {
+            let _ = writeln!(o, "      next hop {}", h.via.as_deref().unwrap_or(""));
+        }
+        Some(h) => {
+            let _ = writeln!(
+                o,
+                "      NO NEXT HOP since {} ({}): no new flows",
+                crate::cli::ago(now, h.since),
+                h.reason.as_deref().unwrap_or("unknown")
+            );
+        }
+        None => {}
+    }
+    if awaiting {
+        let _ = writeln!(
+            o,
+            "      {}: no new flows until it passes",
+            crate::health::AWAITING_FIRST_CHECK
+        );
+    }
+    if let Some(d) = &b.drain {
+        let _ = writeln!(o, "      {}", drain_line(d, now));
+    }
 }
 
 /// A drained backend's line in `status`, as seen at `now` (seconds since the Unix epoch).

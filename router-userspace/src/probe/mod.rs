@@ -7,9 +7,11 @@
 //!   of one probe to the start of the next, and the first probe runs at once.
 //!
 //! Every probe is reported, not only transitions: the agent feeds outcomes into its latency
-//! histogram and rebuilds tables on transitions. Backends start healthy (see [`policy`]), so the
-//! first event of a target reports `healthy: true` unless its first probe already crosses a
-//! threshold of 1.
+//! histogram and rebuilds tables on transitions. Each target starts from the health table's
+//! verdict ([`ProbeTarget::healthy`]): one that starts healthy reports `healthy: true` until
+//! `unhealthy_threshold` failures, and one that starts down — down, or awaiting its first
+//! check ([`crate::health`]) — reports `healthy: false` until `healthy_threshold` passes in a
+//! row bring the [`Transition::Up`] that puts it in service.
 
 pub mod check;
 pub mod policy;
@@ -60,9 +62,10 @@ pub struct ProbeTarget {
     pub address: Option<IpAddr>,
     /// How and how often to probe it.
     pub check: HealthCheck,
-    /// Its health when probing starts: up for a new backend, the published health for one
-    /// that stays across a reload (a probe that assumed "up" would never report the recovery
-    /// of a backend that is down).
+    /// Its health when probing starts: the health table's verdict (a probe that assumed "up"
+    /// would never report the recovery of a backend that is down). `false` for a backend
+    /// awaiting its first check, so that only `healthy_threshold` passed probes in a row put
+    /// it in service.
     pub healthy: bool,
 }
 

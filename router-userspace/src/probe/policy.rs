@@ -4,10 +4,13 @@
 //! jitter value, so every rule here is tested without sleeping.
 //!
 //! Rules:
-//! - A backend starts **up**, as keepalived's real servers do: a freshly configured pool serves
-//!   at once, and a dead backend is taken out after `unhealthy_threshold` failed probes
-//!   (`unhealthy_threshold · interval`, about 3 s with the defaults). Probes restarted for a
-//!   backend the agent already knows (a reload) resume from its published health instead.
+//! - [`HealthState::new`] starts **up**, as keepalived's real servers do: a pool configured at a
+//!   cold start serves at once, and a dead backend is taken out after `unhealthy_threshold`
+//!   failed probes (`unhealthy_threshold · interval`, about 3 s with the defaults). The agent
+//!   starts every probe with [`HealthState::resume`] from the health table's verdict
+//!   ([`crate::health`]): a backend a reload keeps resumes its published health, and one a
+//!   reload adds to a running pool starts **down**, so only `healthy_threshold` passed probes
+//!   in a row put it in service.
 //! - Up → down after `unhealthy_threshold` *consecutive* failures; any success resets the count.
 //! - Down → up after `healthy_threshold` *consecutive* successes; any failure resets the count.
 //! - Each crossing is reported once, as a [`Transition`], by the probe that crosses it.

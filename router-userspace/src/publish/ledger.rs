@@ -136,9 +136,10 @@ impl Publisher {
 
     /// The publisher that wrote `maps`, from the slot assignment `ledger` recorded at the same
     /// generation and what the maps hold now: backend health (a backend not `DOWN` is
-    /// healthy), each pool's flags, live half and live table, services' values and every
-    /// decision word. A decision group's action is read from its word (pool slots back to
-    /// names); the engine matches it to a rule's action when it resumes.
+    /// healthy; one the next apply adds awaits its first check), each pool's flags, live half
+    /// and live table, services' values and every decision word. A decision group's action is
+    /// read from its word (pool slots back to names); the engine matches it to a rule's action
+    /// when it resumes.
     ///
     /// # Errors
     ///
@@ -194,6 +195,8 @@ impl Publisher {
             });
         }
         let mut p = Publisher::new();
+        // The maps' config is running: a backend the next apply adds awaits its first check.
+        p.health.mark_running();
         p.generation = config.generation;
         p.filter = maps.read_filter();
         let in_map: std::collections::HashMap<_, _> = maps.read_services().into_iter().collect();

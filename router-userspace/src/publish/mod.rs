@@ -509,6 +509,8 @@ impl Publisher {
 }
 
 #[cfg(test)]
+mod first_check_tests;
+#[cfg(test)]
 mod order_tests;
 #[cfg(test)]
 mod restore_tests;

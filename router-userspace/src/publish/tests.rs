@@ -688,9 +688,14 @@ fn a_backend_back_from_down_ramps_over_slow_start_with_an_injected_clock() {
     });
     p.set_now(at(302));
     p.apply(&mut dp, &cfg).unwrap();
-    let new = p
-        .backend_slot("dc1", "198.18.1.13".parse().unwrap())
-        .unwrap();
+    let added: IpAddr = "198.18.1.13".parse().unwrap();
+    let new = p.backend_slot("dc1", added).unwrap();
+    assert!(
+        share(&p, &dp, "dc1", new) == 0.0,
+        "a new backend of a checked pool waits for its first check"
+    );
+    p.set_now(at(303));
+    p.set_health(&mut dp, "dc1", added, true).unwrap();
     let s = share(&p, &dp, "dc1", new);
     assert!(s > 0.0 && s < 0.02, "a new backend starts small: {s}");
 }

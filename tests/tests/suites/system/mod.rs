@@ -1,11 +1,13 @@
 //! The whole system in network namespaces: the real `switchyard attach` in the lb namespace,
 //! real TCP/UDP servers in the backend namespaces, real clients in the client namespace —
-//! balancing, health checks, an operator's drain, slow start, state-driven failover, hitless operation
-//! under load, and hosts configured as an operator configures real ones.
+//! balancing, health checks (a backend's first check included), an operator's drain, slow start,
+//! state-driven failover, hitless operation under load, and hosts configured as an operator
+//! configures real ones.
 
 mod balance;
 mod drain;
 mod failover;
+mod first_check;
 mod flow_state;
 mod health;
 mod hitless;
