@@ -186,6 +186,57 @@ pub const FILTER_SERVICE: u32 = 0;
 /// [`hash::filter_bit`] salt of a NAT reply source: backend address, service port, protocol,
 /// family.
 pub const FILTER_NAT_REPLY: u32 = 1;
+/// [`hash::filter_bit`] salt of a virtual IP: its address and family (port and protocol 0).
+pub const FILTER_VIP: u32 = 2;
+
+/// Virtual IPs in `VIPS`: as many as services.
+pub const MAX_VIPS: u32 = MAX_SERVICES;
+/// Host ports per virtual IP ([`Vip::host_ports`]).
+pub const VIP_HOST_PORTS: usize = 8;
+/// [`Vip`] flag: answer ICMP/`ICMPv6` echo requests to the address (while [`VIP_F_LIVE`]).
+pub const VIP_F_ECHO: u32 = 1 << 0;
+/// [`Vip`] flag: one of the address's services has a usable backend.
+pub const VIP_F_LIVE: u32 = 1 << 1;
+
+/// The key of `VIPS`: a virtual IP.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub struct VipKey {
+    /// The address, network order; IPv4 in the first four bytes.
+    pub addr: [u8; 16],
+    /// [`FAMILY_V4`] or [`FAMILY_V6`].
+    pub family: u8,
+    /// Zero.
+    #[expect(
+        clippy::pub_underscore_fields,
+        reason = "explicit padding: public so that other crates can build the value with a struct literal"
+    )]
+    pub _pad: [u8; 3],
+}
+
+/// The value of `VIPS`, written by the agent: what the program does with a packet to the
+/// virtual IP that no service takes. It drops it (`vip_no_service`), unless it is an echo
+/// request it answers ([`VIP_F_ECHO`] and [`VIP_F_LIVE`]), an ICMP/`ICMPv6` message of another
+/// type (errors and neighbour discovery are the host's), or for one of `host_ports`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct Vip {
+    /// `VIP_F_*` flags.
+    pub flags: u32,
+    /// Ports passed to the host's stack: [`host_port`] of each, 0 for an unused entry.
+    pub host_ports: [u32; VIP_HOST_PORTS],
+}
+
+/// A [`Vip::host_ports`] entry: `port` (network-order bytes, as in [`FlowKey`]) and `proto`.
+#[must_use]
+#[expect(
+    clippy::inline_always,
+    reason = "called by the XDP program per packet: inlined, it costs no BPF-to-BPF call"
+)]
+#[inline(always)]
+pub const fn host_port(port: u16, proto: u8) -> u32 {
+    (port as u32) | ((proto as u32) << 16)
+}
 
 /// Pool flag: when no backend of the pool (nor the fallback pool) is usable, pass packets to
 /// the kernel instead of dropping them (`when_all_down: pass`).
@@ -773,6 +824,8 @@ mod pod {
     unsafe impl aya::Pod for super::Backend {}
     unsafe impl aya::Pod for super::FlowKey {}
     unsafe impl aya::Pod for super::FlowEntry {}
+    unsafe impl aya::Pod for super::VipKey {}
+    unsafe impl aya::Pod for super::Vip {}
     unsafe impl aya::Pod for super::CachedFlow {}
     unsafe impl aya::Pod for super::NatEntry {}
     unsafe impl aya::Pod for super::NextHop {}
@@ -843,6 +896,9 @@ mod tests {
         assert_eq!(size_of::<FragEntry>(), 44);
         assert_eq!(offset_of!(FragEntry, vip), 16);
         assert_eq!(offset_of!(FragEntry, macs), 32);
+
+        assert_eq!(size_of::<VipKey>(), 20);
+        assert_eq!(size_of::<Vip>(), 36);
 
         assert_eq!(size_of::<Traffic>(), 16);
         assert_eq!(size_of::<Config>(), 32);

@@ -20,6 +20,7 @@
 //! | `BACKEND_STATS` | per-CPU array | backend slot → [`Traffic`] | program → agent | [`MAX_BACKENDS`] |
 //! | `IPIP_TX` | program array | 0 → the `switchyard_ipip` program | agent → program (tail call) | 1 |
 //! | `CONFIG` | array | 0 → [`Config`] | agent → program, `status` | 1 |
+//! | `VIPS` | hash | [`VipKey`] → [`Vip`] | agent → program | [`MAX_VIPS`] |
 //! | `CLOCK` | array | 0 → ns added to the program's clock (`u64`, see [`TICK_SHIFT`]) | tests → program | 1 |
 //!
 //! Not pinned and not part of the layout: `FLOW_CACHE`, the program's per-CPU copies of
@@ -46,6 +47,9 @@
 //! [`Config`]: crate::Config
 //! [`CachedFlow`]: crate::CachedFlow
 //! [`TICK_SHIFT`]: crate::TICK_SHIFT
+//! [`VipKey`]: crate::VipKey
+//! [`Vip`]: crate::Vip
+//! [`MAX_VIPS`]: crate::MAX_VIPS
 //! [`FLOW_CACHE_ENTRIES`]: crate::FLOW_CACHE_ENTRIES
 //! [`Reason`]: crate::Reason
 //! [`Reason::COUNT`]: crate::Reason::COUNT
@@ -91,6 +95,8 @@ pub const BACKEND_STATS: &str = "BACKEND_STATS";
 pub const IPIP_TX: &str = "IPIP_TX";
 /// Generation, ABI version and flow timeouts.
 pub const CONFIG: &str = "CONFIG";
+/// Virtual IPs: what to do with their traffic that no service takes.
+pub const VIPS: &str = "VIPS";
 /// Nanoseconds added to the program's clock: zero, unless a test moves the clock forward to
 /// age tracked flows without waiting. The agent never writes it.
 pub const CLOCK: &str = "CLOCK";
@@ -101,7 +107,7 @@ pub const CLOCK: &str = "CLOCK";
 pub const FLOW_CACHE: &str = "FLOW_CACHE";
 
 /// Every map the program defines, for pinning and `switchyard maps`.
-pub const ALL: [&str; 18] = [
+pub const ALL: [&str; 19] = [
     SERVICES,
     SERVICE_SLOTS,
     SERVICE_FILTER,
@@ -119,6 +125,7 @@ pub const ALL: [&str; 18] = [
     BACKEND_STATS,
     IPIP_TX,
     CONFIG,
+    VIPS,
     CLOCK,
 ];
 

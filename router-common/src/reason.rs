@@ -83,11 +83,20 @@ pub enum Reason {
     /// ICMP error is sent (it is an ICMP error itself, or the egress MTU is below what the
     /// error's quote needs): dropped.
     TooBigDrop = 18,
+    /// Addressed to a virtual IP, but no service takes it (another port or protocol, or an
+    /// echo request the address does not answer): dropped. A virtual IP is the balancer's,
+    /// so such traffic is never handed to the host to route back.
+    VipNoService = 19,
+    /// An ICMP/`ICMPv6` echo request to a virtual IP with a usable backend: answered from it
+    /// (`XDP_TX`).
+    EchoReply = 20,
+    /// Addressed to a virtual IP on a port its `vips:` entry passes to the host: passed.
+    HostPort = 21,
 }
 
 impl Reason {
     /// Number of reasons (entries of `REASON_STATS`).
-    pub const COUNT: u32 = 19;
+    pub const COUNT: u32 = 22;
     /// Every reason, in index order.
     pub const ALL: [Reason; Self::COUNT as usize] = [
         Reason::NotIp,
@@ -109,6 +118,9 @@ impl Reason {
         Reason::BadState,
         Reason::TooBig,
         Reason::TooBigDrop,
+        Reason::VipNoService,
+        Reason::EchoReply,
+        Reason::HostPort,
     ];
 
     /// Label for metrics and `status` (the `reason` label).
@@ -134,6 +146,9 @@ impl Reason {
             Reason::BadState => "bad_state",
             Reason::TooBig => "too_big",
             Reason::TooBigDrop => "too_big_drop",
+            Reason::VipNoService => "vip_no_service",
+            Reason::EchoReply => "echo_reply",
+            Reason::HostPort => "host_port",
         }
     }
 }

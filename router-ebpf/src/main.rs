@@ -25,6 +25,7 @@ mod ipip;
 mod maps;
 mod parse;
 mod select;
+mod vip;
 
 use aya_ebpf::{bindings::xdp_action, macros::xdp, programs::XdpContext};
 use router_common::{
@@ -122,6 +123,9 @@ fn process(ctx: &XdpContext) -> Outcome {
     // Per-CPU scratch: nothing else touches it while this program runs on this CPU.
     let pkt = unsafe { &mut *pkt };
     if let Err(reason) = parse::parse(ctx, pkt) {
+        if reason == Reason::NoService {
+            return unserved(ctx, pkt);
+        }
         return Outcome::unforwarded(reason, NONE);
     }
     if pkt.frag == frag::LATER {
@@ -131,7 +135,7 @@ fn process(ctx: &XdpContext) -> Outcome {
         if select::may_be_nat_reply(&pkt.flow) {
             return nat_reply(ctx, pkt);
         }
-        return Outcome::unforwarded(Reason::NoService, NONE);
+        return unserved(ctx, pkt);
     }
     // A tracked flow is forwarded on its entry; the service map is read only for the others.
     let now = select::now();
@@ -225,6 +229,18 @@ pub(crate) fn frag_key(pkt: &Packet) -> FragKey {
     }
 }
 
+/// A packet no service takes: passed, unless it is addressed to a virtual IP (`vip`).
+#[inline(always)]
+fn unserved(ctx: &XdpContext, pkt: &Packet) -> Outcome {
+    let (action, reason) = vip::unserved(ctx, pkt);
+    Outcome {
+        action,
+        reason,
+        service: NONE,
+        backend: NONE,
+    }
+}
+
 /// A non-first fragment follows the first fragment's choice, if it was seen: the backend of a
 /// request, or the way back of a NAT reply.
 #[inline(always)]
@@ -301,7 +317,7 @@ fn nat_reply(ctx: &XdpContext, pkt: &Packet) -> Outcome {
         return Outcome::unforwarded(Reason::NoService, NONE);
     }
     let Some(entry) = (unsafe { NAT_REVERSE.get(pkt.flow) }).copied() else {
-        return Outcome::unforwarded(Reason::NoService, NONE);
+        return unserved(ctx, pkt);
     };
     if let Err(r) = forward::rewrite_addr(ctx, pkt, false, &entry.vip) {
         return Outcome::unforwarded(r, entry.service);

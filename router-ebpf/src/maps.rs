@@ -12,8 +12,8 @@ use aya_ebpf::{
 use router_common::{
     Backend, CONNTRACK_SIZE, CachedFlow, Config, FILTER_ENTRIES, FLOW_CACHE_ENTRIES, FRAGMENT_SIZE,
     FlowEntry, FlowKey, FragEntry, FragKey, MAGLEV_LANES, MAGLEV_VALUES, MAX_BACKENDS,
-    MAX_DECISIONS, MAX_POOLS, MAX_SERVICES, MAX_TX_PORTS, NatEntry, NextHop, Pool, Reason, Service,
-    ServiceKey, ServiceSlot, Traffic, Verdict,
+    MAX_DECISIONS, MAX_POOLS, MAX_SERVICES, MAX_TX_PORTS, MAX_VIPS, NatEntry, NextHop, Pool,
+    Reason, Service, ServiceKey, ServiceSlot, Traffic, Verdict, Vip, VipKey,
 };
 
 /// Services by `(VIP, port, protocol, family)`.
@@ -107,6 +107,10 @@ pub static IPIP_TX: ProgramArray<1> = ProgramArray::new();
 /// Generation, ABI version and flow timeouts, written by the agent.
 #[btf_map]
 pub static CONFIG: Array<Config, 1> = Array::new();
+
+/// Virtual IPs: what to do with their traffic that no service takes (`router_common::Vip`).
+#[btf_map]
+pub static VIPS: HashMap<VipKey, Vip, { MAX_VIPS as usize }> = HashMap::new();
 
 /// Nanoseconds added to the program's clock (`crate::select::now`): zero, unless a test moves
 /// the clock forward to age tracked flows.

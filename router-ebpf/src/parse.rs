@@ -109,6 +109,9 @@ pub struct Packet {
     pub icmp: u32,
     /// The flags byte of a TCP packet that carries its header (`router_common::tcp_flags`), else 0.
     pub tcp: u32,
+    /// 1 if the packet is an ICMP/`ICMPv6` echo request (whole, not a fragment), else 0. Its
+    /// flow holds the addresses and the protocol; the ports are 0.
+    pub echo: u32,
     /// An ipip packet's encapsulation, handed from the classification to the entry, which
     /// encapsulates once the classification's stack frame is gone (see `crate::ipip`). Set
     /// only when it is used: [`Packet::reset`] leaves it.
@@ -158,6 +161,7 @@ impl Packet {
         unsafe {
             core::ptr::write_volatile(&raw mut self.icmp, 0);
             core::ptr::write_volatile(&raw mut self.tcp, 0);
+            core::ptr::write_volatile(&raw mut self.echo, 0);
         }
     }
 
@@ -390,11 +394,62 @@ fn parse_ipv4(ctx: &XdpContext, l3: usize, pkt: &mut Packet) -> Result<(), Reaso
             Ok(())
         }
         PROTO_ICMP if frag == frag::NONE => {
+            let (src, dst) = (v4_addr(&ip.src_addr), v4_addr(&ip.dst_addr));
+            if icmp_kind(ctx, l4, end)? == ICMP_ECHO_REQUEST {
+                return unserved(pkt, src, dst, PROTO_ICMP, FAMILY_V4, true);
+            }
             pkt.icmp = 1;
-            icmpv4_inner(ctx, l4, end, ip.dst_addr, &mut pkt.flow)
+            match icmpv4_inner(ctx, l4, end, ip.dst_addr, &mut pkt.flow) {
+                Err(Reason::NoService) => unserved(pkt, src, dst, PROTO_ICMP, FAMILY_V4, false),
+                r => r,
+            }
         }
-        _ => Err(Reason::NoService),
+        proto => unserved(
+            pkt,
+            v4_addr(&ip.src_addr),
+            v4_addr(&ip.dst_addr),
+            proto,
+            FAMILY_V4,
+            false,
+        ),
     }
+}
+
+/// ICMP echo request (RFC 792).
+const ICMP_ECHO_REQUEST: u8 = 8;
+/// `ICMPv6` echo request (RFC 4443 §4.1).
+const ICMPV6_ECHO_REQUEST: u8 = 128;
+
+/// The type of the ICMP or `ICMPv6` message at `l4`, whose 8-byte header must lie inside the
+/// datagram ending at `end`.
+#[inline(always)]
+fn icmp_kind(ctx: &XdpContext, l4: usize, end: usize) -> Result<u8, Reason> {
+    let p: *const [u8; 2] = ptr_at(ctx, l4).ok_or(Reason::MalformedPass)?;
+    // SAFETY: `ptr_at` checked both bytes.
+    let kind = unsafe { (*p)[0] };
+    // Checked after the read, as in `ports`.
+    if l4 + ICMP_HDR_LEN > end {
+        return Err(Reason::MalformedPass);
+    }
+    Ok(kind)
+}
+
+/// Records a packet that is no service's flow: its addresses, `proto` and `family` (ports 0),
+/// and whether it is an echo request, for the virtual-IP check (`crate::vip`). Always
+/// `Err(NoService)`.
+#[inline(always)]
+fn unserved(
+    pkt: &mut Packet,
+    src: [u64; 2],
+    dst: [u64; 2],
+    proto: u8,
+    family: u8,
+    echo: bool,
+) -> Result<(), Reason> {
+    set_flow(&mut pkt.flow, src, dst, 0, 0, proto, family);
+    pkt.icmp = 0;
+    pkt.echo = u32::from(echo);
+    Err(Reason::NoService)
 }
 
 /// The flow quoted by an ICMP fragmentation-needed error, turned around.
@@ -526,14 +581,28 @@ fn parse_ipv6(ctx: &XdpContext, l3: usize, pkt: &mut Packet) -> Result<(), Reaso
             Ok(())
         }
         PROTO_ICMPV6 if frag == frag::NONE => {
+            let (src, dst) = (v6_addr(&ip.src_addr), v6_addr(&ip.dst_addr));
+            if icmp_kind(ctx, off, end)? == ICMPV6_ECHO_REQUEST {
+                return unserved(pkt, src, dst, PROTO_ICMPV6, FAMILY_V6, true);
+            }
             pkt.icmp = 1;
-            icmpv6_inner(ctx, off, end, &ip.dst_addr, &mut pkt.flow)
+            match icmpv6_inner(ctx, off, end, &ip.dst_addr, &mut pkt.flow) {
+                Err(Reason::NoService) => unserved(pkt, src, dst, PROTO_ICMPV6, FAMILY_V6, false),
+                r => r,
+            }
         }
         // Still an extension header after MAX_IPV6_EXT: too long a chain to follow.
         IPV6_HOPOPTS | IPV6_ROUTING | IPV6_DSTOPTS | IPV6_AH | IPV6_FRAGMENT => {
             Err(Reason::MalformedPass)
         }
-        _ => Err(Reason::NoService),
+        proto => unserved(
+            pkt,
+            v6_addr(&ip.src_addr),
+            v6_addr(&ip.dst_addr),
+            proto,
+            FAMILY_V6,
+            false,
+        ),
     }
 }
 

@@ -115,7 +115,7 @@ fn addr_words(a: &[u8; 16]) -> [u32; 4] {
     reason = "the flow's addresses are 8-aligned: `FlowKey` sits 8-aligned in the scratch map \
               (parse.rs), its addresses at offsets 0 and 16"
 )]
-fn addr_pair(a: &[u8; 16]) -> [u64; 2] {
+pub(crate) fn addr_pair(a: &[u8; 16]) -> [u64; 2] {
     // Volatile: two 64-bit loads of the key in place, as wide as the stores that wrote it
     // (`parse::set_flow`), rather than a copy through the stack.
     // SAFETY: 16 readable, 8-aligned bytes (see above); every bit pattern is a valid u64.
@@ -130,7 +130,7 @@ fn addr_pair(a: &[u8; 16]) -> [u64; 2] {
 
 /// Whether bit `bit` of `SERVICE_FILTER` is set.
 #[inline(always)]
-fn filter_has(bit: u32) -> bool {
+pub(crate) fn filter_has(bit: u32) -> bool {
     match SERVICE_FILTER.get((bit / 64) % FILTER_WORDS) {
         Some(w) => (*w >> (bit % 64)) & 1 != 0,
         None => false,

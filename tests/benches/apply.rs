@@ -407,6 +407,7 @@ fn count_writes(log: &[Write]) -> BTreeMap<&'static str, usize> {
             Write::FreeServiceSlot(..) => "service slot freed",
             Write::Filter(..) => "filter word",
             Write::Config(..) => "generation",
+            Write::Vip(..) => "virtual IP",
         };
         *out.entry(kind).or_insert(0) += 1;
     }

@@ -86,6 +86,7 @@ fn config() -> Result<Config> {
             state_dir: "/var/lib/switchyard".into(),
         },
         conntrack: Conntrack::default(),
+        vips: vec![],
         services: vec![
             service("web", VIP_V4.into(), "web"),
             service("web6", VIP_V6.into(), "web6"),

@@ -7,7 +7,7 @@
 
 use std::collections::BTreeMap;
 use std::io::{Read as _, Write as _};
-use std::net::{Shutdown, SocketAddr, TcpStream, UdpSocket};
+use std::net::{IpAddr, Shutdown, SocketAddr, TcpStream, UdpSocket};
 use std::time::Duration;
 
 use anyhow::{Context as _, Result, bail, ensure};
@@ -332,4 +332,106 @@ pub fn http_status(addr: SocketAddr, path: &str) -> Result<u16> {
 #[must_use]
 pub fn total(tally: &Tally) -> usize {
     tally.values().sum()
+}
+
+/// A raw ICMP (or `ICMPv6`) socket of the calling thread's namespace, for [`ping`] and
+/// [`icmp_types`].
+///
+/// # Errors
+///
+/// When the socket cannot be opened (it needs `CAP_NET_RAW`).
+pub fn icmp_socket(v6: bool) -> Result<socket2::Socket> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    let (domain, proto) = if v6 {
+        (Domain::IPV6, Protocol::ICMPV6)
+    } else {
+        (Domain::IPV4, Protocol::ICMPV4)
+    };
+    let sock = Socket::new(domain, Type::RAW, Some(proto)).context("raw ICMP socket")?;
+    sock.set_read_timeout(Some(Duration::from_millis(50)))?;
+    Ok(sock)
+}
+
+/// The ICMP messages `sock` receives within `wait`, as (source, type, the rest of the
+/// message). An IPv4 raw socket receives the IP header too; it is cut off here.
+///
+/// # Errors
+///
+/// When reading fails for another reason than the timeout.
+pub fn icmp_messages(sock: &socket2::Socket, wait: Duration) -> Result<Vec<(IpAddr, Vec<u8>)>> {
+    let deadline = std::time::Instant::now() + wait;
+    let mut seen = Vec::new();
+    while std::time::Instant::now() < deadline {
+        let mut buf = [std::mem::MaybeUninit::<u8>::uninit(); 2048];
+        match sock.recv_from(&mut buf) {
+            Ok((n, from)) => {
+                // SAFETY: `recv_from` initialised the first `n` bytes.
+                let bytes: Vec<u8> = buf[..n]
+                    .iter()
+                    .map(|b| unsafe { b.assume_init() })
+                    .collect();
+                let Some(from) = from.as_socket().map(|s| s.ip()) else {
+                    continue;
+                };
+                let msg = if from.is_ipv4() {
+                    let ihl = usize::from(bytes.first().map_or(0, |b| b & 0x0f)) * 4;
+                    bytes.get(ihl..).unwrap_or_default().to_vec()
+                } else {
+                    bytes
+                };
+                seen.push((from, msg));
+            }
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) => {}
+            Err(e) => return Err(e).context("reading ICMP"),
+        }
+    }
+    Ok(seen)
+}
+
+/// Sends one echo request to `addr` from the calling thread's namespace and says whether `addr`
+/// answered within `wait` (an echo reply with the request's identifier).
+///
+/// # Errors
+///
+/// When the raw socket cannot be opened or used.
+pub fn ping(addr: IpAddr, wait: Duration) -> Result<bool> {
+    static NEXT: std::sync::atomic::AtomicU16 = std::sync::atomic::AtomicU16::new(1);
+    let v6 = addr.is_ipv6();
+    let sock = icmp_socket(v6)?;
+    #[expect(
+        clippy::cast_possible_truncation,
+        reason = "any 16 bits of the process id tell this run's requests apart"
+    )]
+    let id = (std::process::id() as u16) ^ NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let (request, reply) = if v6 { (128, 129) } else { (8, 0) };
+    let [hi, lo] = id.to_be_bytes();
+    let mut msg = vec![request, 0, 0, 0, hi, lo, 0, 1, b'p', b'i', b'n', b'g'];
+    if !v6 {
+        // The kernel fills in an ICMPv6 checksum (RFC 3542 §3.1), not an ICMP one.
+        let sum = inet_checksum(&msg);
+        msg[2..4].copy_from_slice(&sum.to_be_bytes());
+    }
+    sock.send_to(&msg, &SocketAddr::new(addr, 0).into())
+        .with_context(|| format!("echo request to {addr}"))?;
+    Ok(icmp_messages(&sock, wait)?.iter().any(|(from, m)| {
+        *from == addr && m.first() == Some(&reply) && m.get(4..6) == Some(&[hi, lo][..])
+    }))
+}
+
+/// The Internet checksum (RFC 1071) of `data`.
+fn inet_checksum(data: &[u8]) -> u16 {
+    let mut sum: u32 = data
+        .chunks(2)
+        .map(|c| u32::from(u16::from_be_bytes([c[0], c.get(1).copied().unwrap_or(0)])))
+        .sum();
+    while sum > 0xffff {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    #[expect(clippy::cast_possible_truncation, reason = "folded into 16 bits above")]
+    let folded = sum as u16;
+    !folded
 }

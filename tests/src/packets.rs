@@ -313,6 +313,20 @@ pub fn ping(src: Ipv4Addr, dst: Ipv4Addr) -> Result<Vec<u8>> {
     Ok(out)
 }
 
+/// An `ICMPv6` echo request to `dst`.
+///
+/// # Errors
+///
+/// When etherparse cannot write the frame.
+pub fn ping6(src: Ipv6Addr, dst: Ipv6Addr) -> Result<Vec<u8>> {
+    let mut out = Vec::new();
+    PacketBuilder::ethernet2(FROM_CLIENT, TO_LB)
+        .ipv6(src.octets(), dst.octets(), 64)
+        .icmpv6(Icmpv6Type::EchoRequest(IcmpEchoHeader { id: 1, seq: 1 }))
+        .write(&mut out, b"ping")?;
+    Ok(out)
+}
+
 /// An ARP request (who-has 198.18.0.254).
 #[must_use]
 pub fn arp() -> Vec<u8> {
@@ -335,8 +349,10 @@ pub struct Seen {
     pub src: IpAddr,
     /// IP destination.
     pub dst: IpAddr,
-    /// Whether every checksum present (IPv4 header, TCP, UDP, ICMP) verifies.
+    /// Whether every checksum present (IPv4 header, TCP, UDP, ICMP, `ICMPv6`) verifies.
     pub checksums_ok: bool,
+    /// The ICMP or `ICMPv6` type, for such a message.
+    pub icmp_type: Option<u8>,
 }
 
 /// Parses a frame and verifies its checksums from scratch.
@@ -400,15 +416,34 @@ pub fn inspect(frame: &[u8]) -> Result<Seen> {
                     .ok()
                     == Some(u.checksum())
             }
+            (_, Some(TransportSlice::Icmpv4(m))) => {
+                etherparse::Icmpv4Header::with_checksum(m.icmp_type(), m.payload()).checksum
+                    == m.checksum()
+            }
+            (Some(NetSlice::Ipv6(ip)), Some(TransportSlice::Icmpv6(m))) => {
+                etherparse::Icmpv6Header::with_checksum(
+                    m.icmp_type(),
+                    ip.header().source(),
+                    ip.header().destination(),
+                    m.payload(),
+                )
+                .is_ok_and(|h| h.checksum == m.checksum())
+            }
             _ => true,
         };
     }
+    let icmp_type = match &p.transport {
+        Some(TransportSlice::Icmpv4(m)) => Some(m.type_u8()),
+        Some(TransportSlice::Icmpv6(m)) => Some(m.type_u8()),
+        _ => None,
+    };
     Ok(Seen {
         dst_mac,
         src_mac,
         src,
         dst,
         checksums_ok: ok,
+        icmp_type,
     })
 }
 

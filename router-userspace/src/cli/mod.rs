@@ -345,7 +345,7 @@ pub fn ago(now: u64, then: u64) -> String {
 }
 
 /// What each pinned map holds, for `switchyard maps`.
-pub const MAP_HELP: [(&str, &str); 18] = [
+pub const MAP_HELP: [(&str, &str); 19] = [
     (
         maps::SERVICES,
         "services: (VIP, port, protocol) → slot, decision slot, flags",
@@ -395,6 +395,10 @@ pub const MAP_HELP: [(&str, &str); 18] = [
     (
         maps::CONFIG,
         "config generation, ABI version and flow timeouts",
+    ),
+    (
+        maps::VIPS,
+        "virtual IPs: echo answered, ports passed to the host; the rest no service takes is dropped",
     ),
     (
         maps::CLOCK,

@@ -45,6 +45,24 @@ const _: () = assert!(
     "the longest conntrack timeout fits the program's clock"
 );
 
+/// Host ports one virtual IP may pass to the host's stack ([`Vip::host_ports`]).
+pub const MAX_HOST_PORTS: usize = router_common::VIP_HOST_PORTS;
+
+/// `vips:` entry: what the balancer does with traffic to a virtual IP (the address of one or
+/// more services) that no service takes. Every service's address is a virtual IP with the
+/// defaults (`echo: true`, no host ports) unless an entry says otherwise.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Vip {
+    /// The virtual IP: some service's `vip`.
+    pub address: IpAddr,
+    /// Answer ICMP and `ICMPv6` echo requests to it, from it, while one of its services has a
+    /// usable backend (default `true`).
+    pub echo: bool,
+    /// `(protocol, port)` passed to the host's stack instead of dropped, at most
+    /// [`MAX_HOST_PORTS`] (a port no service of the address has).
+    pub host_ports: Vec<(Protocol, u16)>,
+}
+
 /// The whole merged configuration of one config directory.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Config {
@@ -52,6 +70,8 @@ pub struct Config {
     pub agent: Agent,
     /// `conntrack:`.
     pub conntrack: Conntrack,
+    /// `vips:`: settings of virtual IPs that differ from the defaults ([`Vip`]), in file order.
+    pub vips: Vec<Vip>,
     /// `services:`, in file order (files in name order).
     pub services: Vec<Service>,
     /// `pools:`, in file order (files in name order).

@@ -351,6 +351,20 @@ pub fn all() -> Vec<MapLayout> {
             }),
         },
         MapLayout {
+            name: maps::VIPS,
+            kind: "hash",
+            entries: router_common::MAX_VIPS,
+            key: record!(VipKey {
+                addr: "network order, IPv4 in the first 4 bytes",
+                family: "4 or 6",
+                _pad,
+            }),
+            value: record!(Vip {
+                flags: "VIP_F_ECHO 1 (answer echo requests), VIP_F_LIVE 2 (a service has a usable backend)",
+                host_ports: "passed to the host: port (network-order bytes) | protocol << 16; 0 unused",
+            }),
+        },
+        MapLayout {
             name: maps::CLOCK,
             kind: "array",
             entries: 1,

@@ -9,8 +9,8 @@ use aya::{
 use memmap2::{MmapMut, MmapOptions};
 use router_common::{
     Backend, Config, FlowEntry, FlowKey, MAGLEV_LANES, MAGLEV_SIZE, MAGLEV_VALUES, MAX_POOLS,
-    NextHop, Pool, Service, ServiceKey, ServiceSlot, Traffic, maglev_backend, maglev_entry,
-    maglev_index, maps,
+    NextHop, Pool, Service, ServiceKey, ServiceSlot, Traffic, Vip, VipKey, maglev_backend,
+    maglev_entry, maglev_index, maps,
 };
 
 use super::{Dataplane, DataplaneError};
@@ -46,6 +46,8 @@ pub struct KernelMaps {
     pub backend_stats: PerCpuArray<MapData, Traffic>,
     /// Connection tracking (read for status and tests).
     pub conntrack: HashMap<MapData, FlowKey, FlowEntry>,
+    /// Virtual IPs.
+    pub vips: HashMap<MapData, VipKey, Vip>,
     /// The `MAGLEV` array, mapped (`BPF_F_MMAPABLE`).
     maglev: MmapMut,
 }
@@ -109,6 +111,7 @@ impl KernelMaps {
             svc_stats: typed(maps::SVC_STATS, take(maps::SVC_STATS)?)?,
             backend_stats: typed(maps::BACKEND_STATS, take(maps::BACKEND_STATS)?)?,
             conntrack: typed(maps::CONNTRACK, take(maps::CONNTRACK)?)?,
+            vips: typed(maps::VIPS, take(maps::VIPS)?)?,
             maglev,
         })
     }
@@ -145,6 +148,7 @@ impl KernelMaps {
                 map(maps::BACKEND_STATS, Map::PerCpuArray)?,
             )?,
             conntrack: typed(maps::CONNTRACK, map(maps::CONNTRACK, Map::LruHashMap)?)?,
+            vips: typed(maps::VIPS, map(maps::VIPS, Map::HashMap)?)?,
             maglev,
         })
     }
@@ -315,6 +319,23 @@ impl Dataplane for KernelMaps {
         self.config
             .set(0, config, 0)
             .map_err(|e| DataplaneError::map(maps::CONFIG, e))
+    }
+
+    fn set_vip(&mut self, key: VipKey, vip: Option<Vip>) -> Result<(), DataplaneError> {
+        match vip {
+            Some(v) => self
+                .vips
+                .insert(key, v, 0)
+                .map_err(|e| DataplaneError::map(maps::VIPS, e)),
+            None => match self.vips.remove(&key) {
+                Ok(()) | Err(aya::maps::MapError::KeyNotFound) => Ok(()),
+                Err(e) => Err(DataplaneError::map(maps::VIPS, e)),
+            },
+        }
+    }
+
+    fn read_vips(&self) -> Vec<(VipKey, Vip)> {
+        self.vips.iter().filter_map(Result::ok).collect()
     }
 }
 

@@ -3,7 +3,9 @@
 
 use std::collections::HashMap;
 
-use router_common::{Backend, Config, MAGLEV_SIZE, NextHop, Pool, Service, ServiceKey};
+use router_common::{
+    Backend, Config, MAGLEV_SIZE, NextHop, Pool, Service, ServiceKey, Vip, VipKey,
+};
 
 use super::{Dataplane, DataplaneError};
 
@@ -30,6 +32,8 @@ pub enum Write {
     Filter(u32, u64),
     /// `set_config(…)`.
     Config(Config),
+    /// `set_vip(key, …)`.
+    Vip(VipKey, Option<Vip>),
 }
 
 /// Maps as plain collections.
@@ -53,6 +57,8 @@ pub struct MemoryDataplane {
     pub filter: HashMap<u32, u64>,
     /// Last generation word.
     pub config: Config,
+    /// Virtual IPs present.
+    pub vips: HashMap<VipKey, Vip>,
     /// Every write, in order.
     pub log: Vec<Write>,
 }
@@ -131,6 +137,19 @@ impl Dataplane for MemoryDataplane {
         self.config = config;
         self.log.push(Write::Config(config));
         Ok(())
+    }
+
+    fn set_vip(&mut self, key: VipKey, vip: Option<Vip>) -> Result<(), DataplaneError> {
+        match vip {
+            Some(v) => self.vips.insert(key, v),
+            None => self.vips.remove(&key),
+        };
+        self.log.push(Write::Vip(key, vip));
+        Ok(())
+    }
+
+    fn read_vips(&self) -> Vec<(VipKey, Vip)> {
+        self.vips.iter().map(|(k, v)| (*k, *v)).collect()
     }
 }
 

@@ -18,7 +18,7 @@ pub mod upgrade;
 
 use std::path::PathBuf;
 
-use router_common::{Backend, Config, NextHop, Pool, Service, ServiceKey};
+use router_common::{Backend, Config, NextHop, Pool, Service, ServiceKey, Vip, VipKey};
 
 /// How to move from pinned maps of another layout to this binary's (decision 0007).
 pub const UPGRADE_PATH: &str = "Upgrade path: drain the traffic, run `switchyard detach --iface \
@@ -331,6 +331,18 @@ pub trait Dataplane {
     ///
     /// [`DataplaneError::Map`] when the `CONFIG` update fails.
     fn set_config(&mut self, config: Config) -> Result<(), DataplaneError>;
+    /// Writes virtual IP `key`'s `VIPS` entry, or removes it (`None`; a missing one is not an
+    /// error).
+    ///
+    /// # Errors
+    ///
+    /// [`DataplaneError::Map`] when the update or removal fails (the map is full).
+    fn set_vip(&mut self, key: VipKey, vip: Option<Vip>) -> Result<(), DataplaneError>;
+    /// The entries `VIPS` holds: what an earlier process left, for this one to keep or
+    /// remove. Empty when unknown.
+    fn read_vips(&self) -> Vec<(VipKey, Vip)> {
+        Vec::new()
+    }
 }
 
 /// Reading the maps back: what a restarted agent resumes from (see

@@ -104,6 +104,8 @@ impl Publisher {
             .flat_map(|p| p.backends.iter().map(|b| b.address))
             .collect();
         self.hops.retain(|a, _| configured.contains(a));
+        // Virtual IPs: what their traffic that no service takes gets.
+        self.configure_vips(dp, cfg)?;
         self.write_filter(dp, filter)?;
         // 6. Generation, with the flow timeouts (a change of timeouts alone is an apply too:
         //    every apply writes them).

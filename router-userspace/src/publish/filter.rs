@@ -1,13 +1,15 @@
 //! The `SERVICE_FILTER` bits of a configuration: one per service key (a request's virtual IP,
-//! port, protocol and family) and one per source a NAT service's replies come from (each
-//! configured backend address, with the service's port and protocol). The program passes a
+//! port, protocol and family), one per source a NAT service's replies come from (each
+//! configured backend address, with the service's port and protocol), and one per virtual IP
+//! (its address and family: the program looks it up in `VIPS`). The program passes a
 //! packet whose bits are clear without any hash-map lookup (router-ebpf `select.rs`).
 //!
 //! A bit is set for everything that can be served, so the filter never hides a service; a
 //! false positive costs the packet the lookups the filter saves.
 
 use router_common::{
-    FILTER_ENTRIES, FILTER_F_NAT, FILTER_FLAGS, FILTER_NAT_REPLY, FILTER_SERVICE, hash::filter_bit,
+    FILTER_ENTRIES, FILTER_F_NAT, FILTER_FLAGS, FILTER_NAT_REPLY, FILTER_SERVICE, FILTER_VIP,
+    hash::filter_bit,
 };
 
 use super::{PublishError, Publisher, addr16, family, service_key};
@@ -52,6 +54,11 @@ pub fn build(cfg: &Config) -> Vec<u64> {
                 ));
             }
         }
+    }
+    // Every service's address, as a virtual IP (port and protocol 0).
+    for s in &cfg.services {
+        let key = service_key(s);
+        set(filter_bit(&key.addr, 0, 0, key.family, FILTER_VIP));
     }
     if nat {
         words[FILTER_FLAGS as usize] |= FILTER_F_NAT;

@@ -50,6 +50,7 @@ mod filter;
 mod ledger;
 mod slots;
 pub mod tables;
+pub mod vips;
 mod words;
 
 pub use ledger::{Ledger, LedgerPool, LedgerService, RestoreError};
@@ -245,6 +246,10 @@ pub struct Publisher {
     now: Duration,
     /// Engine time of the last [`Publisher::advance_ramps`].
     ramped_at: Duration,
+    /// The virtual IPs, as published.
+    vips: BTreeMap<IpAddr, vips::VipState>,
+    /// Whether the keys an earlier process left in `VIPS` were read (and the stale removed).
+    vips_read: bool,
 }
 
 impl Default for Publisher {
@@ -322,6 +327,8 @@ impl Publisher {
             stale: Vec::new(),
             now: Duration::ZERO,
             ramped_at: Duration::ZERO,
+            vips: BTreeMap::new(),
+            vips_read: false,
         }
     }
 
@@ -424,6 +431,7 @@ impl Publisher {
         if let Some(p) = self.pools.get_mut(pool) {
             tables::refresh(dp, pool, p, &self.health, self.now)?;
         }
+        self.write_vips(dp)?;
         Ok(true)
     }
 
@@ -446,6 +454,7 @@ impl Publisher {
             && let Some(p) = self.pools.get_mut(pool)
         {
             tables::refresh(dp, pool, p, &self.health, self.now)?;
+            self.write_vips(dp)?;
         }
         Ok(changed)
     }
@@ -503,6 +512,9 @@ impl Publisher {
             if let Some(p) = self.pools.get_mut(name) {
                 tables::refresh(dp, name, p, &self.health, self.now)?;
             }
+        }
+        if !changed.is_empty() {
+            self.write_vips(dp)?;
         }
         Ok(changed)
     }

@@ -225,6 +225,13 @@ impl Dataplane for Checked {
     fn set_config(&mut self, config: Generation) -> Result<(), DataplaneError> {
         self.inner.set_config(config)
     }
+    fn set_vip(
+        &mut self,
+        key: router_common::VipKey,
+        vip: Option<router_common::Vip>,
+    ) -> Result<(), DataplaneError> {
+        self.inner.set_vip(key, vip)
+    }
 }
 
 #[expect(
@@ -276,6 +283,7 @@ fn config(services: Vec<CfgService>, pools: Vec<CfgPool>) -> Config {
     Config {
         agent: Agent::default(),
         conntrack: Conntrack::default(),
+        vips: vec![],
         services,
         pools,
         state: vec![],
@@ -586,6 +594,13 @@ impl Dataplane for FailingService {
     }
     fn set_config(&mut self, config: Generation) -> Result<(), DataplaneError> {
         self.inner.set_config(config)
+    }
+    fn set_vip(
+        &mut self,
+        key: router_common::VipKey,
+        vip: Option<router_common::Vip>,
+    ) -> Result<(), DataplaneError> {
+        self.inner.set_vip(key, vip)
     }
 }
 

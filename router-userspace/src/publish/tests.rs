@@ -70,6 +70,7 @@ fn config(services: Vec<CfgService>, pools: Vec<CfgPool>) -> Config {
             state_dir: "/var/lib/switchyard".into(),
         },
         conntrack: Conntrack::default(),
+        vips: vec![],
         services,
         pools,
         state: vec![],
@@ -732,4 +733,70 @@ fn a_ramp_shorter_than_a_step_ends_on_time() {
     let slot = p.backend_slot("dc1", b).unwrap();
     assert!((share(&p, &dp, "dc1", slot) - 0.5).abs() < 0.02);
     assert_eq!(p.next_ramp_step(), None);
+}
+
+/// The `VIPS` entry the dataplane holds for the fixture VIP.
+fn vip_entry(dp: &MemoryDataplane) -> Option<router_common::Vip> {
+    dp.vips
+        .get(&super::vips::vip_key("198.18.0.10".parse().unwrap()))
+        .copied()
+}
+
+#[test]
+fn a_virtual_ip_is_live_while_a_pool_of_its_services_has_a_usable_backend() {
+    use router_common::{VIP_F_ECHO, VIP_F_LIVE};
+    let mut dp = MemoryDataplane::default();
+    let mut p = Publisher::new();
+    let mut cfg = config(
+        vec![service("web", 80, Target::Pool("dc1".into()))],
+        vec![checked(pool("dc1", &[("198.18.1.11", 100), ("198.18.1.12", 100)]))],
+    );
+    p.apply(&mut dp, &cfg).unwrap();
+    let a = "198.18.1.11".parse().unwrap();
+    let b = "198.18.1.12".parse().unwrap();
+    for address in [a, b] {
+        p.set_health(&mut dp, "dc1", address, true).unwrap();
+    }
+    assert_eq!(vip_entry(&dp).unwrap().flags, VIP_F_ECHO | VIP_F_LIVE);
+    p.set_health(&mut dp, "dc1", a, false).unwrap();
+    assert_eq!(vip_entry(&dp).unwrap().flags, VIP_F_ECHO | VIP_F_LIVE, "one is left");
+    p.set_health(&mut dp, "dc1", b, false).unwrap();
+    assert_eq!(vip_entry(&dp).unwrap().flags, VIP_F_ECHO, "none is left");
+    // Echo off, and a host port, from `vips:`.
+    cfg.vips = vec![crate::config::Vip {
+        address: "198.18.0.10".parse().unwrap(),
+        echo: false,
+        host_ports: vec![(Protocol::Tcp, 22)],
+    }];
+    p.apply(&mut dp, &cfg).unwrap();
+    let v = vip_entry(&dp).unwrap();
+    assert_eq!(v.flags, 0);
+    assert_eq!(v.host_ports[0], router_common::host_port(22u16.to_be(), 6));
+    // Reapplied unchanged: nothing written; the service removed: the VIP goes with it.
+    dp.log.clear();
+    p.apply(&mut dp, &cfg).unwrap();
+    assert!(!dp.log.iter().any(|w| matches!(w, Write::Vip(..))), "{:?}", dp.log);
+    cfg.services.clear();
+    p.apply(&mut dp, &cfg).unwrap();
+    assert!(vip_entry(&dp).is_none());
+}
+
+#[test]
+fn a_restarted_agent_removes_the_virtual_ips_an_earlier_one_left_and_keeps_the_others() {
+    let mut dp = MemoryDataplane::default();
+    let stale = super::vips::vip_key("198.18.0.99".parse().unwrap());
+    dp.vips.insert(stale, router_common::Vip::default());
+    let mut p = Publisher::new();
+    let cfg = config(
+        vec![service("web", 80, Target::Pool("dc1".into()))],
+        vec![pool("dc1", &[("198.18.1.11", 100)])],
+    );
+    p.apply(&mut dp, &cfg).unwrap();
+    assert!(!dp.vips.contains_key(&stale));
+    assert!(vip_entry(&dp).is_some());
+    // A new process over the same maps writes no entry that already holds.
+    let mut again = Publisher::new();
+    dp.log.clear();
+    again.apply(&mut dp, &cfg).unwrap();
+    assert!(!dp.log.iter().any(|w| matches!(w, Write::Vip(..))), "{:?}", dp.log);
 }

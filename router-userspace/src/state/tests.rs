@@ -67,6 +67,7 @@ pub(crate) fn web_failover(switch: SwitchPolicy) -> Config {
     Config {
         agent: Agent::default(),
         conntrack: Conntrack::default(),
+        vips: vec![],
         services: vec![
             service("web", 80, Target::Decide("web-failover".into())),
             service("web2", 81, Target::Decide("web-failover".into())),

@@ -8,7 +8,7 @@ use router_common::Reason;
 use router_tests::{addrs::backend_v4, packets};
 
 use super::fixture::nat;
-use super::fixture::{Step, To, check, count, drain, forwarded, health, pass, run, step};
+use super::fixture::{Step, To, check, count, drain, dropped, forwarded, health, run, step};
 use super::{c4, fixture_config, lab, v4};
 use switchyard::{config::Forward, health::Drain, publish::Publisher};
 
@@ -181,10 +181,11 @@ fn a_tracked_flow_ends_with_its_service_and_a_new_one_reselects_it() -> Result<(
             memo.set("slot", lab.publisher.services()["web"].value.id as usize);
             lab.apply(&without_web)
         }),
-        pass(
+        // The address is still a virtual IP (of the other services): dropped.
+        dropped(
             "after the service is gone",
             frame.clone(),
-            Reason::NoService,
+            Reason::VipNoService,
         )
         .into(),
         step("add it back", |lab, _| lab.apply(&fixture_config())),

@@ -45,6 +45,7 @@ fn config() -> Config {
     Config {
         agent: Agent::default(),
         conntrack: Conntrack::default(),
+        vips: vec![],
         services: vec![service("api", 80), service("ws", 443)],
         pools: vec![pool("dc1", 1), pool("dc2", 2)],
         state: vec![],

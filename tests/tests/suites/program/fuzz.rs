@@ -14,7 +14,10 @@
 //! - a forwarded frame keeps its length, goes to a neighbour's MAC from the lb's MAC on that
 //!   link, changes only what its forwarding mode rewrites (nothing past the MACs for DSR; one
 //!   address and the checksums for NAT), and its IPv4 header checksum and (for a complete
-//!   datagram) L4 checksum still verify when they did on input.
+//!   datagram) L4 checksum still verify when they did on input;
+//! - an echo reply (`echo_reply`, `XDP_TX`) answers an ICMP/`ICMPv6` echo request to a virtual
+//!   IP: same length, addresses and MACs turned around, the reply's type, and checksums that
+//!   verify when the request's did.
 //!
 //! Privileged: skips loudly without root and BPF; fails under `CI=true`.
 #![expect(
@@ -93,6 +96,7 @@ fn config() -> Config {
             state_dir: "/var/lib/switchyard".into(),
         },
         conntrack: Conntrack::default(),
+        vips: vec![],
         services: vec![
             svc("web", vip4, 80, Protocol::Tcp, false, "web"),
             svc("dns", vip4, 53, Protocol::Udp, true, "web"),
@@ -574,6 +578,36 @@ fn classify(v: &View, svcs: &[Svc], mem: &Memory) -> Option<Class> {
         .map(|(vip, macs)| Class::NatReply(*vip, *macs))
 }
 
+/// Checks an echo reply against the request it answers.
+fn judge_echo(input: &[u8], action: u32, out: &[u8], svcs: &[Svc]) -> Result<(), String> {
+    if action != XDP_TX {
+        return Err(format!("an echo reply sent with verdict {action}"));
+    }
+    let i = packets::inspect(input).map_err(|e| format!("answered an unparsable frame: {e}"))?;
+    let (request, reply) = if i.src.is_ipv4() { (8, 0) } else { (128, 129) };
+    if i.icmp_type != Some(request) {
+        return Err(format!(
+            "answered ICMP type {:?}, no echo request",
+            i.icmp_type
+        ));
+    }
+    if !svcs.iter().any(|s| s.vip == i.dst) {
+        return Err(format!(
+            "answered an echo request to {}, no virtual IP",
+            i.dst
+        ));
+    }
+    let o = packets::inspect(out).map_err(|e| format!("an echo reply that does not parse: {e}"))?;
+    if out.len() != input.len()
+        || (o.src, o.dst, o.src_mac, o.dst_mac) != (i.dst, i.src, i.dst_mac, i.src_mac)
+        || o.icmp_type != Some(reply)
+        || (i.checksums_ok && !o.checksums_ok)
+    {
+        return Err(format!("a wrong echo reply: {i:?} → {o:?}"));
+    }
+    Ok(())
+}
+
 /// Checks one run against every invariant; records what it forwarded.
 #[expect(
     clippy::too_many_lines,
@@ -619,6 +653,9 @@ fn judge(
     }
     if action == XDP_DROP {
         return Ok(());
+    }
+    if reason == Reason::EchoReply {
+        return judge_echo(input, action, out, svcs);
     }
     // Forwarded.
     let v = match parse(input) {

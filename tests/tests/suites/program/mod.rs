@@ -24,6 +24,7 @@ mod next_hops;
 mod selection;
 mod table;
 mod verifier;
+mod vip;
 
 use std::net::{IpAddr, Ipv4Addr};
 
@@ -88,6 +89,7 @@ fn fixture_config() -> Config {
             state_dir: "/var/lib/switchyard".into(),
         },
         conntrack: Conntrack::default(),
+        vips: vec![],
         services: vec![
             svc("web", vip4, 80, Protocol::Tcp, Forward::DsrL2, "web"),
             svc("dns", vip4, 53, Protocol::Udp, Forward::Nat, "web"),

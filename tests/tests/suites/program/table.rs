@@ -85,21 +85,23 @@ fn fixture_table_gives_each_packet_its_documented_verdict() -> Result<()> {
             Reason::NoService,
         )
         .into(),
-        pass(
+        // A virtual IP is the balancer's: what no service takes is dropped, never passed to
+        // a host that would route it back.
+        dropped(
             "VIP, other port",
             packets::tcp(c4(), 40000, v4(), 8081),
-            Reason::NoService,
+            Reason::VipNoService,
         )
         .into(),
-        pass(
+        dropped(
             "VIP, other protocol",
             packets::udp(c4(), 40000, v4(), 80),
-            Reason::NoService,
+            Reason::VipNoService,
         )
         .into(),
         pass(
-            "ping to the VIP",
-            packets::ping(CLIENT_V4, VIP_V4)?,
+            "ping to an address that is no VIP",
+            packets::ping(CLIENT_V4, OTHER_V4)?,
             Reason::NoService,
         )
         .into(),

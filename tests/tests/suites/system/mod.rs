@@ -13,3 +13,4 @@ mod health;
 mod hitless;
 mod real_hosts;
 mod slow_start;
+mod vip;

@@ -1,0 +1,160 @@
+//! Traffic to a virtual IP that no service takes. A virtual IP is the balancer's address: such
+//! a packet is dropped (`vip_no_service`), never handed to the host to route back onto the
+//! segment. The exceptions, from the address's `VIPS` entry: an echo request is answered from
+//! the address while one of its services has a usable backend (`echo_reply`, as Katran answers
+//! its VIPs' pings); ICMP and `ICMPv6` messages of other types (errors, neighbour discovery)
+//! are the host's; and the ports the operator passes to the host (`host_port`).
+//!
+//! An address is found by its bit in `SERVICE_FILTER` (salt `FILTER_VIP`) before `VIPS` is
+//! looked up, so traffic for no virtual IP pays one more filter probe and no hash-map lookup.
+
+use aya_ebpf::{bindings::xdp_action, programs::XdpContext};
+use router_common::{
+    FAMILY_V4, FILTER_VIP, Reason, VIP_F_ECHO, VIP_F_LIVE, VIP_HOST_PORTS, VipKey,
+    hash::filter_bit_words, host_port,
+};
+
+use crate::{
+    csum, forward,
+    maps::VIPS,
+    parse::{Packet, ptr_at},
+    select::{addr_pair, filter_has},
+};
+
+/// IP protocol numbers of ICMP and `ICMPv6`.
+const PROTO_ICMP: u8 = 1;
+const PROTO_ICMPV6: u8 = 58;
+/// ICMP echo reply (RFC 792) and `ICMPv6` echo reply (RFC 4443 §4.2).
+const ICMP_ECHO_REPLY: u8 = 0;
+const ICMPV6_ECHO_REPLY: u8 = 129;
+/// TTL / hop limit of an echo reply the program sends.
+const REPLY_TTL: u8 = 64;
+
+/// The verdict for a packet no service takes (`pkt.flow` holds its addresses, protocol and,
+/// for TCP and UDP, ports): `XDP_PASS` / `no_service` unless its destination is a virtual IP.
+#[inline(always)]
+pub fn unserved(ctx: &XdpContext, pkt: &Packet) -> (u32, Reason) {
+    let pass = (xdp_action::XDP_PASS, Reason::NoService);
+    let f = &pkt.flow;
+    if pkt.is_icmp() || f.family == 0 {
+        return pass;
+    }
+    if !filter_has(filter_bit_words(
+        addr_pair(&f.dst),
+        0,
+        0,
+        f.family,
+        FILTER_VIP,
+    )) {
+        return pass;
+    }
+    let key = VipKey {
+        addr: f.dst,
+        family: f.family,
+        _pad: [0; 3],
+    };
+    // SAFETY: the value is copied out at once.
+    let Some(vip) = (unsafe { VIPS.get(key) }).copied() else {
+        return pass;
+    };
+    if pkt.echo != 0 {
+        if vip.flags & (VIP_F_ECHO | VIP_F_LIVE) != VIP_F_ECHO | VIP_F_LIVE {
+            return (xdp_action::XDP_DROP, Reason::VipNoService);
+        }
+        return match echo_reply(ctx, pkt) {
+            Ok(()) => (xdp_action::XDP_TX, Reason::EchoReply),
+            Err(r) => (xdp_action::XDP_DROP, r),
+        };
+    }
+    if f.proto == PROTO_ICMP || f.proto == PROTO_ICMPV6 {
+        return pass;
+    }
+    let want = host_port(f.dport, f.proto);
+    let mut i = 0;
+    while i < VIP_HOST_PORTS {
+        if vip
+            .host_ports
+            .get(i)
+            .is_some_and(|p| *p == want && want & 0xffff != 0)
+        {
+            return (xdp_action::XDP_PASS, Reason::HostPort);
+        }
+        i += 1;
+    }
+    (xdp_action::XDP_DROP, Reason::VipNoService)
+}
+
+/// Turns the echo request being processed into its reply, in place: MACs and addresses
+/// swapped, a fresh TTL / hop limit, the type an echo reply's, and the checksums updated
+/// incrementally (swapping the addresses changes neither the IPv4 header's sum nor the
+/// `ICMPv6` pseudo-header's). The frame then leaves by `XDP_TX`, back out of the interface it
+/// came in on.
+#[inline(always)]
+#[expect(
+    clippy::cast_possible_truncation,
+    reason = "`ingress_ifindex` widens the `u32` field of `xdp_md` to `usize`: the cast gives it back"
+)]
+#[expect(
+    clippy::manual_swap,
+    reason = "`slice::swap` carries a bounds check with a panicking path, which the program must \
+              not have; constant-bounded indexing of a checked array has none"
+)]
+fn echo_reply(ctx: &XdpContext, pkt: &Packet) -> Result<(), Reason> {
+    let macs = forward::reversed_macs(ctx)?;
+    let (l3, l4) = (pkt.l3(), pkt.l4());
+    let icmp: *mut [u8; 4] = ptr_at(ctx, l4).ok_or(Reason::MalformedDrop)?;
+    if pkt.flow.family == FAMILY_V4 {
+        let ip: *mut [u8; 20] = ptr_at(ctx, l3).ok_or(Reason::MalformedDrop)?;
+        // SAFETY: `ptr_at` checked the 20-byte header and the 4 ICMP bytes; every index is a
+        // constant inside them.
+        unsafe {
+            let h = &mut *ip;
+            let (ttl, proto) = (h[8], h[9]);
+            let check = csum::replace([h[10], h[11]], &[ttl, proto], &[REPLY_TTL, proto]);
+            h[8] = REPLY_TTL;
+            h[10] = check[0];
+            h[11] = check[1];
+            let mut i = 12;
+            while i < 16 {
+                let b = h[i];
+                h[i] = h[i + 4];
+                h[i + 4] = b;
+                i += 1;
+            }
+            set_type(icmp, ICMP_ECHO_REPLY);
+        }
+    } else {
+        let ip: *mut [u8; 40] = ptr_at(ctx, l3).ok_or(Reason::MalformedDrop)?;
+        // SAFETY: `ptr_at` checked the 40-byte header and the 4 ICMP bytes; every index is a
+        // constant inside them.
+        unsafe {
+            let h = &mut *ip;
+            h[7] = REPLY_TTL;
+            let mut i = 8;
+            while i < 24 {
+                let b = h[i];
+                h[i] = h[i + 16];
+                h[i + 16] = b;
+                i += 1;
+            }
+            set_type(icmp, ICMPV6_ECHO_REPLY);
+        }
+    }
+    forward::emit(ctx, ctx.ingress_ifindex() as u32, forward::macs(&macs)).map(|_| ())
+}
+
+/// Sets the type of the ICMP header at `icmp` to `kind`, its checksum updated (the type and
+/// code are one 16-bit word of the sum).
+///
+/// # Safety
+///
+/// `icmp` points at four writable bytes of the packet.
+#[inline(always)]
+unsafe fn set_type(icmp: *mut [u8; 4], kind: u8) {
+    // SAFETY: the caller's.
+    unsafe {
+        let m = *icmp;
+        let check = csum::replace([m[2], m[3]], &[m[0], m[1]], &[kind, m[1]]);
+        *icmp = [kind, m[1], check[0], check[1]];
+    }
+}

@@ -1,0 +1,220 @@
+//! Virtual IPs: traffic to one that no service takes is dropped (`vip_no_service`), never
+//! passed to a host that would route it back; an echo request is answered from it while one of
+//! its services has a usable backend and its `vips:` entry allows it (`echo_reply`); other ICMP
+//! types and the host ports its entry lists go to the host.
+
+use std::net::{IpAddr, Ipv4Addr};
+
+use anyhow::{Result, ensure};
+use etherparse::{Icmpv6Type, PacketBuilder};
+use router_common::Reason;
+use router_tests::{
+    addrs::{CLIENT_V4, CLIENT_V6, VIP_V4, VIP_V6, backend_v4},
+    lab::Lab,
+    packets::{self, FROM_CLIENT, TO_LB},
+};
+use switchyard::config::{Config, Forward, Protocol, Vip};
+
+use super::fixture::{XDP_DROP, XDP_PASS, XDP_TX};
+use super::{c4, fixture_config, lab, svc};
+
+/// A virtual IP whose only service goes to the pool `drop` (its backend down in [`lab`]).
+const DARK: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 11);
+/// A virtual IP of `web` whose `vips:` entry turns echo off.
+const QUIET: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 12);
+
+/// [`fixture_config`] with the two addresses above, and SSH on the IPv4 VIP passed to the host.
+fn config() -> Config {
+    let mut cfg = fixture_config();
+    cfg.services.push(svc(
+        "dark",
+        DARK.into(),
+        80,
+        Protocol::Tcp,
+        Forward::DsrL2,
+        "drop",
+    ));
+    cfg.services.push(svc(
+        "quiet",
+        QUIET.into(),
+        80,
+        Protocol::Tcp,
+        Forward::DsrL2,
+        "web",
+    ));
+    cfg.vips = vec![
+        Vip {
+            address: QUIET.into(),
+            echo: false,
+            host_ports: vec![],
+        },
+        Vip {
+            address: VIP_V4.into(),
+            echo: true,
+            host_ports: vec![(Protocol::Tcp, 22)],
+        },
+    ];
+    cfg
+}
+
+/// The fixture lab with [`config`] applied, `drop`'s backend down.
+fn vip_lab(tag: &str) -> Option<Lab> {
+    let mut lab = lab(tag)?;
+    lab.apply(&config()).expect("apply");
+    lab.set_health("drop", &backend_v4(2).to_string(), false)
+        .expect("health");
+    Some(lab)
+}
+
+/// Runs `frame` and checks its verdict and reason.
+fn expect(lab: &Lab, what: &str, frame: &[u8], action: u32, reason: Reason) -> Result<Vec<u8>> {
+    let before = lab.reason(reason);
+    let run = lab.run(frame)?;
+    ensure!(
+        run.action == action && lab.reason(reason) == before + 1,
+        "{what}: action {} (want {action}), {reason:?} not counted once",
+        run.action
+    );
+    Ok(run.out)
+}
+
+/// Checks that `out` answers echo request `input`: turned around, the reply's type, checksums
+/// that verify.
+fn is_reply(input: &[u8], out: &[u8]) -> Result<()> {
+    let (i, o) = (packets::inspect(input)?, packets::inspect(out)?);
+    let reply = if i.src.is_ipv4() { 0 } else { 129 };
+    ensure!(
+        out.len() == input.len(),
+        "length {} → {}",
+        input.len(),
+        out.len()
+    );
+    ensure!(
+        (o.src, o.dst, o.src_mac, o.dst_mac) == (i.dst, i.src, i.dst_mac, i.src_mac),
+        "not turned around: {i:?} → {o:?}"
+    );
+    ensure!(o.icmp_type == Some(reply), "type {:?}", o.icmp_type);
+    ensure!(o.checksums_ok, "checksums do not verify: {o:?}");
+    Ok(())
+}
+
+#[test]
+fn echo_requests_to_a_virtual_ip_are_answered_from_it() -> Result<()> {
+    let Some(lab) = vip_lab("fx-vip-echo") else {
+        return Ok(());
+    };
+    let ping = packets::ping(CLIENT_V4, VIP_V4)?;
+    is_reply(
+        &ping,
+        &expect(&lab, "ping", &ping, XDP_TX, Reason::EchoReply)?,
+    )?;
+    let ping6 = packets::ping6(CLIENT_V6, VIP_V6)?;
+    is_reply(
+        &ping6,
+        &expect(&lab, "ping6", &ping6, XDP_TX, Reason::EchoReply)?,
+    )?;
+    Ok(())
+}
+
+#[test]
+fn an_echo_request_is_dropped_while_no_backend_is_usable_or_echo_is_off() -> Result<()> {
+    let Some(mut lab) = vip_lab("fx-vip-dark") else {
+        return Ok(());
+    };
+    let dark = packets::ping(CLIENT_V4, DARK)?;
+    expect(
+        &lab,
+        "ping, pool down",
+        &dark,
+        XDP_DROP,
+        Reason::VipNoService,
+    )?;
+    lab.set_health("drop", &backend_v4(2).to_string(), true)?;
+    is_reply(
+        &dark,
+        &expect(&lab, "ping, pool up", &dark, XDP_TX, Reason::EchoReply)?,
+    )?;
+    lab.set_health("drop", &backend_v4(2).to_string(), false)?;
+    expect(
+        &lab,
+        "ping, pool down again",
+        &dark,
+        XDP_DROP,
+        Reason::VipNoService,
+    )?;
+    let quiet = packets::ping(CLIENT_V4, QUIET)?;
+    expect(
+        &lab,
+        "ping, echo off",
+        &quiet,
+        XDP_DROP,
+        Reason::VipNoService,
+    )?;
+    Ok(())
+}
+
+#[test]
+fn a_virtual_ip_passes_only_its_host_ports_and_other_icmp_to_the_host() -> Result<()> {
+    let Some(lab) = vip_lab("fx-vip-ports") else {
+        return Ok(());
+    };
+    let vip = IpAddr::V4(VIP_V4);
+    let ssh = packets::tcp(c4(), 40_000, vip, 22);
+    let out = expect(
+        &lab,
+        "tcp/22, a host port",
+        &ssh,
+        XDP_PASS,
+        Reason::HostPort,
+    )?;
+    ensure!(out == ssh, "a passed frame was modified");
+    let udp22 = packets::udp(c4(), 40_000, vip, 22);
+    expect(
+        &lab,
+        "udp/22, not one",
+        &udp22,
+        XDP_DROP,
+        Reason::VipNoService,
+    )?;
+    let telnet = packets::tcp(c4(), 40_000, vip, 23);
+    expect(&lab, "tcp/23", &telnet, XDP_DROP, Reason::VipNoService)?;
+    // Another IP protocol (GRE) to the address.
+    let mut gre = packets::set_byte(packets::udp(c4(), 40_000, vip, 80), 14 + 9, 47);
+    packets::fix_v4_checksum(&mut gre);
+    expect(&lab, "GRE", &gre, XDP_DROP, Reason::VipNoService)?;
+    // Neighbour discovery for the address is the host's.
+    let mut ns = Vec::new();
+    PacketBuilder::ethernet2(FROM_CLIENT, TO_LB)
+        .ipv6(CLIENT_V6.octets(), VIP_V6.octets(), 255)
+        .icmpv6(Icmpv6Type::Unknown {
+            type_u8: 135,
+            code_u8: 0,
+            bytes5to8: [0; 4],
+        })
+        .write(&mut ns, &VIP_V6.octets())?;
+    expect(
+        &lab,
+        "neighbour solicitation",
+        &ns,
+        XDP_PASS,
+        Reason::NoService,
+    )?;
+    // An address that is no virtual IP is the host's, whatever the port.
+    let other = packets::tcp(c4(), 40_000, Ipv4Addr::new(198, 18, 0, 99).into(), 23);
+    expect(&lab, "no VIP", &other, XDP_PASS, Reason::NoService)?;
+    Ok(())
+}
+
+#[test]
+fn a_removed_service_takes_its_virtual_ip_with_it() -> Result<()> {
+    let Some(mut lab) = vip_lab("fx-vip-gone") else {
+        return Ok(());
+    };
+    let dark = packets::tcp(c4(), 40_000, DARK.into(), 8080);
+    expect(&lab, "while a VIP", &dark, XDP_DROP, Reason::VipNoService)?;
+    let mut cfg = config();
+    cfg.services.retain(|s| s.name != "dark");
+    lab.apply(&cfg)?;
+    expect(&lab, "no longer a VIP", &dark, XDP_PASS, Reason::NoService)?;
+    Ok(())
+}
