@@ -5,6 +5,9 @@
 //! its VIPs' pings); ICMP and `ICMPv6` messages of other types (errors, neighbour discovery)
 //! are the host's; and the ports the operator passes to the host (`host_port`).
 //!
+//! An echo request is answered only when its header is plain and it came to a unicast MAC
+//! (`answerable`), and a fragmented ICMP message to a virtual IP is dropped.
+//!
 //! An address is found by its bit in `SERVICE_FILTER` (salt `FILTER_VIP`) before `VIPS` is
 //! looked up, so traffic for no virtual IP pays one more filter probe and no hash-map lookup.
 
@@ -17,7 +20,7 @@ use router_common::{
 use crate::{
     csum, forward,
     maps::VIPS,
-    parse::{Packet, ptr_at},
+    parse::{Packet, frag, ptr_at},
     select::{addr_pair, filter_has},
 };
 
@@ -29,6 +32,9 @@ const ICMP_ECHO_REPLY: u8 = 0;
 const ICMPV6_ECHO_REPLY: u8 = 129;
 /// TTL / hop limit of an echo reply the program sends.
 const REPLY_TTL: u8 = 64;
+/// IPv4 header without options, and the IPv6 header, in bytes.
+const IPV4_HDR_LEN: usize = 20;
+const IPV6_HDR_LEN: usize = 40;
 
 /// The verdict for a packet no service takes (`pkt.flow` holds its addresses, protocol and,
 /// for TCP and UDP, ports): `XDP_PASS` / `no_service` unless its destination is a virtual IP.
@@ -58,7 +64,8 @@ pub fn unserved(ctx: &XdpContext, pkt: &Packet) -> (u32, Reason) {
         return pass;
     };
     if pkt.echo != 0 {
-        if vip.flags & (VIP_F_ECHO | VIP_F_LIVE) != VIP_F_ECHO | VIP_F_LIVE {
+        if vip.flags & (VIP_F_ECHO | VIP_F_LIVE) != VIP_F_ECHO | VIP_F_LIVE || !answerable(ctx, pkt)
+        {
             return (xdp_action::XDP_DROP, Reason::VipNoService);
         }
         return match echo_reply(ctx, pkt) {
@@ -66,7 +73,9 @@ pub fn unserved(ctx: &XdpContext, pkt: &Packet) -> (u32, Reason) {
             Err(r) => (xdp_action::XDP_DROP, r),
         };
     }
-    if f.proto == PROTO_ICMP || f.proto == PROTO_ICMPV6 {
+    // A fragmented ICMP message to a VIP is a large echo request (errors are small): it is
+    // not answered, and not the host's either.
+    if (f.proto == PROTO_ICMP || f.proto == PROTO_ICMPV6) && pkt.frag == frag::NONE {
         return pass;
     }
     let want = host_port(f.dport, f.proto);
@@ -82,6 +91,25 @@ pub fn unserved(ctx: &XdpContext, pkt: &Packet) -> (u32, Reason) {
         i += 1;
     }
     (xdp_action::XDP_DROP, Reason::VipNoService)
+}
+
+/// Whether the echo request being processed can be answered by turning it around: a plain
+/// header (no IPv4 options to update, RFC 1122 §3.2.2.6; no IPv6 extension headers, such as a
+/// routing header whose final destination is another address) and a unicast destination MAC
+/// (a reply must not come from a broadcast or multicast address).
+#[inline(always)]
+fn answerable(ctx: &XdpContext, pkt: &Packet) -> bool {
+    let plain = if pkt.flow.family == FAMILY_V4 {
+        IPV4_HDR_LEN
+    } else {
+        IPV6_HDR_LEN
+    };
+    let Some(eth) = ptr_at::<[u8; 2]>(ctx, 0) else {
+        return false;
+    };
+    // SAFETY: `ptr_at` checked both bytes.
+    let unicast = unsafe { (*eth)[0] } & 1 == 0;
+    unicast && pkt.l4().wrapping_sub(pkt.l3()) == plain
 }
 
 /// Turns the echo request being processed into its reply, in place: MACs and addresses

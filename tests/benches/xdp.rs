@@ -22,8 +22,9 @@
 //!   baseline timed alike) and as a steady-state estimate: the tracked flow's repeated time
 //!   plus the difference between a new flow and the tracked flow, both run once — the
 //!   single-run overheads are in both and cancel.
-//! - **not a service**: a UDP frame to an unserved port of a VIP, and one to an address that is
-//!   no VIP, passed to the kernel; beside the baseline and the baseline plus one hash-map
+//! - **not a service**: a UDP frame to an unserved port of a VIP (dropped: a VIP is the
+//!   balancer's, decision 0020), and one to an address that is no VIP (passed to the kernel);
+//!   beside the baseline and the baseline plus one hash-map
 //!   lookup (the `lookup` program of the baseline object), run on the same frame in the same
 //!   round, which give the target "twice the baseline plus one lookup".
 //!
@@ -48,6 +49,7 @@ use switchyard::config::{
     WhenAllDown,
 };
 
+const XDP_DROP: u32 = 1;
 const XDP_PASS: u32 = 2;
 const XDP_TX: u32 = 3;
 const XDP_REDIRECT: u32 = 4;
@@ -400,7 +402,7 @@ impl Extras {
         let (yard, base) = (baseline.lookup()?, baseline.program()?);
         let row = lab.topo.lb().run(|| -> Result<[f64; 4]> {
             Ok([
-                repeated(sy, &f.not_served, ingress, repeat, XDP_PASS)?,
+                repeated(sy, &f.not_served, ingress, repeat, XDP_DROP)?,
                 repeated(sy, &f.not_vip, ingress, repeat, XDP_PASS)?,
                 repeated(yard, &f.not_vip, ingress, repeat, XDP_PASS)?,
                 repeated(base, &f.not_vip, ingress, repeat, XDP_TX)?,
@@ -509,13 +511,13 @@ impl Extras {
         // "Twice the baseline plus one lookup": the lookup is what the yardstick adds to the
         // baseline's parse, measured in the same rounds.
         let target = 2.0 * b.median + (l.median - b.median);
-        println!("\nnot a service, XDP_PASS, repeat {repeat} — ns per packet, median (range)");
+        println!("\nnot a service, repeat {repeat} — ns per packet, median (range)");
         println!(
-            "  to a VIP, unserved port (UDP 9)     switchyard {}",
+            "  to a VIP, unserved port (UDP 9, XDP_DROP) switchyard {}",
             show(p)
         );
         println!(
-            "  to another address                  switchyard {}",
+            "  to another address (XDP_PASS)       switchyard {}",
             show(o)
         );
         println!(

@@ -325,6 +325,11 @@ impl Runtime {
     pub(super) fn start(&mut self, fragments: Fragments) -> Result<(), ApplyError> {
         if !self.running.hash.is_empty() && fragments.hash() == self.running.hash {
             let cfg = self.running_agent(fragments.load()?);
+            // The virtual IPs are the publisher's to keep live from here on: it learns them
+            // from the config (their entries are rewritten only where they differ).
+            if let Err(e) = self.publisher.configure_vips(&mut self.maps, &cfg) {
+                warn!("resuming the virtual IPs: {e}");
+            }
             let (store, driver) = self.build(&cfg, self.publisher.health());
             self.store = store;
             self.driver = driver;

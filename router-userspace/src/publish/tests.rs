@@ -749,7 +749,10 @@ fn a_virtual_ip_is_live_while_a_pool_of_its_services_has_a_usable_backend() {
     let mut p = Publisher::new();
     let mut cfg = config(
         vec![service("web", 80, Target::Pool("dc1".into()))],
-        vec![checked(pool("dc1", &[("198.18.1.11", 100), ("198.18.1.12", 100)]))],
+        vec![checked(pool(
+            "dc1",
+            &[("198.18.1.11", 100), ("198.18.1.12", 100)],
+        ))],
     );
     p.apply(&mut dp, &cfg).unwrap();
     let a = "198.18.1.11".parse().unwrap();
@@ -759,7 +762,11 @@ fn a_virtual_ip_is_live_while_a_pool_of_its_services_has_a_usable_backend() {
     }
     assert_eq!(vip_entry(&dp).unwrap().flags, VIP_F_ECHO | VIP_F_LIVE);
     p.set_health(&mut dp, "dc1", a, false).unwrap();
-    assert_eq!(vip_entry(&dp).unwrap().flags, VIP_F_ECHO | VIP_F_LIVE, "one is left");
+    assert_eq!(
+        vip_entry(&dp).unwrap().flags,
+        VIP_F_ECHO | VIP_F_LIVE,
+        "one is left"
+    );
     p.set_health(&mut dp, "dc1", b, false).unwrap();
     assert_eq!(vip_entry(&dp).unwrap().flags, VIP_F_ECHO, "none is left");
     // Echo off, and a host port, from `vips:`.
@@ -775,7 +782,11 @@ fn a_virtual_ip_is_live_while_a_pool_of_its_services_has_a_usable_backend() {
     // Reapplied unchanged: nothing written; the service removed: the VIP goes with it.
     dp.log.clear();
     p.apply(&mut dp, &cfg).unwrap();
-    assert!(!dp.log.iter().any(|w| matches!(w, Write::Vip(..))), "{:?}", dp.log);
+    assert!(
+        !dp.log.iter().any(|w| matches!(w, Write::Vip(..))),
+        "{:?}",
+        dp.log
+    );
     cfg.services.clear();
     p.apply(&mut dp, &cfg).unwrap();
     assert!(vip_entry(&dp).is_none());
@@ -798,5 +809,9 @@ fn a_restarted_agent_removes_the_virtual_ips_an_earlier_one_left_and_keeps_the_o
     let mut again = Publisher::new();
     dp.log.clear();
     again.apply(&mut dp, &cfg).unwrap();
-    assert!(!dp.log.iter().any(|w| matches!(w, Write::Vip(..))), "{:?}", dp.log);
+    assert!(
+        !dp.log.iter().any(|w| matches!(w, Write::Vip(..))),
+        "{:?}",
+        dp.log
+    );
 }

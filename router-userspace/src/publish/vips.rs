@@ -92,7 +92,7 @@ impl Publisher {
     /// # Errors
     ///
     /// [`PublishError`] when a map write fails; what was written is kept.
-    pub(super) fn configure_vips(
+    pub fn configure_vips(
         &mut self,
         dp: &mut dyn Dataplane,
         cfg: &Config,
@@ -143,19 +143,21 @@ impl Publisher {
     }
 
     /// Writes each virtual IP's entry whose [`VIP_F_LIVE`] (any of its pools has a usable
-    /// backend) or settings changed.
+    /// backend of a weight above 0) or settings changed.
     ///
     /// # Errors
     ///
     /// [`PublishError`] when a map write fails; what was written is kept.
     pub(super) fn write_vips(&mut self, dp: &mut dyn Dataplane) -> Result<(), PublishError> {
-        let health = &self.health;
+        let (health, pools) = (&self.health, &self.pools);
         for (addr, v) in &mut self.vips {
+            // A usable backend of weight 0 is in no table: it takes no new flow.
             let live = v.pools.iter().any(|p| {
-                health
-                    .pool(p)
-                    .iter()
-                    .any(crate::health::BackendHealth::usable)
+                pools.get(p).is_some_and(|state| {
+                    state.backends.iter().any(|b| {
+                        b.weight > 0 && health.get(p, b.address).is_some_and(|h| h.usable())
+                    })
+                })
             });
             let value = Vip {
                 flags: v.base.flags | if live { VIP_F_LIVE } else { 0 },

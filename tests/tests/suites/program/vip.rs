@@ -218,3 +218,49 @@ fn a_removed_service_takes_its_virtual_ip_with_it() -> Result<()> {
     expect(&lab, "no longer a VIP", &dark, XDP_PASS, Reason::NoService)?;
     Ok(())
 }
+
+#[test]
+fn an_echo_request_that_cannot_be_turned_around_is_not_answered() -> Result<()> {
+    let Some(lab) = vip_lab("fx-vip-odd-echo") else {
+        return Ok(());
+    };
+    let ping = packets::ping(CLIENT_V4, VIP_V4)?;
+    // To the broadcast MAC: a reply would come from it.
+    let mut broadcast = ping.clone();
+    broadcast[..6].copy_from_slice(&[0xff; 6]);
+    expect(
+        &lab,
+        "to the broadcast MAC",
+        &broadcast,
+        XDP_DROP,
+        Reason::VipNoService,
+    )?;
+    // With IPv4 options (four NOPs): a reply would have to update or reverse them.
+    let mut options = ping[..34].to_vec();
+    options.extend_from_slice(&[1, 1, 1, 1]);
+    options.extend_from_slice(&ping[34..]);
+    options[14] = 0x46;
+    let total = u16::from_be_bytes([options[16], options[17]]) + 4;
+    options[16..18].copy_from_slice(&total.to_be_bytes());
+    packets::fix_v4_checksum(&mut options);
+    expect(
+        &lab,
+        "with IPv4 options",
+        &options,
+        XDP_DROP,
+        Reason::VipNoService,
+    )?;
+    // A first fragment of a large echo request (more fragments set): not answered, and not
+    // the host's.
+    let mut first = ping.clone();
+    first[20] |= 0x20;
+    packets::fix_v4_checksum(&mut first);
+    expect(
+        &lab,
+        "a fragmented echo request",
+        &first,
+        XDP_DROP,
+        Reason::VipNoService,
+    )?;
+    Ok(())
+}
