@@ -1,4 +1,5 @@
-//! An in-kernel UDP flood generator for the forwarding benchmark.
+//! An in-kernel flood generator for the forwarding benchmark (UDP) and the SYN-flood test
+//! ([`Flood::syn`]).
 //!
 //! A socket sender tops out near a million packets per second per CPU (a syscall, an skb and
 //! the UDP/IP output path per packet), which is less than an XDP forwarder can take: it would
@@ -97,21 +98,67 @@ fn ipv4_checksum(header: &[u8]) -> u16 {
     !(sum as u16)
 }
 
+/// Ethernet, IPv4 and TCP headers of a SYN frame ([`syn_v4_frame`]).
+const SYN_HEADERS: usize = 14 + 20 + 20;
+/// Offset of the low 16 bits of the IPv4 source address.
+const SRC_LOW: i16 = 14 + 12 + 2;
+
+/// A TCP SYN over IPv4 from `src` (MAC `src_mac`; the generator replaces its low 16 bits and
+/// the source port with random ones per frame, so every frame is a new flow) to `dst:dport`
+/// via `dst_mac`. The IPv4 header checksum is left as computed for `src`, so it is wrong for
+/// the frames sent (a receiving host drops them; the balancer does not check it) and the TCP
+/// checksum is 0.
+#[must_use]
+#[expect(
+    clippy::cast_possible_truncation,
+    reason = "the first source port, 1024, as a u16 field"
+)]
+pub fn syn_v4_frame(
+    src_mac: [u8; 6],
+    dst_mac: [u8; 6],
+    src: Ipv4Addr,
+    dst: Ipv4Addr,
+    dport: u16,
+) -> [u8; FRAME_LEN] {
+    let mut f = udp_v4_frame(src_mac, dst_mac, src, dst, dport);
+    let ip = &mut f[14..34];
+    ip[9] = 6;
+    ip[10] = 0;
+    ip[11] = 0;
+    let sum = ipv4_checksum(ip);
+    ip[10..12].copy_from_slice(&sum.to_be_bytes());
+    let tcp = &mut f[34..54];
+    tcp.fill(0);
+    tcp[0..2].copy_from_slice(&(FIRST_PORT as u16).to_be_bytes());
+    tcp[2..4].copy_from_slice(&dport.to_be_bytes());
+    tcp[12] = 5 << 4;
+    tcp[13] = 0x02;
+    tcp[14..16].copy_from_slice(&64_240u16.to_be_bytes());
+    f
+}
+
 /// The generator program for a frame whose first [`HEADERS`] bytes are `headers`.
+fn program(headers: &[u8]) -> Vec<u64> {
+    program_for(headers, false)
+}
+
+/// The generator program for a frame whose first `headers.len()` bytes are `headers`: with
+/// `random_source`, the low 16 bits of the IPv4 source address are random too (the high half
+/// of the random word), so frames are distinct flows by address and port.
 #[expect(
     clippy::cast_possible_truncation,
     clippy::cast_possible_wrap,
-    reason = "offsets into a 42-byte header and a 25-instruction program, as the instructions' \
-              i16 offset and i32 immediate"
+    reason = "offsets into a header of at most 54 bytes and a program of 30 instructions, as the \
+              instructions' i16 offset and i32 immediate"
 )]
-fn program(headers: &[u8]) -> Vec<u64> {
+fn program_for(headers: &[u8], random_source: bool) -> Vec<u64> {
     // Registers: r1 ctx, r6 data, r7 data_end (r6-r9 survive helper calls).
     let mut p = vec![
-        insn(0x61, 0x16, 0, 0),              // r6 = *(u32 *)(r1 + 0)   data
-        insn(0x61, 0x17, 4, 0),              // r7 = *(u32 *)(r1 + 4)   data_end
-        insn(0xbf, 0x62, 0, 0),              // r2 = r6
-        insn(0x07, 0x02, 0, HEADERS as i32), // r2 += HEADERS
-        0,                                   // if r2 > r7 goto short (patched below)
+        insn(0x61, 0x16, 0, 0),                    // r6 = *(u32 *)(r1 + 0)   data
+        insn(0x61, 0x17, 4, 0),                    // r7 = *(u32 *)(r1 + 4)   data_end
+        insn(0xbf, 0x62, 0, 0),                    // r2 = r6
+        insn(0x07, 0x02, 0, headers.len() as i32), // r2 += headers
+        0,                                         // if r2 > r7 goto short (patched below)
     ];
     let check = p.len() - 1;
     let mut words = headers.chunks_exact(4);
@@ -122,10 +169,17 @@ fn program(headers: &[u8]) -> Vec<u64> {
     let rest = words.remainder();
     if rest.len() == 2 {
         let imm = i32::from(u16::from_ne_bytes([rest[0], rest[1]]));
-        p.push(insn(0x6a, 0x06, (HEADERS - 2) as i16, imm)); // *(u16 *)(r6 + 40) = imm
+        p.push(insn(0x6a, 0x06, (headers.len() - 2) as i16, imm)); // *(u16 *)(r6 + len - 2) = imm
+    }
+    p.push(insn(0x85, 0x00, 0, 7)); // call bpf_get_prandom_u32
+    if random_source {
+        p.extend([
+            insn(0xbf, 0x01, 0, 0),       // r1 = r0
+            insn(0x77, 0x01, 0, 16),      // r1 >>= 16
+            insn(0x6b, 0x16, SRC_LOW, 0), // *(u16 *)(r6 + SRC_LOW) = r1
+        ]);
     }
     p.extend([
-        insn(0x85, 0x00, 0, 7),          // call bpf_get_prandom_u32
         insn(0x57, 0x00, 0, PORT_MASK),  // r0 &= PORT_MASK
         insn(0x07, 0x00, 0, FIRST_PORT), // r0 += FIRST_PORT
         insn(0xdc, 0x00, 0, 16),         // r0 = be16 r0
@@ -180,6 +234,18 @@ impl Flood {
     pub fn new(frame: [u8; FRAME_LEN]) -> Result<Self> {
         let prog = xdp_pass::load_raw("sy_bench_flood", &program(&frame[..HEADERS]))
             .context("loading the flood generator")?;
+        Ok(Self { prog, frame })
+    }
+
+    /// Loads the generator for a SYN flood of `frame` ([`syn_v4_frame`]): a random source port
+    /// and low half of the source address per frame, about 2^30 distinct flows.
+    ///
+    /// # Errors
+    ///
+    /// When the kernel refuses the program.
+    pub fn syn(frame: [u8; FRAME_LEN]) -> Result<Self> {
+        let prog = xdp_pass::load_raw("sy_syn_flood", &program_for(&frame[..SYN_HEADERS], true))
+            .context("loading the SYN flood generator")?;
         Ok(Self { prog, frame })
     }
 

@@ -157,3 +157,78 @@ fn a_udp_flow_paused_past_its_timeout_is_chosen_from_the_current_table() -> Resu
     );
     Ok(())
 }
+
+/// Established connections kept through the SYN flood.
+const ESTABLISHED: usize = 200;
+/// SYNs of the flood, each a new flow: four times what connection tracking holds.
+const FLOOD: u32 = 4 * router_common::CONNTRACK_SIZE;
+
+#[test]
+fn two_hundred_connections_survive_a_syn_flood_of_four_times_the_conntrack_size() -> Result<()> {
+    use router_tests::{
+        addrs::{CLIENT_IF, CLIENT_MAC, LB_CLIENT_SIDE_MAC},
+        bench::flood::{Flood, syn_v4_frame},
+        client::{self, payload},
+    };
+    use switchyard::dataplane::{attach::ifindex, maps::KernelMaps};
+    if privileged::require_root_and_bpf("two_hundred_connections_survive_a_syn_flood").is_err() {
+        return Ok(());
+    }
+    let topo = Topology::builder().backends(3).build()?;
+    let _servers = servers::start_all(&topo)?;
+    let agent = Agent::start(&topo, &[("10-web.yaml", config("tcp", 3))])?;
+    let vip = vip_v4(router_tests::addrs::TCP_ECHO_PORT);
+    let mut sessions = client::tcp_sessions(topo.client(), vip, ESTABLISHED)?;
+    let exchange = |sessions: &mut Vec<TcpSession>, round: usize| -> Result<()> {
+        topo.client().run(|| -> Result<()> {
+            for (k, s) in sessions.iter_mut().enumerate() {
+                s.echo(&payload(round * ESTABLISHED + k, 256))
+                    .with_context(|| format!("round {round}: connection {k} to {}", s.backend()))?;
+            }
+            Ok(())
+        })?
+    };
+    exchange(&mut sessions, 0)?;
+    let maps = KernelMaps::open_pinned(&agent.pin_dir())?;
+    let tracked = maps.conntrack.keys().count();
+    // SYNs from 198.19.x.y (random x, y and source port per frame) to the VIP's port.
+    let frame = syn_v4_frame(
+        CLIENT_MAC,
+        LB_CLIENT_SIDE_MAC,
+        std::net::Ipv4Addr::new(198, 19, 0, 0),
+        VIP_V4,
+        router_tests::addrs::TCP_ECHO_PORT,
+    );
+    let new_flows = || -> Result<u64> {
+        let metrics = agent.api_get("/metrics")?;
+        let line = metrics
+            .lines()
+            .find(|l| l.starts_with("switchyard_packets_total{reason=\"new_flow\"}"))
+            .context("no new_flow counter")?;
+        Ok(line.rsplit(' ').next().unwrap_or("0").parse()?)
+    };
+    let before = new_flows()?;
+    let flood = Flood::syn(frame)?;
+    topo.client().run(|| -> Result<()> {
+        let out = ifindex(CLIENT_IF)?;
+        let mut sent = 0;
+        while sent < FLOOD {
+            flood.send(out, 65_536).context("SYN flood")?;
+            sent += 65_536;
+        }
+        Ok(())
+    })??;
+    let balanced = new_flows()? - before;
+    ensure!(
+        balanced >= u64::from(router_common::CONNTRACK_SIZE),
+        "only {balanced} SYNs reached the balancer: the flood would not fill connection tracking"
+    );
+    let after = maps.conntrack.keys().count();
+    ensure!(
+        after <= tracked + 16,
+        "the SYN flood wrote to connection tracking: {tracked} entries before, {after} after"
+    );
+    // Every established connection still reaches its backend.
+    exchange(&mut sessions, 1)?;
+    Ok(())
+}
