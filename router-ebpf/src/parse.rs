@@ -30,8 +30,9 @@ const MAX_VLAN_TAGS: usize = 2;
 /// appears at most once; six covers hop-by-hop, destination ×2, routing, fragment, AH).
 const MAX_IPV6_EXT: usize = 6;
 
-const PROTO_ICMP: u8 = 1;
-const PROTO_ICMPV6: u8 = 58;
+/// IP protocol numbers of ICMP and `ICMPv6`.
+pub(crate) const PROTO_ICMP: u8 = 1;
+pub(crate) const PROTO_ICMPV6: u8 = 58;
 const IPV6_HOPOPTS: u8 = 0;
 const IPV6_ROUTING: u8 = 43;
 const IPV6_FRAGMENT: u8 = 44;

@@ -12,6 +12,7 @@
 //! looked up, so traffic for no virtual IP pays one more filter probe and no hash-map lookup.
 
 use aya_ebpf::{bindings::xdp_action, programs::XdpContext};
+use network_types::ip::{Ipv4Hdr, Ipv6Hdr};
 use router_common::{
     FAMILY_V4, FILTER_VIP, Reason, VIP_F_ECHO, VIP_F_LIVE, VIP_HOST_PORTS, VipKey,
     hash::filter_bit_words, host_port,
@@ -20,21 +21,15 @@ use router_common::{
 use crate::{
     csum, forward,
     maps::VIPS,
-    parse::{Packet, frag, ptr_at},
+    parse::{PROTO_ICMP, PROTO_ICMPV6, Packet, frag, ptr_at},
     select::{addr_pair, filter_has},
 };
 
-/// IP protocol numbers of ICMP and `ICMPv6`.
-const PROTO_ICMP: u8 = 1;
-const PROTO_ICMPV6: u8 = 58;
 /// ICMP echo reply (RFC 792) and `ICMPv6` echo reply (RFC 4443 §4.2).
 const ICMP_ECHO_REPLY: u8 = 0;
 const ICMPV6_ECHO_REPLY: u8 = 129;
 /// TTL / hop limit of an echo reply the program sends.
 const REPLY_TTL: u8 = 64;
-/// IPv4 header without options, and the IPv6 header, in bytes.
-const IPV4_HDR_LEN: usize = 20;
-const IPV6_HDR_LEN: usize = 40;
 
 /// The verdict for a packet no service takes (`pkt.flow` holds its addresses, protocol and,
 /// for TCP and UDP, ports): `XDP_PASS` / `no_service` unless its destination is a virtual IP.
@@ -100,9 +95,9 @@ pub fn unserved(ctx: &XdpContext, pkt: &Packet) -> (u32, Reason) {
 #[inline(always)]
 fn answerable(ctx: &XdpContext, pkt: &Packet) -> bool {
     let plain = if pkt.flow.family == FAMILY_V4 {
-        IPV4_HDR_LEN
+        Ipv4Hdr::LEN
     } else {
-        IPV6_HDR_LEN
+        Ipv6Hdr::LEN
     };
     let Some(eth) = ptr_at::<[u8; 2]>(ctx, 0) else {
         return false;
@@ -122,19 +117,14 @@ fn answerable(ctx: &XdpContext, pkt: &Packet) -> bool {
     clippy::cast_possible_truncation,
     reason = "`ingress_ifindex` widens the `u32` field of `xdp_md` to `usize`: the cast gives it back"
 )]
-#[expect(
-    clippy::manual_swap,
-    reason = "`slice::swap` carries a bounds check with a panicking path, which the program must \
-              not have; constant-bounded indexing of a checked array has none"
-)]
 fn echo_reply(ctx: &XdpContext, pkt: &Packet) -> Result<(), Reason> {
     let macs = forward::reversed_macs(ctx)?;
     let (l3, l4) = (pkt.l3(), pkt.l4());
     let icmp: *mut [u8; 4] = ptr_at(ctx, l4).ok_or(Reason::MalformedDrop)?;
     if pkt.flow.family == FAMILY_V4 {
         let ip: *mut [u8; 20] = ptr_at(ctx, l3).ok_or(Reason::MalformedDrop)?;
-        // SAFETY: `ptr_at` checked the 20-byte header and the 4 ICMP bytes; every index is a
-        // constant inside them.
+        // SAFETY: `ptr_at` checked the 20-byte header and the 4 ICMP bytes; every index and
+        // offset is a constant inside them.
         unsafe {
             let h = &mut *ip;
             let (ttl, proto) = (h[8], h[9]);
@@ -142,33 +132,38 @@ fn echo_reply(ctx: &XdpContext, pkt: &Packet) -> Result<(), Reason> {
             h[8] = REPLY_TTL;
             h[10] = check[0];
             h[11] = check[1];
-            let mut i = 12;
-            while i < 16 {
-                let b = h[i];
-                h[i] = h[i + 4];
-                h[i + 4] = b;
-                i += 1;
-            }
+            swap::<4>(ip.cast::<u8>(), 12, 16);
             set_type(icmp, ICMP_ECHO_REPLY);
         }
     } else {
         let ip: *mut [u8; 40] = ptr_at(ctx, l3).ok_or(Reason::MalformedDrop)?;
-        // SAFETY: `ptr_at` checked the 40-byte header and the 4 ICMP bytes; every index is a
-        // constant inside them.
+        // SAFETY: `ptr_at` checked the 40-byte header and the 4 ICMP bytes; every index and
+        // offset is a constant inside them.
         unsafe {
-            let h = &mut *ip;
-            h[7] = REPLY_TTL;
-            let mut i = 8;
-            while i < 24 {
-                let b = h[i];
-                h[i] = h[i + 16];
-                h[i + 16] = b;
-                i += 1;
-            }
+            (*ip)[7] = REPLY_TTL;
+            swap::<16>(ip.cast::<u8>(), 8, 24);
             set_type(icmp, ICMPV6_ECHO_REPLY);
         }
     }
     forward::emit(ctx, ctx.ingress_ifindex() as u32, forward::macs(&macs)).map(|_| ())
+}
+
+/// Swaps the `N` bytes at offset `first` of `header` with the `N` at offset `second` (an
+/// address pair), as two whole-array copies: no index, so no bounds check.
+///
+/// # Safety
+///
+/// `header + first` and `header + second` start `N` writable bytes each that do not overlap.
+#[inline(always)]
+unsafe fn swap<const N: usize>(header: *mut u8, first: usize, second: usize) {
+    // SAFETY: the caller's.
+    unsafe {
+        let one = header.add(first).cast::<[u8; N]>();
+        let other = header.add(second).cast::<[u8; N]>();
+        let (was_one, was_other) = (*one, *other);
+        *one = was_other;
+        *other = was_one;
+    }
 }
 
 /// Sets the type of the ICMP header at `icmp` to `kind`, its checksum updated (the type and

@@ -619,18 +619,7 @@ fn references(
             by_name.entry(name).or_insert(i);
         }
     }
-    let unparsed: Vec<&str> = parsed
-        .unparsed
-        .iter()
-        .map(|&f| report.file_name(f))
-        .collect();
-    let unparsed_hint = match unparsed.as_slice() {
-        [] => None,
-        files => Some(format!(
-            "it may be defined in {}, which could not be loaded",
-            files.join(", ")
-        )),
-    };
+    let unparsed_hint = unparsed_hint(parsed, report, "it may be defined in");
     let mut users = vec![Vec::new(); pools.len()];
     for (i, (it, draft)) in parsed.services.iter().zip(services).enumerate() {
         for (rel, pool) in &draft.refs {
@@ -782,4 +771,22 @@ fn backends_are_not_vips(
             it.err(report, &rel, message, hint);
         }
     }
+}
+
+/// A hint for a name or address a file that could not be loaded may hold: `lead` and the files'
+/// names (`it may be defined in 10-web.yaml, which could not be loaded`), or `None` when every
+/// file loaded.
+pub(super) fn unparsed_hint(parsed: &Parsed, report: &Report, lead: &str) -> Option<String> {
+    let files: Vec<&str> = parsed
+        .unparsed
+        .iter()
+        .map(|&f| report.file_name(f))
+        .collect();
+    if files.is_empty() {
+        return None;
+    }
+    Some(format!(
+        "{lead} {}, which could not be loaded",
+        files.join(", ")
+    ))
 }

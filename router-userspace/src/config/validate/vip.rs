@@ -141,18 +141,7 @@ pub(super) fn check(
     // A service whose vip could not be read (already reported) may be the one an entry names.
     let every_vip_read = services.iter().all(|s| s.vip.is_some());
     let vips: HashSet<IpAddr> = services.iter().filter_map(|s| s.vip).collect();
-    let unparsed: Vec<&str> = parsed
-        .unparsed
-        .iter()
-        .map(|&f| report.file_name(f))
-        .collect();
-    let unparsed_hint = match unparsed.as_slice() {
-        [] => None,
-        files => Some(format!(
-            "it may be the vip of a service in {}, which could not be loaded",
-            files.join(", ")
-        )),
-    };
+    let unparsed_hint = super::unparsed_hint(parsed, report, "it may be the vip of a service in");
     let mut seen: HashMap<IpAddr, usize> = HashMap::new();
     for (i, (it, draft)) in parsed.vips.iter().zip(drafts).enumerate() {
         let Some(address) = draft.address else {
