@@ -4,11 +4,13 @@
 //!
 //! Connection tracking keeps each flow's protocol state and when it last sent a packet
 //! (`FlowEntry`, router-common's `first_state`/`next_state`):
-//! - a TCP SYN without ACK opens a new connection on any 5-tuple: it is not looked up in
-//!   `CONNTRACK` at all, and its choice is recorded only in this CPU's flow cache
-//!   (`FLOW_F_FIRST`, in the set's second way). The connection's next packet on this CPU writes
-//!   it to `CONNTRACK` with that backend (a retransmitted SYN reuses the record). A SYN flood
-//!   never writes `CONNTRACK`, so it never evicts a tracked flow;
+//! - a TCP SYN without ACK opens a new connection on any 5-tuple that is not an open one's
+//!   (whose backend a duplicate SYN keeps). On a 5-tuple `CONNTRACK` does not hold, its choice
+//!   is recorded only in this CPU's flow cache (`FLOW_F_FIRST`, in the set's second way), and
+//!   the connection's next packet on this CPU writes it to `CONNTRACK` with that backend (a
+//!   retransmitted SYN reuses the record): a SYN flood never writes `CONNTRACK`, so it never
+//!   evicts a tracked flow. On a closing or idle connection's 5-tuple, the choice replaces its
+//!   entry at once, so the next packet finds it on any CPU;
 //! - any other packet of a flow `CONNTRACK` does not hold (a UDP flow's first, a TCP
 //!   connection's after a SYN this CPU did not see or lost from its cache) tracks the flow at
 //!   once;
@@ -193,6 +195,10 @@ pub struct Miss {
     /// the packet is a new flow's first (or a flow's whose tracking ended), recorded in this
     /// CPU's flow cache only.
     pub reselect: bool,
+    /// `CONNTRACK` holds an entry for the 5-tuple that this choice replaces (a re-selected
+    /// flow's, or a closing or idle connection's whose 5-tuple a SYN reuses): the choice is
+    /// written over it at once, so the connection's next packet follows it on any CPU.
+    pub replace: bool,
     /// The flow's state with this packet (`FLOW_*`).
     pub state: u8,
     /// Index in `FLOW_CACHE` of way 0 of the flow's set on this CPU ([`cache_index`]).
@@ -237,6 +243,7 @@ pub fn tracked(
     let at = cache_index(&w);
     let new = Miss {
         reselect: false,
+        replace: false,
         state: first_state(flow.proto, tcp),
         at,
     };
@@ -250,7 +257,7 @@ pub fn tracked(
         }
     }
     if opens(tcp) {
-        return Err(new);
+        return syn(flow, now, &timeouts, new);
     }
     let Some((mut entry, mut cached)) = flow_entry(flow, way, at, &w) else {
         return Err(new);
@@ -269,6 +276,7 @@ pub fn tracked(
     }
     let reselect = Miss {
         reselect: true,
+        replace: true,
         state: next_state(entry.state, tcp),
         at,
     };
@@ -296,6 +304,34 @@ pub fn tracked(
         refresh(flow, at, &w, entry);
     }
     Ok(hit)
+}
+
+/// A SYN this CPU holds no record of, against `CONNTRACK`'s entry for its 5-tuple. An open
+/// connection within its timeout whose entry applies keeps its backend: the SYN is a duplicate
+/// or forged, and a live connection is never moved by one. Without an entry, the SYN is a new
+/// flow (`new`), recorded on this CPU only. Any other entry (a closing or idle connection's, or
+/// one whose backend is not usable) is replaced by the new connection at once: its next packet
+/// may reach another CPU, and must not find the old connection's backend there.
+#[inline(always)]
+fn syn(
+    flow: &FlowKey,
+    now: u32,
+    timeouts: &[u32; FLOW_STATES],
+    new: Miss,
+) -> Result<(Service, Choice), Miss> {
+    let Some(x) = conntrack_entry(flow) else {
+        return Err(new);
+    };
+    if x.state & FLOW_STATE_MASK != FLOW_TCP_CLOSING
+        && !expired(x.seen, x.state, now, timeouts)
+        && let Some(hit) = applies(flow, x)
+    {
+        return Ok(hit);
+    }
+    Err(Miss {
+        replace: true,
+        ..new
+    })
 }
 
 /// A packet of a flow whose first packet this CPU recorded (`copy`, in cache entry `e`): the
@@ -444,7 +480,7 @@ pub fn select(
             _pad: [0; 3],
         };
         let w = key_words(flow);
-        if miss.reselect {
+        if miss.replace {
             // A failed insert (map full of pinned entries) only costs stickiness for this flow.
             if CONNTRACK.insert(flow, entry, 0).is_ok() {
                 fill_at(miss.at, &w, entry);

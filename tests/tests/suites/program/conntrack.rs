@@ -8,7 +8,9 @@ use router_common::Reason;
 use router_tests::{addrs::backend_v4, packets};
 
 use super::fixture::nat;
-use super::fixture::{Step, To, check, count, drain, dropped, forwarded, health, run, step};
+use super::fixture::{
+    Step, To, check, count, drain, dropped, forwarded, health, on_cpu, run, step,
+};
 use super::{c4, fixture_config, lab, v4};
 use switchyard::{config::Forward, health::Drain, publish::Publisher};
 
@@ -313,15 +315,6 @@ fn second_packet(frame: &[u8]) -> Step {
 
 /// The flow cache's lease, as a row count.
 const LEASE: usize = router_common::FLOW_CACHE_LEASE as usize;
-
-/// Runs the rows after it on CPU `cpu` (`BPF_PROG_TEST_RUN` runs the program on the caller's
-/// CPU, and each CPU has its own flow cache).
-fn on_cpu(cpu: usize) -> Step {
-    step(&format!("on CPU {cpu}"), move |lab, _| {
-        lab.set_cpu(cpu);
-        Ok(())
-    })
-}
 
 #[test]
 fn a_cached_flow_follows_its_rewritten_conntrack_entry_within_the_lease() -> Result<()> {

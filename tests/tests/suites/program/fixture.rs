@@ -288,6 +288,15 @@ pub fn flush() -> Step {
     })
 }
 
+/// Runs the rows after it on CPU `cpu` (`BPF_PROG_TEST_RUN` runs the program on the caller's
+/// CPU, and each CPU has its own flow cache).
+pub fn on_cpu(cpu: usize) -> Step {
+    step(&format!("on CPU {cpu}"), move |lab, _| {
+        lab.set_cpu(cpu);
+        Ok(())
+    })
+}
+
 /// Moves the program's clock forward by `by`.
 pub fn advance(by: std::time::Duration) -> Step {
     step(&format!("clock + {by:?}"), move |lab, _| {

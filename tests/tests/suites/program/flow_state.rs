@@ -14,7 +14,7 @@ use router_tests::{
     packets::{self, Tcp},
 };
 
-use super::fixture::{Step, To, advance, check, count, forwarded, health, run, step};
+use super::fixture::{Step, To, advance, check, count, forwarded, health, on_cpu, run, step};
 use super::{c4, lab, v4};
 
 /// The conntrack key of a flow from the IPv4 client's `sport` to the IPv4 VIP's `dport`.
@@ -247,6 +247,52 @@ fn a_table_change_keeps_open_flows_and_moves_closed_ones() -> Result<()> {
 }
 
 #[test]
+fn a_syn_reusing_a_reset_tuple_is_followed_by_its_ack_on_another_cpu() -> Result<()> {
+    let Some(mut lab) = lab("fx-st-cpus") else {
+        return Ok(());
+    };
+    let mut table = vec![on_cpu(0), without_backend_3()];
+    table.extend(open_flows(seg));
+    for p in FLOWS {
+        table.push(
+            forwarded(&format!("RST {p}"), seg(p, Tcp::Rst), Reason::ConntrackHit)
+                .to(To::Same(format!("flow {p}")))
+                .into(),
+        );
+    }
+    table.push(with_backend_3());
+    for p in FLOWS {
+        let moved = format!("moved {p}");
+        table.extend([
+            on_cpu(0),
+            forwarded(
+                &format!("SYN {p} after RST"),
+                seg(p, Tcp::Syn),
+                Reason::NewFlow,
+            )
+            .to(To::Record(moved.clone()))
+            .into(),
+            state_is(p, Some(router_common::FLOW_TCP_SYN)),
+            // The connection's ACK reaches another CPU, which never saw its SYN.
+            on_cpu(1),
+            forwarded(
+                &format!("ACK {p} on CPU 1"),
+                seg(p, Tcp::Ack),
+                Reason::ConntrackHit,
+            )
+            .to(To::Same(moved))
+            .into(),
+            state_is(p, Some(FLOW_TCP_OPEN)),
+        ]);
+    }
+    table.push(check("reset flows spread over the new table", |_, memo| {
+        ensure!(memo.with_prefix("moved ").contains(&3));
+        Ok(())
+    }));
+    run(&mut lab, table)
+}
+
+#[test]
 fn a_udp_flow_idle_past_its_timeout_is_selected_from_the_current_table() -> Result<()> {
     let Some(mut lab) = lab("fx-st-udp") else {
         return Ok(());
@@ -365,14 +411,14 @@ fn a_duplicate_syn_on_an_open_connection_does_not_move_it_after_a_table_change()
     table.push(with_backend_3());
     for p in FLOWS {
         let name = format!("flow {p}");
-        // The duplicate SYN itself is balanced as a new connection would be; the connection's
-        // next segment stays on its backend.
+        // The duplicate SYN reaches the connection's backend, and so does its next segment.
         table.push(
             forwarded(
                 &format!("duplicate SYN {p}"),
                 seg(p, Tcp::Syn),
-                Reason::NewFlow,
+                Reason::ConntrackHit,
             )
+            .to(To::Same(name.clone()))
             .into(),
         );
         table.push(
