@@ -413,10 +413,19 @@ pub struct FlowEntry {
 }
 
 /// The program's clock runs in ticks of `2^TICK_SHIFT` ns (1.048576 ms): its time is
-/// `(bpf_ktime_get_coarse_ns() + CLOCK[0]) >> TICK_SHIFT` (the kernel's coarse monotonic
-/// clock, `CLOCK_MONOTONIC_COARSE` in userspace), kept as a `u32` that wraps after about 52
-/// days; ages are wrapping differences.
+/// `(CLOCK[CLOCK_AGENT] + CLOCK[CLOCK_OFFSET]) >> TICK_SHIFT`, kept as a `u32` that wraps after
+/// about 52 days; ages are wrapping differences. The program calls no clock helper (decision
+/// 0021): the agent advances `CLOCK[CLOCK_AGENT]`, so the clock stands still while no agent runs.
 pub const TICK_SHIFT: u32 = 20;
+/// Index in `CLOCK` of the agent's time: nanoseconds the agent has run, summed over its runs
+/// on these maps (each run resumes from the value it finds), advanced every 100 ms. The agent
+/// is its only writer.
+pub const CLOCK_AGENT: u32 = 0;
+/// Index in `CLOCK` of nanoseconds added to the agent's time: 0 unless a test (or an operator,
+/// to age every flow at once) moves the program's clock forward.
+pub const CLOCK_OFFSET: u32 = 1;
+/// Entries of `CLOCK`.
+pub const CLOCK_ENTRIES: u32 = 2;
 /// A tracked flow's `seen` is rewritten in `CONNTRACK` when it is at least this many ticks old
 /// (about a second): a flow's packets write its entry at most once a second, and an idle
 /// timeout is honoured to within a second.

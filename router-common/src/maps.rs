@@ -21,7 +21,7 @@
 //! | `IPIP_TX` | program array | 0 → the `switchyard_ipip` program | agent → program (tail call) | 1 |
 //! | `CONFIG` | array | 0 → [`Config`] | agent → program, `status` | 1 |
 //! | `VIPS` | hash | [`VipKey`] → [`Vip`] | agent → program | [`MAX_VIPS`] |
-//! | `CLOCK` | array | 0 → ns added to the program's clock (`u64`, see [`TICK_SHIFT`]) | tests → program | 1 |
+//! | `CLOCK` | array | [`CLOCK_AGENT`] → the agent's time, [`CLOCK_OFFSET`] → ns added to it (`u64` ns, see [`TICK_SHIFT`]) | agent, tests → program | [`CLOCK_ENTRIES`] |
 //!
 //! Not pinned and not part of the layout: `FLOW_CACHE`, the program's per-CPU copies of
 //! `CONNTRACK` entries ([`CachedFlow`], [`FLOW_CACHE_ENTRIES`] per online CPU), and its
@@ -47,6 +47,9 @@
 //! [`Config`]: crate::Config
 //! [`CachedFlow`]: crate::CachedFlow
 //! [`TICK_SHIFT`]: crate::TICK_SHIFT
+//! [`CLOCK_AGENT`]: crate::CLOCK_AGENT
+//! [`CLOCK_OFFSET`]: crate::CLOCK_OFFSET
+//! [`CLOCK_ENTRIES`]: crate::CLOCK_ENTRIES
 //! [`VipKey`]: crate::VipKey
 //! [`Vip`]: crate::Vip
 //! [`MAX_VIPS`]: crate::MAX_VIPS

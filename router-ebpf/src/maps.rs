@@ -112,10 +112,11 @@ pub static CONFIG: Array<Config, 1> = Array::new();
 #[btf_map]
 pub static VIPS: HashMap<VipKey, Vip, { MAX_VIPS as usize }> = HashMap::new();
 
-/// Nanoseconds added to the program's clock (`crate::select::now`): zero, unless a test moves
-/// the clock forward to age tracked flows.
+/// The program's clock (`crate::select::now`), in ns: the agent's time at
+/// `router_common::CLOCK_AGENT`, which the agent advances, and an offset at `CLOCK_OFFSET`
+/// (zero, unless a test moves the clock forward to age tracked flows).
 #[btf_map]
-pub static CLOCK: Array<u64, 1> = Array::new();
+pub static CLOCK: Array<u64, { router_common::CLOCK_ENTRIES as usize }> = Array::new();
 
 /// Per-CPU scratch space for the packet being processed (see `parse::Packet`). Not part of the
 /// ABI: the agent neither reads nor pins it.

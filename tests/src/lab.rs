@@ -227,10 +227,28 @@ impl Lab {
             .map_mut(router_common::maps::CLOCK)
             .context("no CLOCK map in the object")?;
         let mut clock: aya::maps::Array<_, u64> = aya::maps::Array::try_from(map)?;
-        let now = clock.get(&0, 0)?;
+        let now = clock.get(&router_common::CLOCK_OFFSET, 0)?;
         let by = u64::try_from(by.as_nanos()).context("too far")?;
-        clock.set(0, now + by, 0)?;
+        clock.set(router_common::CLOCK_OFFSET, now + by, 0)?;
         Ok(())
+    }
+
+    /// The program's time, in ticks (`router_common::TICK_SHIFT`): no agent advances a lab's
+    /// clock, so it is 0 plus what [`Lab::advance_clock`] added.
+    ///
+    /// # Errors
+    ///
+    /// When the object has no `CLOCK` map, or it cannot be read.
+    pub fn now(&mut self) -> Result<u32> {
+        let map = self
+            .ebpf
+            .map_mut(router_common::maps::CLOCK)
+            .context("no CLOCK map in the object")?;
+        let clock: aya::maps::Array<_, u64> = aya::maps::Array::try_from(map)?;
+        Ok(switchyard::dataplane::clock::ticks(
+            clock.get(&router_common::CLOCK_AGENT, 0)?,
+            clock.get(&router_common::CLOCK_OFFSET, 0)?,
+        ))
     }
 
     /// The program's flow cache (`router_common::maps::FLOW_CACHE`).

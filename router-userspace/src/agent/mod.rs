@@ -46,6 +46,7 @@ use crate::{
     dataplane::{
         Dataplane as _, DataplaneError,
         attach::{self, Attached, Mode},
+        clock::Clock,
         load,
         maps::KernelMaps,
     },
@@ -128,6 +129,15 @@ pub fn backend_addresses(cfg: &Config) -> BTreeSet<IpAddr> {
         .collect()
 }
 
+/// Aborts a task when dropped: a task of an agent's run never outlives it.
+struct Aborting(tokio::task::JoinHandle<()>);
+
+impl Drop for Aborting {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
 /// Runs the agent until SIGINT/SIGTERM.
 ///
 /// # Errors
@@ -194,6 +204,8 @@ pub async fn run(opts: Options) -> Result<(), AgentError> {
     attach::check_adoptable(&pin_dir)?;
     let mut ebpf = load::load(Some(&pin_dir))?;
     let mut maps = KernelMaps::take(&mut ebpf)?;
+    // The program's clock runs while this agent does, from where the last one left it.
+    let _clock = Aborting(tokio::spawn(Clock::take(&mut ebpf)?.run()));
     let mut interfaces = Vec::new();
     for iface in &opts.interfaces {
         let new_mode = opts.mode.unwrap_or(Mode::Native);

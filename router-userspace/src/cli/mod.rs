@@ -402,7 +402,7 @@ pub const MAP_HELP: [(&str, &str); 19] = [
     ),
     (
         maps::CLOCK,
-        "ns added to the program's clock (tests only; the agent never writes it)",
+        "the program's clock: the agent's time (advanced while it runs) and an offset (tests)",
     ),
 ];
 

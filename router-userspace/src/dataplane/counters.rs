@@ -63,7 +63,7 @@ pub fn snapshot(
 /// table's 262,144 entries), so it runs off the agent's event loop. A flow counts while it is
 /// open ([`router_common::flow_open`]): an open TCP flow or a UDP flow, tracked (not only a
 /// first packet's record), and idle for no longer than its state's timeout in the pinned
-/// `CONFIG`, by the program's clock ([`now_ticks`]). A SYN, a closing TCP flow and an expired
+/// `CONFIG`, by the program's clock ([`super::clock`]). A SYN, a closing TCP flow and an expired
 /// entry the LRU still holds do not. Entries the LRU evicts or adds during the pass may be
 /// missed or counted; none is counted twice (the kernel restarts a walk whose current key was
 /// evicted, so each flow is counted once, by its key).
@@ -71,7 +71,7 @@ pub fn snapshot(
 /// # Errors
 ///
 /// When a pinned map cannot be opened or read (a missing `CONFIG` or `CLOCK` pin reads as
-/// the default timeouts and no clock offset).
+/// the default timeouts and time 0).
 pub fn flows_of(
     pin_dir: &std::path::Path,
     slots: &[u32],
@@ -91,33 +91,31 @@ pub fn flows_of(
         }
         None => [0; FLOW_STATES],
     };
-    let offset = match pinned(maps::CLOCK)? {
-        Some(data) => Array::<MapData, u64>::try_from(Map::Array(data))?.get(&0, 0)?,
+    let now = match pinned(maps::CLOCK)? {
+        Some(data) => super::clock::pinned_ticks(&Array::try_from(Map::Array(data))?)?,
         None => 0,
     };
     let data = MapData::from_pin(pin_dir.join(maps::CONNTRACK))?;
     let table: HashMap<MapData, FlowKey, FlowEntry> = HashMap::try_from(Map::LruHashMap(data))?;
-    // The clock is read after each entry: an entry refreshed during the pass is not younger
-    // than the time it is judged at.
-    Ok(count_open(table.iter().flatten(), slots, &timeouts, || {
-        now_ticks(offset)
-    }))
+    // An entry refreshed during the pass is ahead of `now`: not expired
+    // (`router_common::expired`).
+    Ok(count_open(table.iter().flatten(), slots, &timeouts, now))
 }
 
 /// The open flows ([`router_common::flow_open`]) of `entries` naming each of `slots`, each key
-/// counted once; `now` gives the program's time when an entry is judged.
+/// counted once, judged at the program's time `now`.
 fn count_open(
     entries: impl IntoIterator<Item = (router_common::FlowKey, router_common::FlowEntry)>,
     slots: &[u32],
     timeouts: &[u32; router_common::FLOW_STATES],
-    mut now: impl FnMut() -> u32,
+    now: u32,
 ) -> std::collections::BTreeMap<u32, u64> {
     let mut counts: std::collections::BTreeMap<u32, u64> = slots.iter().map(|&s| (s, 0)).collect();
     let mut seen: std::collections::HashSet<router_common::FlowKey> =
         std::collections::HashSet::new();
     for (key, entry) in entries {
         if let Some(n) = counts.get_mut(&entry.backend)
-            && router_common::flow_open(&entry, now(), timeouts)
+            && router_common::flow_open(&entry, now, timeouts)
             && seen.insert(key)
         {
             *n += 1;
@@ -126,39 +124,10 @@ fn count_open(
     counts
 }
 
-/// The program's time, in ticks: `(CLOCK_MONOTONIC_COARSE + offset) >> TICK_SHIFT` as a
-/// wrapping `u32`, where `offset` is the `CLOCK` map's value (what the program adds to
-/// `bpf_ktime_get_coarse_ns()`, the same clock).
-#[must_use]
-pub fn now_ticks(offset: u64) -> u32 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid out-parameter; CLOCK_MONOTONIC_COARSE always exists on Linux,
-    // so the call cannot fail (and a failure would leave `ts` zero: time 0).
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_COARSE, &raw mut ts) };
-    let ns = u64::try_from(ts.tv_sec)
-        .unwrap_or(0)
-        .wrapping_mul(1_000_000_000)
-        .wrapping_add(u64::try_from(ts.tv_nsec).unwrap_or(0));
-    ticks_at(ns.wrapping_add(offset))
-}
-
-/// `ns` of the program's clock in ticks (the low 32 bits of `ns >> TICK_SHIFT`).
-#[expect(
-    clippy::cast_possible_truncation,
-    reason = "the program's clock is the low 32 bits of the tick count: it wraps"
-)]
-const fn ticks_at(ns: u64) -> u32 {
-    (ns >> router_common::TICK_SHIFT) as u32
-}
-
 #[cfg(test)]
 mod tests {
     use router_common::{
         FLOW_F_FIRST, FLOW_TCP_CLOSING, FLOW_TCP_OPEN, FLOW_TCP_SYN, FLOW_UDP, FlowEntry, FlowKey,
-        TICK_SHIFT,
     };
 
     use super::*;
@@ -192,18 +161,7 @@ mod tests {
             flow(7, 8, FLOW_TCP_OPEN, 1_000),
             flow(1, 7, FLOW_TCP_OPEN, 900),
         ];
-        let counts = count_open(entries, &[7, 9], &timeouts, || 1_000);
+        let counts = count_open(entries, &[7, 9], &timeouts, 1_000);
         assert_eq!(counts.into_iter().collect::<Vec<_>>(), [(7, 2), (9, 0)]);
-    }
-
-    #[test]
-    fn the_clock_is_coarse_monotonic_plus_the_offset_in_ticks() {
-        assert_eq!(ticks_at(3 << TICK_SHIFT), 3);
-        assert_eq!(ticks_at((1 << TICK_SHIFT) - 1), 0);
-        // The tick count wraps at 32 bits.
-        assert_eq!(ticks_at((1u64 << (32 + TICK_SHIFT)) + (5 << TICK_SHIFT)), 5);
-        let before = now_ticks(0);
-        let later = now_ticks(1_000 << TICK_SHIFT);
-        assert!(later.wrapping_sub(before).wrapping_sub(1_000) < 100);
     }
 }

@@ -242,7 +242,7 @@ pub fn all() -> Vec<MapLayout> {
             value: record!(FlowEntry {
                 backend: "backend slot",
                 service: "service slot",
-                seen: "last packet, ticks of the program's clock (2^20 ns, CLOCK_MONOTONIC_COARSE + CLOCK)",
+                seen: "last packet, ticks of the program's clock (2^20 ns of CLOCK[0] + CLOCK[1])",
                 state: "0 TCP SYN, 1 TCP open, 2 TCP closing, 3 UDP; +128 a first packet's record",
                 _pad,
             }),
@@ -367,10 +367,10 @@ pub fn all() -> Vec<MapLayout> {
         MapLayout {
             name: maps::CLOCK,
             kind: "array",
-            entries: 1,
-            key: Layout::scalar::<u32>("always 0"),
+            entries: router_common::CLOCK_ENTRIES,
+            key: Layout::scalar::<u32>("0: the agent's time, 1: an offset added to it"),
             value: Layout::scalar::<u64>(
-                "ns added to the program's clock; 0 unless a test ages flows (the agent never writes it)",
+                "ns; the agent advances 0 every 100 ms while it runs, 1 is 0 unless a test ages flows",
             ),
         },
     ]

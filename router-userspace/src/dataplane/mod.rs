@@ -6,6 +6,7 @@
 //! the publisher and the agent are tested without privileges.
 
 pub mod attach;
+pub mod clock;
 pub mod counters;
 pub mod decap;
 pub mod layout;

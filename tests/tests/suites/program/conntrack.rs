@@ -334,7 +334,7 @@ fn a_cached_flow_follows_its_rewritten_conntrack_entry_within_the_lease() -> Res
             let entry = router_common::FlowEntry {
                 backend: web_slot(lab, to)?,
                 service: lab.publisher.services()["web"].value.id,
-                seen: switchyard::dataplane::counters::now_ticks(0),
+                seen: lab.now()?,
                 state: router_common::FLOW_TCP_OPEN,
                 _pad: [0; 3],
             };

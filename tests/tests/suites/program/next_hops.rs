@@ -104,6 +104,7 @@ fn next_hops_come_from_the_map_the_agent_writes() -> Result<()> {
                 router_common::next_hop_index(slot, entry.hop),
                 router_common::NextHop::default(),
             )?;
+            let now = lab.now()?;
             lab.maps.conntrack.insert(
                 router_common::FlowKey {
                     src: switchyard::publish::addr16(c4()),
@@ -117,7 +118,7 @@ fn next_hops_come_from_the_map_the_agent_writes() -> Result<()> {
                 router_common::FlowEntry {
                     backend: slot,
                     service: 0,
-                    seen: switchyard::dataplane::counters::now_ticks(0),
+                    seen: now,
                     state: router_common::FLOW_TCP_OPEN,
                     _pad: [0; 3],
                 },

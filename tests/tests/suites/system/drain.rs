@@ -297,7 +297,7 @@ fn a_drains_flow_count_never_counts_a_flow_twice_while_the_table_churns() -> Res
     // Open flows, seen now: `status` counts only those.
     let other = FlowEntry {
         backend: slot + 1,
-        seen: switchyard::dataplane::counters::now_ticks(0),
+        seen: switchyard::dataplane::clock::pinned_now(&agent.pin_dir())?,
         state: router_common::FLOW_TCP_OPEN,
         ..FlowEntry::default()
     };

@@ -112,8 +112,12 @@ fn advance_clock(agent: &Agent, by: Duration) -> Result<()> {
     let path = agent.pin_dir().join(router_common::maps::CLOCK);
     let data = MapData::from_pin(&path).with_context(|| format!("{}", path.display()))?;
     let mut clock: Array<MapData, u64> = Array::try_from(Map::Array(data))?;
-    let now = clock.get(&0, 0)?;
-    clock.set(0, now + u64::try_from(by.as_nanos())?, 0)?;
+    let now = clock.get(&router_common::CLOCK_OFFSET, 0)?;
+    clock.set(
+        router_common::CLOCK_OFFSET,
+        now + u64::try_from(by.as_nanos())?,
+        0,
+    )?;
     Ok(())
 }
 
