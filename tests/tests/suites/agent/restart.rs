@@ -253,3 +253,63 @@ fn a_missing_map_pin_under_an_attached_program_is_not_replaced_by_a_fresh_map() 
         Ok(())
     }
 }
+
+/// The agent's time in the pinned `CLOCK` map (`router_common::CLOCK_AGENT`), in ns.
+fn agent_time(agent: &Agent) -> Result<u64> {
+    use aya::maps::{Array, Map, MapData};
+    let path = agent.pin_dir().join(router_common::maps::CLOCK);
+    let data = MapData::from_pin(&path).with_context(|| format!("{}", path.display()))?;
+    let clock: Array<MapData, u64> = Array::try_from(Map::Array(data))?;
+    Ok(clock.get(&router_common::CLOCK_AGENT, 0)?)
+}
+
+/// Polls the agent's time until it passes `past`, for up to 5 s; returns it.
+fn agent_time_past(agent: &Agent, past: u64) -> Result<u64> {
+    let start = Instant::now();
+    loop {
+        let t = agent_time(agent)?;
+        if t > past {
+            return Ok(t);
+        }
+        ensure!(
+            start.elapsed() < Duration::from_secs(5),
+            "the program's clock stayed at {t} ns, not past {past}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn the_programs_clock_runs_with_the_agent_and_a_restart_resumes_it_where_it_stopped() -> Result<()>
+{
+    if privileged::require_root_and_bpf("the_programs_clock_runs_with_the_agent").is_err() {
+        return Ok(());
+    }
+    let topo = Topology::builder().backends(1).build()?;
+    let mut agent = Agent::start(&topo, &[("10-web.yaml", web_pool(1).text())])?;
+    let first = agent_time(&agent)?;
+    let later = agent_time_past(&agent, first + 250_000_000)?;
+    println!("the clock ran from {first} to {later} ns");
+    agent.stop()?.context("the agent was not running")?;
+    let stopped = agent_time(&agent)?;
+    // The downtime: real time the clock must not count.
+    let down = Duration::from_secs(1);
+    std::thread::sleep(down);
+    ensure!(
+        agent_time(&agent)? == stopped,
+        "the clock moved while no agent ran"
+    );
+    let relaunched = Instant::now();
+    agent.relaunch()?;
+    let resumed = agent_time_past(&agent, stopped)?;
+    let since = u64::try_from(relaunched.elapsed().as_nanos())?;
+    println!("stopped at {stopped} ns, resumed to {resumed} ns within {since} ns of the relaunch");
+    // Resumed from where it stopped: it advanced by no more than the time since the relaunch
+    // (plus one step), not by the downtime too.
+    ensure!(
+        resumed - stopped <= since + 100_000_000,
+        "the clock jumped by {} ns over a restart {since} ns ago (down {down:?})",
+        resumed - stopped
+    );
+    Ok(())
+}
