@@ -516,6 +516,8 @@ pub struct NatEntry {
     /// The reply's Ethernet destination then source: the request's source MAC, then the MAC
     /// it was addressed to (the first 12 bytes of the reply's Ethernet header).
     pub macs: [u8; 12],
+    /// Backend slot the request went to (whose failure signals the reply counts).
+    pub backend: u32,
 }
 
 /// [`NextHop`] flag: the entry holds a resolved next hop. A slot without it has none: the
@@ -596,6 +598,20 @@ pub struct Traffic {
     pub packets: u64,
     /// Bytes, counted from the Ethernet header.
     pub bytes: u64,
+}
+
+/// Failure signals of one backend, counted by the program per CPU (`BACKEND_SIGNALS`): what
+/// the agent's circuit breaker reads besides the health check.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct BackendSignals {
+    /// TCP segments with RST from the backend to a client, seen on the NAT reply path (in
+    /// `dsr-l2` and `ipip` the backend answers the client directly: none are seen).
+    pub rsts: u64,
+    /// SYNs retransmitted to the backend: a SYN of a connection whose first SYN this CPU
+    /// recorded and whose next packet never came (the backend did not answer within the
+    /// client's retransmission timeout). Every forward mode sees these.
+    pub syn_retransmits: u64,
 }
 
 /// The value of the one-entry `CONFIG` map, written by the agent.
@@ -841,6 +857,7 @@ mod pod {
     unsafe impl aya::Pod for super::FragKey {}
     unsafe impl aya::Pod for super::FragEntry {}
     unsafe impl aya::Pod for super::Traffic {}
+    unsafe impl aya::Pod for super::BackendSignals {}
     unsafe impl aya::Pod for super::Config {}
 }
 
@@ -889,7 +906,9 @@ mod tests {
         assert_eq!(offset_of!(CachedFlow, entry), 40);
         assert_eq!(offset_of!(CachedFlow, hits), 56);
         assert_eq!(offset_of!(CachedFlow, generation), 60);
-        assert_eq!(size_of::<NatEntry>(), 36);
+        assert_eq!(size_of::<NatEntry>(), 40);
+        assert_eq!(offset_of!(NatEntry, backend), 36);
+        assert_eq!(size_of::<BackendSignals>(), 16);
         assert_eq!(offset_of!(NatEntry, service), 16);
         assert_eq!(offset_of!(NatEntry, ifindex), 20);
         assert_eq!(offset_of!(NatEntry, macs), 24);

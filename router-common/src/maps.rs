@@ -21,6 +21,7 @@
 //! | `IPIP_TX` | program array | 0 → the `switchyard_ipip` program | agent → program (tail call) | 1 |
 //! | `CONFIG` | array | 0 → [`Config`] | agent → program, `status` | 1 |
 //! | `VIPS` | hash | [`VipKey`] → [`Vip`] | agent → program | [`MAX_VIPS`] |
+//! | `BACKEND_SIGNALS` | per-CPU array | backend slot → [`BackendSignals`] | program → agent | [`MAX_BACKENDS`] |
 //! | `CLOCK` | array | [`CLOCK_AGENT`] → the agent's time, [`CLOCK_OFFSET`] → ns added to it (`u64` ns, see [`TICK_SHIFT`]) | agent, tests → program | [`CLOCK_ENTRIES`] |
 //!
 //! Not pinned and not part of the layout: `FLOW_CACHE`, the program's per-CPU copies of
@@ -44,6 +45,7 @@
 //! [`FragKey`]: crate::FragKey
 //! [`FragEntry`]: crate::FragEntry
 //! [`Traffic`]: crate::Traffic
+//! [`BackendSignals`]: crate::BackendSignals
 //! [`Config`]: crate::Config
 //! [`CachedFlow`]: crate::CachedFlow
 //! [`TICK_SHIFT`]: crate::TICK_SHIFT
@@ -100,9 +102,12 @@ pub const IPIP_TX: &str = "IPIP_TX";
 pub const CONFIG: &str = "CONFIG";
 /// Virtual IPs: what to do with their traffic that no service takes.
 pub const VIPS: &str = "VIPS";
-/// Nanoseconds added to the program's clock: zero, unless a test moves the clock forward to
-/// age tracked flows without waiting. The agent never writes it.
+/// The program's clock: the agent's time, which it advances while it runs, and an offset a
+/// test may add to age tracked flows without waiting.
 pub const CLOCK: &str = "CLOCK";
+/// Failure signals the program sees for each backend (RSTs it sent to a NAT client, SYNs
+/// retransmitted to it), which the agent's circuit breakers count.
+pub const BACKEND_SIGNALS: &str = "BACKEND_SIGNALS";
 
 /// The program's per-CPU flow cache (`CachedFlow` entries, `FLOW_CACHE_ENTRIES` per online
 /// CPU): internal to one loaded program, like its scratch space. Not pinned and not in
@@ -110,7 +115,7 @@ pub const CLOCK: &str = "CLOCK";
 pub const FLOW_CACHE: &str = "FLOW_CACHE";
 
 /// Every map the program defines, for pinning and `switchyard maps`.
-pub const ALL: [&str; 19] = [
+pub const ALL: [&str; 20] = [
     SERVICES,
     SERVICE_SLOTS,
     SERVICE_FILTER,
@@ -130,6 +135,7 @@ pub const ALL: [&str; 19] = [
     CONFIG,
     VIPS,
     CLOCK,
+    BACKEND_SIGNALS,
 ];
 
 #[cfg(test)]

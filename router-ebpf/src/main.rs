@@ -30,7 +30,7 @@ mod vip;
 use aya_ebpf::{bindings::xdp_action, macros::xdp, programs::XdpContext};
 use router_common::{
     FAMILY_V6, FRAG_F_NAT_REPLY, FlowKey, FragEntry, FragKey, NO_BACKEND, NatEntry, Reason,
-    SVC_F_IPIP, SVC_F_NAT, ServiceKey, Traffic, Verdict,
+    SVC_F_IPIP, SVC_F_NAT, ServiceKey, Traffic, Verdict, tcp_flags,
 };
 
 use crate::{
@@ -184,7 +184,7 @@ fn process(ctx: &XdpContext) -> Outcome {
         reason = Reason::Fragment;
     }
     if svc.flags & SVC_F_NAT != 0
-        && let Err(r) = nat_request(ctx, pkt, &choice.backend.addr, svc.id)
+        && let Err(r) = nat_request(ctx, pkt, &choice.backend.addr, svc.id, choice.id)
     {
         return Outcome::unforwarded(r, svc.id);
     }
@@ -288,6 +288,7 @@ fn nat_request(
     pkt: &Packet,
     backend: &[u8; 16],
     service: u32,
+    slot: u32,
 ) -> Result<(), Reason> {
     // Whole datagrams and first fragments alike: a first fragment carries the whole 5-tuple.
     let reply = FlowKey {
@@ -302,6 +303,7 @@ fn nat_request(
         service,
         ifindex: ctx.ingress_ifindex() as u32,
         macs: forward::reversed_macs(ctx)?,
+        backend: slot,
     };
     // Refreshes the entry too, so it ages like the flow (both maps are LRU).
     let _ = NAT_REVERSE.insert(reply, entry, 0);
@@ -319,6 +321,9 @@ fn nat_reply(ctx: &XdpContext, pkt: &Packet) -> Outcome {
     let Some(entry) = (unsafe { NAT_REVERSE.get(pkt.flow) }).copied() else {
         return unserved(ctx, pkt);
     };
+    if pkt.tcp & tcp_flags::RST != 0 {
+        select::signal(entry.backend, select::Signal::Rst);
+    }
     if let Err(r) = forward::rewrite_addr(ctx, pkt, false, &entry.vip) {
         return Outcome::unforwarded(r, entry.service);
     }

@@ -10,10 +10,11 @@ use aya_ebpf::{
     macros::btf_map,
 };
 use router_common::{
-    Backend, CONNTRACK_SIZE, CachedFlow, Config, FILTER_ENTRIES, FLOW_CACHE_ENTRIES, FRAGMENT_SIZE,
-    FlowEntry, FlowKey, FragEntry, FragKey, MAGLEV_LANES, MAGLEV_VALUES, MAX_BACKENDS,
-    MAX_DECISIONS, MAX_POOLS, MAX_SERVICES, MAX_TX_PORTS, MAX_VIPS, NatEntry, NextHop, Pool,
-    Reason, Service, ServiceKey, ServiceSlot, Traffic, Verdict, Vip, VipKey,
+    Backend, BackendSignals, CONNTRACK_SIZE, CachedFlow, Config, FILTER_ENTRIES,
+    FLOW_CACHE_ENTRIES, FRAGMENT_SIZE, FlowEntry, FlowKey, FragEntry, FragKey, MAGLEV_LANES,
+    MAGLEV_VALUES, MAX_BACKENDS, MAX_DECISIONS, MAX_POOLS, MAX_SERVICES, MAX_TX_PORTS, MAX_VIPS,
+    NatEntry, NextHop, Pool, Reason, Service, ServiceKey, ServiceSlot, Traffic, Verdict, Vip,
+    VipKey,
 };
 
 /// Services by `(VIP, port, protocol, family)`.
@@ -98,6 +99,12 @@ pub static SVC_STATS: PerCpuArray<Traffic, { (MAX_SERVICES * Verdict::COUNT) as 
 /// Per-CPU packets and bytes by backend slot.
 #[btf_map]
 pub static BACKEND_STATS: PerCpuArray<Traffic, { MAX_BACKENDS as usize }> = PerCpuArray::new();
+
+/// Per-CPU failure signals by backend slot (`router_common::BackendSignals`): RSTs a NAT
+/// backend sent, SYNs retransmitted to a backend.
+#[btf_map]
+pub static BACKEND_SIGNALS: PerCpuArray<BackendSignals, { MAX_BACKENDS as usize }> =
+    PerCpuArray::new();
 
 /// The ipip encapsulation program (`switchyard_ipip`) at index 0, which `switchyard`
 /// tail-calls for packets of ipip services; written by the agent when it loads the object.

@@ -60,8 +60,8 @@ use router_common::{
 };
 
 use crate::maps::{
-    BACKENDS, CLOCK, CONFIG, CONNTRACK, DECISIONS, FLOW_CACHE, MAGLEV, POOLS, SERVICE_FILTER,
-    SERVICE_SLOTS,
+    BACKEND_SIGNALS, BACKENDS, CLOCK, CONFIG, CONNTRACK, DECISIONS, FLOW_CACHE, MAGLEV, POOLS,
+    SERVICE_FILTER, SERVICE_SLOTS,
 };
 
 /// A chosen backend.
@@ -367,6 +367,11 @@ fn first_again(
         return None;
     };
     if opens(tcp) || !update {
+        if opens(tcp) && update {
+            // The connection's first SYN got no answer through this CPU within the client's
+            // retransmission timeout.
+            signal(copy.backend, Signal::SynRetransmit);
+        }
         choice.reason = Reason::NewFlow;
         return Some((svc, choice));
     }
@@ -400,6 +405,29 @@ fn first_again(
         hits_word(choice.backend.generation),
     );
     Some((svc, choice))
+}
+
+/// A failure signal the program counts for a backend (`BACKEND_SIGNALS`).
+#[derive(Clone, Copy)]
+pub enum Signal {
+    /// The backend reset a NAT connection.
+    Rst,
+    /// A SYN to the backend was retransmitted.
+    SynRetransmit,
+}
+
+/// Counts `signal` for backend slot `backend` on this CPU.
+#[inline(always)]
+pub fn signal(backend: u32, signal: Signal) {
+    if let Some(s) = BACKEND_SIGNALS.get_ptr_mut(backend) {
+        // SAFETY: a per-CPU slot: no other writer while this program runs on this CPU.
+        unsafe {
+            match signal {
+                Signal::Rst => (*s).rsts += 1,
+                Signal::SynRetransmit => (*s).syn_retransmits += 1,
+            }
+        }
+    }
 }
 
 /// The service and backend a tracked flow's entry sends it to, if the entry still applies: its

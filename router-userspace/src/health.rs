@@ -30,7 +30,7 @@ use std::{
     net::IpAddr,
 };
 
-use crate::config::Config;
+use crate::{breaker::Phase, config::Config};
 
 /// An operator's drain of one backend in one pool (`switchyard ctl backend drain`), as
 /// `HAProxy`'s `set server … state drain` and IPVS's weight 0 do it: new flows avoid the
@@ -64,13 +64,16 @@ pub struct BackendHealth {
     pub reachable: bool,
     /// The operator's drain.
     pub drain: Drain,
+    /// Its circuit breaker's phase (`crate::breaker`; closed in a pool without one): open
+    /// takes no new flows and keeps tracked ones, as a drain; half-open takes a trial share.
+    pub breaker: Phase,
 }
 
 impl BackendHealth {
-    /// Takes new flows: healthy, reachable and not drained.
+    /// Takes new flows: healthy, reachable, not drained and its breaker not open.
     #[must_use]
     pub fn usable(&self) -> bool {
-        self.healthy && self.reachable && self.drain == Drain::Off
+        self.healthy && self.reachable && self.drain == Drain::Off && self.breaker != Phase::Open
     }
 
     /// Why it takes no new flows, `None` when it does ([`usable`](Self::usable)): the health
@@ -85,10 +88,11 @@ impl BackendHealth {
         } else if !self.reachable {
             Some("no next hop")
         } else {
-            match self.drain {
-                Drain::Off => None,
-                Drain::Draining => Some("drained"),
-                Drain::Evicted => Some("drained, timeout passed"),
+            match (self.drain, self.breaker) {
+                (Drain::Off, Phase::Open) => Some("circuit breaker open"),
+                (Drain::Off, _) => None,
+                (Drain::Draining, _) => Some("drained"),
+                (Drain::Evicted, _) => Some("drained, timeout passed"),
             }
         }
     }
@@ -140,6 +144,11 @@ impl Health {
         };
         let drain =
             |pool: &str, address: IpAddr| previous(pool, address).map_or(Drain::Off, |b| b.drain);
+        let breaker = |pool: &crate::config::model::Pool, address: IpAddr| {
+            pool.breaker
+                .and_then(|_| previous(&pool.name, address))
+                .map_or(Phase::Closed, |b| b.breaker)
+        };
         let verdict = |pool: &str, address: IpAddr| {
             previous(pool, address)
                 .or_else(|| {
@@ -179,6 +188,7 @@ impl Health {
                         awaiting_check,
                         reachable: self.reachable(b.address),
                         drain: drain(&p.name, b.address),
+                        breaker: breaker(p, b.address),
                     }
                 })
                 .collect();
@@ -210,6 +220,7 @@ impl Health {
             awaiting_check: false,
             reachable,
             drain: Drain::Off,
+            breaker: Phase::Closed,
         });
     }
 
@@ -267,6 +278,29 @@ impl Health {
             .find(|b| b.address == address)?;
         let changed = b.drain != drain;
         b.drain = drain;
+        Some(changed)
+    }
+
+    /// Whether a circuit breaker of `address` is open, in any pool that has it.
+    #[must_use]
+    pub fn breaker_open(&self, address: IpAddr) -> bool {
+        self.pools
+            .values()
+            .flat_map(|p| p.backends.iter())
+            .any(|b| b.address == address && b.breaker == Phase::Open)
+    }
+
+    /// Sets the breaker phase of `address` in `pool`. Returns whether it changed, `None` when
+    /// the pool has no such backend.
+    pub fn set_breaker(&mut self, pool: &str, address: IpAddr, phase: Phase) -> Option<bool> {
+        let b = self
+            .pools
+            .get_mut(pool)?
+            .backends
+            .iter_mut()
+            .find(|b| b.address == address)?;
+        let changed = b.breaker != phase;
+        b.breaker = phase;
         Some(changed)
     }
 

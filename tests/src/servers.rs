@@ -49,6 +49,8 @@ struct Shared {
     udp_datagrams: AtomicU64,
     health_requests: AtomicU64,
     next_conn: AtomicU64,
+    /// Every how many TCP echo connections one is reset at once (0: none).
+    reset_every: AtomicU64,
     /// Open echo connections, so stopping can shut them down.
     conns: Mutex<HashMap<u64, TcpStream>>,
 }
@@ -194,6 +196,12 @@ impl BackendServers {
         self.shared.healthy.load(Ordering::SeqCst)
     }
 
+    /// Makes the TCP echo server reset one in every `n` connections it accepts, at once and
+    /// before its greeting (an RST, `SO_LINGER` 0); 0 resets none.
+    pub fn reset_every(&self, n: u64) {
+        self.shared.reset_every.store(n, Ordering::SeqCst);
+    }
+
     /// Stops the health server and closes its port: connections are refused from now on.
     pub fn kill_health(&mut self) {
         if let Some(health) = self.health.take() {
@@ -263,6 +271,11 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 fn serve_echo(shared: &Arc<Shared>, stream: TcpStream) {
     shared.tcp_connections.fetch_add(1, Ordering::SeqCst);
     let id = shared.next_conn.fetch_add(1, Ordering::SeqCst);
+    let every = shared.reset_every.load(Ordering::SeqCst);
+    if every > 0 && id % every == 0 {
+        let _ = socket2::SockRef::from(&stream).set_linger(Some(Duration::ZERO));
+        return;
+    }
     if let Ok(clone) = stream.try_clone() {
         lock(&shared.conns).insert(id, clone);
     }

@@ -25,6 +25,7 @@ use log::{info, warn};
 use tokio::sync::mpsc;
 
 pub mod apply;
+mod breakers;
 pub mod command;
 mod drains;
 mod next_hops;
@@ -305,6 +306,7 @@ pub async fn run(opts: Options) -> Result<(), AgentError> {
         egress,
         sampler: rates::RateSampler::default(),
         drains: drains::Drains::new(),
+        breakers: breakers::Breakers::default(),
     };
     next_hops::first_round(&mut rt, &cfg, &mut hop_rx).await;
     if let Err(e) = rt.start(fragments) {

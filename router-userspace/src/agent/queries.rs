@@ -11,8 +11,8 @@ use crate::{
         ctl::StateEntry,
         metrics::{BackendRow, Scrape},
         status::{
-            BackendStatus, DrainStatus, InterfaceStatus, NextHopStatus, PoolStatus, ServiceStatus,
-            Status, modes_in_use, protocol,
+            BackendStatus, BreakerStatus, DrainStatus, InterfaceStatus, NextHopStatus, PoolStatus,
+            ServiceStatus, Status, modes_in_use, protocol,
         },
     },
     config,
@@ -82,6 +82,12 @@ impl Runtime {
                                     evicted: self.evicted(name, b.address),
                                     slot: b.slot,
                                     open_flows: None,
+                                }
+                            }),
+                            breaker: self.breakers.get(name, b.address).map(|(phase, since)| {
+                                BreakerStatus {
+                                    phase,
+                                    for_secs: self.now().saturating_sub(since).as_secs(),
                                 }
                             }),
                         })
@@ -175,6 +181,7 @@ impl Runtime {
                         awaiting_check: h.is_some_and(|h| h.awaiting_check),
                         reachable: h.is_some_and(|h| h.reachable),
                         drain: h.map(|h| h.drain).unwrap_or_default(),
+                        breaker: h.map(|h| h.breaker).unwrap_or_default(),
                     }
                 })
             })

@@ -34,6 +34,7 @@ impl Runtime {
             service_slots.iter().map(|x| x.1),
             backend_slots.iter().map(|x| x.1),
         );
+        self.breaker_signals(&snap);
         let mut totals: HashMap<String, u64> = HashMap::new();
         for (name, slot) in &service_slots {
             let (mut p, mut b) = (0, 0);

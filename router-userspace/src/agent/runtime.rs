@@ -93,6 +93,8 @@ pub struct Runtime {
     pub(super) sampler: RateSampler,
     /// Operators' drains.
     pub(super) drains: super::drains::Drains,
+    /// Backends' circuit breakers.
+    pub(super) breakers: super::breakers::Breakers,
 }
 
 impl Runtime {
@@ -104,6 +106,7 @@ impl Runtime {
             Command::NextHops(events) => self.on_next_hops(events),
             Command::Deadline => {
                 self.expire_drains();
+                self.expire_breakers();
                 let now = self.now();
                 if self.publisher.next_ramp_step().is_some_and(|at| at <= now) {
                     self.advance_ramps();
@@ -171,7 +174,10 @@ impl Runtime {
             .publisher
             .next_ramp_step()
             .and_then(|d| self.started.checked_add(d));
-        [decision, self.next_drain_deadline(), ramp]
+        let breaker = self
+            .next_breaker_deadline()
+            .and_then(|d| self.started.checked_add(d));
+        [decision, self.next_drain_deadline(), ramp, breaker]
             .into_iter()
             .flatten()
             .min()
@@ -336,6 +342,7 @@ impl Runtime {
                 latency_us: u64::try_from(ev.outcome.latency.as_micros()).unwrap_or(u64::MAX),
             },
         );
+        self.breaker_probe(&pool, address, ev.outcome.success);
         if ev.transition.is_none() {
             return;
         }
@@ -387,6 +394,7 @@ impl Runtime {
         if let Some(resolver) = &self.resolver {
             resolver.set_targets(addresses);
         }
+        self.sync_breakers();
         let health = self.publisher.health();
         let targets = probe::targets(&self.config, |pool, address| {
             health.get(pool, address).is_none_or(|b| b.healthy)

@@ -10,6 +10,9 @@
 //! | `switchyard_backend_awaiting_check` | gauge (0/1) | `pool`, `backend` |
 //! | `switchyard_backend_next_hop_resolved` | gauge (0/1) | `pool`, `backend` |
 //! | `switchyard_backend_drained` | gauge (0 no, 1 draining, 2 evicted) | `pool`, `backend` |
+//! | `switchyard_backend_breaker` | gauge (0 closed, 1 open, 2 half-open) | `pool`, `backend` |
+//! | `switchyard_backend_rsts_total`, `…_syn_retransmits_total` | counter | `pool`, `backend` |
+//! | `switchyard_breaker_transitions_total` | counter | `pool`, `backend`, `to` |
 //! | `switchyard_next_hop_unresolved_total` | counter | `backend` |
 //! | `switchyard_health_check_duration_seconds` | histogram | `pool` |
 //! | `switchyard_map_write_duration_seconds` | histogram | |
@@ -69,6 +72,8 @@ pub struct Metrics {
     pub switches: Family<Labels, Counter>,
     /// Candidates vetoed by `require`, by group (once per veto, when it starts).
     pub vetoes: Family<Labels, Counter>,
+    /// Circuit-breaker transitions, by pool, backend and the phase entered.
+    pub breaker_transitions: Family<Labels, Counter>,
 }
 
 impl Default for Metrics {
@@ -89,6 +94,7 @@ impl Default for Metrics {
             unresolved: Family::default(),
             switches: Family::default(),
             vetoes: Family::default(),
+            breaker_transitions: Family::default(),
         }
     }
 }
@@ -111,6 +117,8 @@ pub struct BackendRow {
     pub reachable: bool,
     /// The operator's drain.
     pub drain: crate::health::Drain,
+    /// Its circuit breaker's phase.
+    pub breaker: crate::breaker::Phase,
 }
 
 /// What the runtime hands `/metrics` at scrape time.
@@ -191,6 +199,11 @@ pub fn registry(metrics: &Metrics, scrape: Scrape) -> Registry {
         "decision_vetoes",
         "Candidates of decision groups vetoed by require",
         metrics.vetoes.clone(),
+    );
+    r.register(
+        "breaker_transitions",
+        "Circuit-breaker transitions by pool, backend and the phase entered",
+        metrics.breaker_transitions.clone(),
     );
     r.register_collector(Box::new(ScrapeCollector(scrape)));
     r
@@ -347,6 +360,52 @@ fn backends(scrape: &Scrape, encoder: &mut DescriptorEncoder) -> Result<(), std:
          re-selected too)",
         MetricType::Gauge,
         &drained,
+    )?;
+    breakers(scrape, encoder)
+}
+
+/// Each backend's circuit breaker and the program's failure signals for it.
+fn breakers(scrape: &Scrape, encoder: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
+    let (mut breaker, mut rsts, mut retransmits) = (Vec::new(), Vec::new(), Vec::new());
+    for b in &scrape.backends {
+        let labels = vec![("pool", b.pool.clone()), ("backend", b.address.to_string())];
+        let phase = match b.breaker {
+            crate::breaker::Phase::Closed => 0,
+            crate::breaker::Phase::Open => 1,
+            crate::breaker::Phase::HalfOpen => 2,
+        };
+        breaker.push((labels.clone(), phase));
+        let s = scrape
+            .counters
+            .signals
+            .iter()
+            .find(|(s, _)| *s == b.slot)
+            .map(|(_, s)| *s)
+            .unwrap_or_default();
+        rsts.push((labels.clone(), s.rsts));
+        retransmits.push((labels, s.syn_retransmits));
+    }
+    family(
+        encoder,
+        "backend_breaker",
+        "The backend's circuit breaker: 0 closed, 1 open (no new flows), 2 half-open (a trial \
+         share)",
+        MetricType::Gauge,
+        &breaker,
+    )?;
+    family(
+        encoder,
+        "backend_rsts",
+        "RSTs the backend sent to NAT clients",
+        MetricType::Counter,
+        &rsts,
+    )?;
+    family(
+        encoder,
+        "backend_syn_retransmits",
+        "SYNs retransmitted to the backend (its SYN-ACK never came)",
+        MetricType::Counter,
+        &retransmits,
     )
 }
 

@@ -202,7 +202,8 @@ pub struct BackendStatus {
     pub healthy: bool,
     /// Why it gets no new flows, when `healthy` is false: `waiting for its first check` (added
     /// to a running health-checked pool, it has not yet passed `healthy_threshold` probes in a
-    /// row), `health check failed`, `no next hop`, `drained` or `drained, timeout passed`
+    /// row), `health check failed`, `no next hop`, `drained`, `drained, timeout passed` or
+    /// `circuit breaker open`
     /// ([`crate::health::BackendHealth::reason`]). `None` from agents that predate it.
     #[serde(default)]
     pub reason: Option<String>,
@@ -214,6 +215,18 @@ pub struct BackendStatus {
     /// The operator's drain, while it lasts.
     #[serde(default)]
     pub drain: Option<DrainStatus>,
+    /// Its circuit breaker, in a pool that has one.
+    #[serde(default)]
+    pub breaker: Option<BreakerStatus>,
+}
+
+/// A backend's circuit breaker in `/status` (`pools[].breaker`).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct BreakerStatus {
+    /// `closed`, `open` (no new flows) or `half_open` (a trial share of new flows).
+    pub phase: crate::breaker::Phase,
+    /// How long it has been in this phase, seconds.
+    pub for_secs: u64,
 }
 
 /// A drained backend in `/status` (`switchyard ctl backend drain`).

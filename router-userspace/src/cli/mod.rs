@@ -278,9 +278,14 @@ fn backend_lines(o: &mut String, b: &crate::api::status::BackendStatus, now: u64
         format!("{} in {} µs", p.detail, p.latency_us)
     });
     let awaiting = b.reason.as_deref() == Some(crate::health::AWAITING_FIRST_CHECK);
+    let open = b
+        .breaker
+        .as_ref()
+        .is_some_and(|br| br.phase == crate::breaker::Phase::Open);
     let state = match (&b.drain, b.healthy) {
         (Some(d), _) if d.evicted => "EVICTED",
         (Some(_), _) => "DRAIN",
+        (None, false) if open => "OPEN",
         (None, true) => "up",
         (None, false) if awaiting => "NEW",
         (None, false) => "DOWN",
@@ -318,6 +323,14 @@ fn backend_lines(o: &mut String, b: &crate::api::status::BackendStatus, now: u64
     if let Some(d) = &b.drain {
         let _ = writeln!(o, "      {}", drain_line(d, now));
     }
+    if let Some(br) = &b.breaker {
+        let what = match br.phase {
+            crate::breaker::Phase::Closed => "closed",
+            crate::breaker::Phase::Open => "OPEN: no new flows",
+            crate::breaker::Phase::HalfOpen => "HALF-OPEN: a trial share of new flows",
+        };
+        let _ = writeln!(o, "      circuit breaker {what} for {} s", br.for_secs);
+    }
 }
 
 /// A drained backend's line in `status`, as seen at `now` (seconds since the Unix epoch).
@@ -345,7 +358,7 @@ pub fn ago(now: u64, then: u64) -> String {
 }
 
 /// What each pinned map holds, for `switchyard maps`.
-pub const MAP_HELP: [(&str, &str); 19] = [
+pub const MAP_HELP: [(&str, &str); 20] = [
     (
         maps::SERVICES,
         "services: (VIP, port, protocol) → slot, decision slot, flags",
@@ -388,6 +401,10 @@ pub const MAP_HELP: [(&str, &str); 19] = [
     (maps::REASON_STATS, "per-CPU packets/bytes by reason"),
     (maps::SVC_STATS, "per-CPU packets/bytes by service × action"),
     (maps::BACKEND_STATS, "per-CPU packets/bytes by backend slot"),
+    (
+        maps::BACKEND_SIGNALS,
+        "per-CPU failure signals by backend slot: NAT RSTs, SYN retransmits",
+    ),
     (
         maps::IPIP_TX,
         "the ipip encapsulation program, tail-called for ipip services",

@@ -306,7 +306,33 @@ pub struct Pool {
     /// Slow start: a backend that joins the pool's table (new, or back from down or a drain)
     /// ramps linearly from weight 1 to its weight over this long (`HAProxy`'s `slowstart`).
     pub slow_start: Option<std::time::Duration>,
+    /// A circuit breaker per backend (`crate::breaker`); `None`: none.
+    pub breaker: Option<Breaker>,
 }
+
+/// `pools[].breaker`: each backend's L4 circuit breaker (`crate::breaker`). Failures are failed
+/// probes, RSTs the backend sends to NAT clients and SYNs retransmitted to it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Breaker {
+    /// Failures within `window` that open the breaker (1–1000).
+    pub failure_threshold: u32,
+    /// How far back failures count (1 s – 1 h, default 10 s).
+    pub window: std::time::Duration,
+    /// How long an open breaker stays open before it lets a trial share through (1 s – 1 h).
+    pub recovery_timeout: std::time::Duration,
+    /// Successes in a row (passed probes, seconds of new flows without a failure) that close
+    /// a half-open breaker (1–100, default 2).
+    pub success_threshold: u32,
+    /// The share of its weight a half-open backend takes, percent (1–100, default 10).
+    pub trial_weight: u32,
+}
+
+/// Default `breaker.window`.
+pub const DEFAULT_BREAKER_WINDOW: std::time::Duration = std::time::Duration::from_secs(10);
+/// Default `breaker.success_threshold`.
+pub const DEFAULT_BREAKER_SUCCESSES: u32 = 2;
+/// Default `breaker.trial_weight`, percent.
+pub const DEFAULT_BREAKER_TRIAL_WEIGHT: u32 = 10;
 
 /// What a health check does to one backend.
 #[derive(Clone, Debug, PartialEq)]

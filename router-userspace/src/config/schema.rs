@@ -10,6 +10,7 @@
 //! | `pool.<pool>.healthy_count`, `pool.<pool>.healthy_ratio` | number |
 //! | `backend.<address>.healthy` | bool (any pool that has it healthy) |
 //! | `backend.<address>.rtt_p99_ms` | number: p99 of its probe latency, ms |
+//! | `backend.<address>.breaker_open` | bool: its circuit breaker is open in a pool that has it |
 //! | `service.<service>.packets_per_second`, `service.<service>.bytes_per_second` | number |
 //! | `target.healthy_count`, `target.healthy_ratio` | number: of the target an expression in `require` vets |
 //!
@@ -106,6 +107,7 @@ pub fn builtins(pools: &[(&str, Vec<IpAddr>)], services: &[&str]) -> Vec<(String
     for a in addresses {
         out.push((backend_name(a, "healthy"), Type::Bool));
         out.push((backend_name(a, "rtt_p99_ms"), Type::Number));
+        out.push((backend_name(a, "breaker_open"), Type::Bool));
     }
     for svc in services {
         out.push((service_name(svc, "packets_per_second"), Type::Number));

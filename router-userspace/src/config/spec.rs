@@ -83,6 +83,18 @@ pub(crate) struct PoolSpec {
     pub when_all_down: Option<String>,
     pub slow_start: Option<String>,
     pub weights: Option<NotYet>,
+    pub breaker: Option<BreakerSpec>,
+}
+
+/// `pools[].breaker`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct BreakerSpec {
+    pub failure_threshold: Option<String>,
+    pub window: Option<String>,
+    pub recovery_timeout: Option<String>,
+    pub success_threshold: Option<String>,
+    pub trial_weight: Option<String>,
 }
 
 /// `pools[].backends[]`.

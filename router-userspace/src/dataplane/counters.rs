@@ -1,7 +1,7 @@
 //! Reading the per-CPU counters: each slot summed over CPUs.
 
 use aya::maps::{MapData, PerCpuArray};
-use router_common::{MAX_BACKENDS, MAX_SERVICES, Reason, Traffic, Verdict};
+use router_common::{BackendSignals, MAX_BACKENDS, MAX_SERVICES, Reason, Traffic, Verdict};
 
 /// Sums slot `index` of a per-CPU counter map over all CPUs; a missing slot reads as zero.
 #[must_use]
@@ -24,6 +24,8 @@ pub struct Snapshot {
     pub services: Vec<(u32, Verdict, Traffic)>,
     /// By backend slot (non-zero only).
     pub backends: Vec<(u32, Traffic)>,
+    /// Failure signals by backend slot (non-zero only).
+    pub signals: Vec<(u32, BackendSignals)>,
 }
 
 /// Reads every counter. `services` and `backends` limit the slots read (the agent knows which
@@ -53,6 +55,17 @@ pub fn snapshot(
         let t = sum(&maps.backend_stats, b);
         if t.packets > 0 {
             snap.backends.push((b, t));
+        }
+        if let Ok(values) = maps.backend_signals.get(&b, 0) {
+            let s = values
+                .iter()
+                .fold(BackendSignals::default(), |acc, s| BackendSignals {
+                    rsts: acc.rsts + s.rsts,
+                    syn_retransmits: acc.syn_retransmits + s.syn_retransmits,
+                });
+            if s != BackendSignals::default() {
+                snap.signals.push((b, s));
+            }
         }
     }
     snap

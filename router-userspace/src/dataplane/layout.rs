@@ -257,6 +257,7 @@ pub fn all() -> Vec<MapLayout> {
                 service: "service slot",
                 ifindex: "interface the request came in on, where the reply leaves",
                 macs: "reply's destination MAC (the request's source), then its source MAC",
+                backend: "backend slot the request went to",
             }),
         },
         MapLayout {
@@ -328,6 +329,16 @@ pub fn all() -> Vec<MapLayout> {
             entries: MAX_BACKENDS,
             key: Layout::scalar::<u32>("backend slot"),
             value: traffic(),
+        },
+        MapLayout {
+            name: maps::BACKEND_SIGNALS,
+            kind: "percpu_array",
+            entries: MAX_BACKENDS,
+            key: Layout::scalar::<u32>("backend slot"),
+            value: record!(BackendSignals {
+                rsts: "RSTs from the backend on the NAT reply path",
+                syn_retransmits: "SYNs retransmitted to the backend",
+            }),
         },
         MapLayout {
             name: maps::IPIP_TX,

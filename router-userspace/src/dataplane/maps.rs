@@ -8,9 +8,9 @@ use aya::{
 };
 use memmap2::{MmapMut, MmapOptions};
 use router_common::{
-    Backend, Config, FlowEntry, FlowKey, MAGLEV_LANES, MAGLEV_SIZE, MAGLEV_VALUES, MAX_POOLS,
-    NextHop, Pool, Service, ServiceKey, ServiceSlot, Traffic, Vip, VipKey, maglev_backend,
-    maglev_entry, maglev_index, maps,
+    Backend, BackendSignals, Config, FlowEntry, FlowKey, MAGLEV_LANES, MAGLEV_SIZE, MAGLEV_VALUES,
+    MAX_POOLS, NextHop, Pool, Service, ServiceKey, ServiceSlot, Traffic, Vip, VipKey,
+    maglev_backend, maglev_entry, maglev_index, maps,
 };
 
 use super::{Dataplane, DataplaneError};
@@ -44,6 +44,8 @@ pub struct KernelMaps {
     pub svc_stats: PerCpuArray<MapData, Traffic>,
     /// Packets and bytes by backend.
     pub backend_stats: PerCpuArray<MapData, Traffic>,
+    /// Failure signals by backend.
+    pub backend_signals: PerCpuArray<MapData, BackendSignals>,
     /// Connection tracking (read for status and tests).
     pub conntrack: HashMap<MapData, FlowKey, FlowEntry>,
     /// Virtual IPs.
@@ -110,6 +112,7 @@ impl KernelMaps {
             reason_stats: typed(maps::REASON_STATS, take(maps::REASON_STATS)?)?,
             svc_stats: typed(maps::SVC_STATS, take(maps::SVC_STATS)?)?,
             backend_stats: typed(maps::BACKEND_STATS, take(maps::BACKEND_STATS)?)?,
+            backend_signals: typed(maps::BACKEND_SIGNALS, take(maps::BACKEND_SIGNALS)?)?,
             conntrack: typed(maps::CONNTRACK, take(maps::CONNTRACK)?)?,
             vips: typed(maps::VIPS, take(maps::VIPS)?)?,
             maglev,
@@ -146,6 +149,10 @@ impl KernelMaps {
             backend_stats: typed(
                 maps::BACKEND_STATS,
                 map(maps::BACKEND_STATS, Map::PerCpuArray)?,
+            )?,
+            backend_signals: typed(
+                maps::BACKEND_SIGNALS,
+                map(maps::BACKEND_SIGNALS, Map::PerCpuArray)?,
             )?,
             conntrack: typed(maps::CONNTRACK, map(maps::CONNTRACK, Map::LruHashMap)?)?,
             vips: typed(maps::VIPS, map(maps::VIPS, Map::HashMap)?)?,

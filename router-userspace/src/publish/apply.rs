@@ -182,6 +182,7 @@ impl Publisher {
                     flags,
                     backends,
                     slow_start: p.slow_start,
+                    trial_weight: trial_weight(p),
                     ..o
                 },
                 None => PoolState {
@@ -189,6 +190,7 @@ impl Publisher {
                     flags,
                     backends,
                     slow_start: p.slow_start,
+                    trial_weight: trial_weight(p),
                     active: 1,
                     live: None,
                     built_from: None,
@@ -406,6 +408,11 @@ pub fn encap_range(range: crate::config::SourceRange) -> ([u8; 16], u32) {
     };
     let mask = u32::MAX.checked_shr(32 - host_bits).unwrap_or(0);
     (super::addr16(range.network), mask)
+}
+
+/// A pool's half-open share, percent: its breaker's `trial_weight`, 100 without a breaker.
+fn trial_weight(p: &crate::config::model::Pool) -> u32 {
+    p.breaker.map_or(100, |b| b.trial_weight)
 }
 
 #[cfg(test)]

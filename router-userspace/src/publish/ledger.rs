@@ -268,6 +268,7 @@ impl Publisher {
                     backends,
                     // Set by the first apply, which every start runs.
                     slow_start: None,
+                    trial_weight: 100,
                     active: pool.active & 1,
                     live: maps.read_table(lp.slot, pool.active & 1),
                     // Unknown: the first apply builds each table once and finds it equal.

@@ -38,6 +38,7 @@ use router_common::{
 };
 
 use crate::{
+    breaker::Phase,
     config::{self, Protocol},
     dataplane::{Dataplane, DataplaneError},
     health::{BackendHealth, Drain, Health},
@@ -128,6 +129,8 @@ impl BackendState {
                 (true, false, _, _) => BACKEND_DOWN,
                 (true, true, Drain::Draining, _) => BACKEND_DRAINING,
                 (true, true, _, 0) => BACKEND_DRAINING,
+                // An open circuit breaker drains: tracked flows stay, no new ones.
+                (true, true, _, _) if h.breaker == Phase::Open => BACKEND_DRAINING,
                 (true, true, _, _) => BACKEND_UP,
             },
         };
@@ -185,6 +188,8 @@ pub struct PoolState {
     pub backends: Vec<BackendState>,
     /// `slow_start` of the running config.
     pub slow_start: Option<Duration>,
+    /// `breaker.trial_weight` of the running config, percent (100 without a breaker).
+    pub trial_weight: u32,
     /// Which half is live.
     active: u32,
     /// The live table (None before the first write).
@@ -433,6 +438,31 @@ impl Publisher {
         }
         self.write_vips(dp)?;
         Ok(true)
+    }
+
+    /// Sets the circuit-breaker phase of `address` in `pool` and rewrites the pool's table and
+    /// entries in the safe order of [`tables::refresh`] (open: out of the table, tracked flows
+    /// stay; half-open: its trial share). Returns whether anything changed, `None` when the
+    /// pool has no such backend.
+    ///
+    /// # Errors
+    ///
+    /// [`PublishError`] when a map write fails; the publisher then holds what it wrote.
+    pub fn set_breaker(
+        &mut self,
+        dp: &mut dyn Dataplane,
+        pool: &str,
+        address: IpAddr,
+        phase: Phase,
+    ) -> Result<Option<bool>, PublishError> {
+        let changed = self.health.set_breaker(pool, address, phase);
+        if changed == Some(true)
+            && let Some(p) = self.pools.get_mut(pool)
+        {
+            tables::refresh(dp, pool, p, &self.health, self.now)?;
+            self.write_vips(dp)?;
+        }
+        Ok(changed)
     }
 
     /// Drains `address` in `pool` (or ends its drain) and rewrites the pool's table and

@@ -8,6 +8,7 @@ use router_common::{BACKEND_UP, MAGLEV_SIZE, Pool};
 
 use super::{PoolState, PublishError};
 use crate::{
+    breaker::{self, Phase},
     dataplane::Dataplane,
     health::Health,
     maglev::{self, MaglevBackend},
@@ -95,7 +96,14 @@ pub(super) fn publish(
             let weight = b.ramp.map_or(b.weight, |start| {
                 effective_weight(b.weight, start, slow_start, now)
             });
-            (b.slot, b.address, weight)
+            let phase = health
+                .get(name, b.address)
+                .map_or(Phase::Closed, |h| h.breaker);
+            (
+                b.slot,
+                b.address,
+                breaker::trial(phase, weight, pool.trial_weight),
+            )
         })
         .collect();
     // Same members as the live table: it stands, unbuilt. Otherwise build, and write only a

@@ -317,6 +317,8 @@ impl Store {
             for b in health.pool(pool) {
                 let any = usable.contains(&b.address);
                 sets.push((backend_name(b.address, "healthy"), Value::Bool(any)));
+                let open = health.breaker_open(b.address);
+                sets.push((backend_name(b.address, "breaker_open"), Value::Bool(open)));
             }
             for (name, value) in sets {
                 if let Some((slot, _)) = self.schema.get(&name)

@@ -52,6 +52,7 @@ fn minimal_config_loads_with_every_default_applied() {
                 health_check: None,
                 when_all_down: WhenAllDown::Drop,
                 slow_start: None,
+                breaker: None,
             }],
             state: vec![],
             decisions: vec![],

@@ -31,6 +31,9 @@ pub enum AuditKind {
     OverrideCleared,
     /// A manual override reached its TTL.
     OverrideExpired,
+    /// A backend's circuit breaker changed phase (`group` names the pool; `values` hold
+    /// `backend`, `from` and `to`).
+    Breaker,
 }
 
 /// One audit record.
@@ -83,6 +86,13 @@ impl AuditRecord {
             values: BTreeMap::new(),
             latency_us: None,
         }
+    }
+
+    /// A record of a circuit-breaker transition in `pool` at `at`, for `cause`; the caller
+    /// fills `values`.
+    #[must_use]
+    pub fn breaker(at: Time, pool: &str, cause: &str) -> Self {
+        Self::new(at, pool, AuditKind::Breaker, cause)
     }
 
     pub(super) fn moving(mut self, from: Option<&Action>, to: &Action, by: By) -> Self {

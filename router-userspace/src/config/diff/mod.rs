@@ -20,8 +20,9 @@ use serde::{Deserialize, Serialize};
 
 mod render;
 use render::{
-    action, dur, forward, group, hash, host_ports, opt, opt_action, opt_health, opt_quoted, pool,
-    probe, protocol, push, rule, service, slow_start, source, target, vip, when_all_down,
+    action, breaker, dur, forward, group, hash, host_ports, opt, opt_action, opt_health,
+    opt_quoted, pool, probe, protocol, push, rule, service, slow_start, source, target, vip,
+    when_all_down,
 };
 
 use super::model::{
@@ -366,6 +367,7 @@ impl Builder {
                     slow_start(a.slow_start),
                     slow_start(b.slow_start),
                 );
+                f.cmp("breaker", breaker(a.breaker), breaker(b.breaker));
                 self.changed(Kind::Pool, None, name.into(), f);
             }
             (None, None) => {}

@@ -188,6 +188,21 @@ pub(super) fn hash(h: HashMode) -> &'static str {
     }
 }
 
+/// A pool's `breaker`: its settings, or `none`.
+pub(super) fn breaker(b: Option<crate::config::model::Breaker>) -> String {
+    b.map_or("none".to_owned(), |b| {
+        format!(
+            "failure_threshold {} within {}, recovery_timeout {}, success_threshold {}, \
+             trial_weight {}%",
+            b.failure_threshold,
+            humantime::format_duration(b.window),
+            humantime::format_duration(b.recovery_timeout),
+            b.success_threshold,
+            b.trial_weight
+        )
+    })
+}
+
 /// A pool's `slow_start`: its duration, or `none`.
 pub(super) fn slow_start(d: Option<std::time::Duration>) -> String {
     d.map_or("none".to_owned(), |d| {

@@ -8,12 +8,13 @@ use super::{Field, leaf, missing, required};
 use crate::config::load::Parsed;
 use crate::config::{
     model::{
-        Backend, Backoff, CheckKind, DEFAULT_BACKOFF_FACTOR, DEFAULT_HEALTHY_THRESHOLD,
+        Backend, Backoff, Breaker, CheckKind, DEFAULT_BACKOFF_FACTOR, DEFAULT_BREAKER_SUCCESSES,
+        DEFAULT_BREAKER_TRIAL_WEIGHT, DEFAULT_BREAKER_WINDOW, DEFAULT_HEALTHY_THRESHOLD,
         DEFAULT_HTTP_EXPECT, DEFAULT_HTTP_PATH, DEFAULT_INTERVAL, DEFAULT_TIMEOUT,
         DEFAULT_UNHEALTHY_THRESHOLD, DEFAULT_WEIGHT, HealthCheck, MAX_WEIGHT, Pool, WhenAllDown,
     },
     report::{Item, Report, index_path, key_path},
-    spec::{BackoffSpec, ExecCheckSpec, HealthCheckSpec, HttpCheckSpec, PoolSpec},
+    spec::{BackoffSpec, BreakerSpec, ExecCheckSpec, HealthCheckSpec, HttpCheckSpec, PoolSpec},
     values::{self, Bad, Later, not_yet, show},
 };
 
@@ -51,6 +52,14 @@ pub(super) fn pool(it: &Item<PoolSpec>, report: &mut Report) -> Draft {
     let slow_start = leaf(it, report, p.slow_start.as_deref(), "slow_start", |v| {
         values::duration(v, "slow_start").map(Some)
     });
+    let breaker = match &p.breaker {
+        _ if it.is_broken("breaker") => Field::Bad,
+        None => Field::Absent,
+        Some(b) => match breaker(it, report, b) {
+            Some(b) => Field::Ok(Some(b)),
+            None => Field::Bad,
+        },
+    };
     if p.weights.is_some() {
         let (message, hint) = not_yet(Later::Weights);
         it.err(report, "weights", message, hint);
@@ -62,6 +71,7 @@ pub(super) fn pool(it: &Item<PoolSpec>, report: &mut Report) -> Draft {
             health_check: health_check.or(None)?,
             when_all_down: when_all_down?,
             slow_start: slow_start.or(None)?,
+            breaker: breaker.or(None)?,
         })
     })();
     Draft {
@@ -69,6 +79,61 @@ pub(super) fn pool(it: &Item<PoolSpec>, report: &mut Report) -> Draft {
         backends: addresses,
         value,
     }
+}
+
+/// `breaker`: `failure_threshold` and `recovery_timeout` are required (their right values
+/// depend on the service: 3 and 60 s for payment-like services, 10 and 30 s for content).
+fn breaker(it: &Item<PoolSpec>, report: &mut Report, b: &BreakerSpec) -> Option<Breaker> {
+    const B: &str = "breaker";
+    let hour = Duration::from_hours(1);
+    let second = Duration::from_secs(1);
+    let failure_threshold = required(
+        it,
+        report,
+        b.failure_threshold.as_deref(),
+        B,
+        "failure_threshold",
+        |v| values::number(v, "failure_threshold", 1, 1000),
+    );
+    let recovery_timeout = required(
+        it,
+        report,
+        b.recovery_timeout.as_deref(),
+        B,
+        "recovery_timeout",
+        |v| values::duration_within(v, "recovery_timeout", second, hour),
+    );
+    let window = leaf(
+        it,
+        report,
+        b.window.as_deref(),
+        &key_path(B, "window"),
+        |v| values::duration_within(v, "window", second, hour),
+    )
+    .or(DEFAULT_BREAKER_WINDOW);
+    let success_threshold = leaf(
+        it,
+        report,
+        b.success_threshold.as_deref(),
+        &key_path(B, "success_threshold"),
+        |v| values::number(v, "success_threshold", 1, 100),
+    )
+    .or(DEFAULT_BREAKER_SUCCESSES);
+    let trial_weight = leaf(
+        it,
+        report,
+        b.trial_weight.as_deref(),
+        &key_path(B, "trial_weight"),
+        |v| values::number(v, "trial_weight", 1, 100),
+    )
+    .or(DEFAULT_BREAKER_TRIAL_WEIGHT);
+    Some(Breaker {
+        failure_threshold: failure_threshold?,
+        window: window?,
+        recovery_timeout: recovery_timeout?,
+        success_threshold: success_threshold?,
+        trial_weight: trial_weight?,
+    })
 }
 
 /// `backends`: at least one, unique addresses. Also returns every valid address.

@@ -5,6 +5,7 @@
 //! configures real ones.
 
 mod balance;
+mod breaker;
 mod drain;
 mod failover;
 mod first_check;
