@@ -22,6 +22,7 @@ mod malformed;
 mod nat;
 mod next_hops;
 mod selection;
+mod signals;
 mod table;
 mod verifier;
 mod vip;
