@@ -272,7 +272,7 @@ fn serve_echo(shared: &Arc<Shared>, stream: TcpStream) {
     shared.tcp_connections.fetch_add(1, Ordering::SeqCst);
     let id = shared.next_conn.fetch_add(1, Ordering::SeqCst);
     let every = shared.reset_every.load(Ordering::SeqCst);
-    if every > 0 && id % every == 0 {
+    if every > 0 && id.is_multiple_of(every) {
         let _ = socket2::SockRef::from(&stream).set_linger(Some(Duration::ZERO));
         return;
     }
