@@ -101,6 +101,9 @@ pub const SVC_F_HASH_SOURCE: u32 = 1 << 1;
 /// Service flag: forward by IP-in-IP encapsulation (RFC 2003 / RFC 2473) to the backend, the
 /// outer source taken from the service's `encap_src`/`encap_mask` range by the flow hash.
 pub const SVC_F_IPIP: u32 = 1 << 2;
+/// Service flag: its virtual IP limits new flows ([`Vip::new_flows`]): a new flow of the
+/// service reads and counts the address's `VIPS` entry.
+pub const SVC_F_VIP_LIMIT: u32 = 1 << 3;
 
 /// The value of the `SERVICES` map.
 #[repr(C)]
@@ -217,7 +220,8 @@ pub struct VipKey {
 /// The value of `VIPS`, written by the agent: what the program does with a packet to the
 /// virtual IP that no service takes. It drops it (`vip_no_service`), unless it is an echo
 /// request it answers ([`VIP_F_ECHO`] and [`VIP_F_LIVE`]), an ICMP/`ICMPv6` message of another
-/// type (errors and neighbour discovery are the host's), or for one of `host_ports`.
+/// type (errors and neighbour discovery are the host's), or for one of `host_ports`. With
+/// `new_flows`, it also counts the address's new flows ([`SVC_F_VIP_LIMIT`]).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub struct Vip {
@@ -225,7 +229,27 @@ pub struct Vip {
     pub flags: u32,
     /// Ports passed to the host's stack: [`host_port`] of each, 0 for an unused entry.
     pub host_ports: [u32; VIP_HOST_PORTS],
+    /// New flows the address takes per [`RATE_WINDOW_TICKS`] window, across all its services
+    /// and CPUs; 0: no limit. A new flow past it is dropped (`vip_rate_limited`); tracked flows
+    /// are never limited.
+    pub new_flows: u32,
+    /// The program's: the tick its current window began (the agent writes 0).
+    pub window: u32,
+    /// Zero.
+    #[expect(
+        clippy::pub_underscore_fields,
+        reason = "explicit padding: public so that other crates can build the value with a struct literal"
+    )]
+    pub _pad: u32,
+    /// The program's: new flows counted in the current window (the agent writes 0); a 64-bit
+    /// word, which every BPF instruction set version adds to atomically.
+    pub count: u64,
 }
+
+/// A virtual IP's new-flow window, in ticks of the program's clock (about a second): a
+/// fixed window, so a burst at a window's end and the next one's start may reach twice the
+/// limit within a second.
+pub const RATE_WINDOW_TICKS: u32 = 1 << 10;
 
 /// A [`Vip::host_ports`] entry: `port` (network-order bytes, as in [`FlowKey`]) and `proto`.
 #[must_use]
@@ -926,7 +950,9 @@ mod tests {
         assert_eq!(offset_of!(FragEntry, macs), 32);
 
         assert_eq!(size_of::<VipKey>(), 20);
-        assert_eq!(size_of::<Vip>(), 36);
+        assert_eq!(size_of::<Vip>(), 56);
+        assert_eq!(offset_of!(Vip, count), 48);
+        assert_eq!(offset_of!(Vip, new_flows), 36);
 
         assert_eq!(size_of::<Traffic>(), 16);
         assert_eq!(size_of::<Config>(), 32);

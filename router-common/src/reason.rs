@@ -92,11 +92,14 @@ pub enum Reason {
     EchoReply = 20,
     /// Addressed to a virtual IP on a port its `vips:` entry passes to the host: passed.
     HostPort = 21,
+    /// A new flow past its virtual IP's `new_flows_per_second`: dropped (a client retries a
+    /// SYN; a tracked flow is never limited).
+    VipRateLimited = 22,
 }
 
 impl Reason {
     /// Number of reasons (entries of `REASON_STATS`).
-    pub const COUNT: u32 = 22;
+    pub const COUNT: u32 = 23;
     /// Every reason, in index order.
     pub const ALL: [Reason; Self::COUNT as usize] = [
         Reason::NotIp,
@@ -121,6 +124,7 @@ impl Reason {
         Reason::VipNoService,
         Reason::EchoReply,
         Reason::HostPort,
+        Reason::VipRateLimited,
     ];
 
     /// Label for metrics and `status` (the `reason` label).
@@ -149,6 +153,7 @@ impl Reason {
             Reason::VipNoService => "vip_no_service",
             Reason::EchoReply => "echo_reply",
             Reason::HostPort => "host_port",
+            Reason::VipRateLimited => "vip_rate_limited",
         }
     }
 }

@@ -30,7 +30,7 @@ mod vip;
 use aya_ebpf::{bindings::xdp_action, macros::xdp, programs::XdpContext};
 use router_common::{
     FAMILY_V6, FRAG_F_NAT_REPLY, FlowKey, FragEntry, FragKey, NO_BACKEND, NatEntry, Reason,
-    SVC_F_IPIP, SVC_F_NAT, ServiceKey, Traffic, Verdict, tcp_flags,
+    SVC_F_IPIP, SVC_F_NAT, SVC_F_VIP_LIMIT, ServiceKey, Traffic, Verdict, tcp_flags,
 };
 
 use crate::{
@@ -153,6 +153,15 @@ fn process(ctx: &XdpContext) -> Outcome {
             };
             if pkt.is_icmp() && svc.flags & SVC_F_NAT != 0 {
                 return Outcome::unforwarded(Reason::NoService, svc.id);
+            }
+            // A flow's first packet counts against its virtual IP's new-flow limit; a
+            // re-selected flow, a later fragment and an ICMP error are not new flows.
+            if svc.flags & SVC_F_VIP_LIMIT != 0
+                && !miss.reselect
+                && !pkt.is_icmp()
+                && vip::over_limit(&pkt.flow)
+            {
+                return Outcome::unforwarded(Reason::VipRateLimited, svc.id);
             }
             // A first fragment carries the whole 5-tuple: it is balanced (and tracked) as its
             // flow, so a fragmented datagram reaches the backend of the flow's whole

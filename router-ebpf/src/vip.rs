@@ -11,16 +11,18 @@
 //! An address is found by its bit in `SERVICE_FILTER` (salt `FILTER_VIP`) before `VIPS` is
 //! looked up, so traffic for no virtual IP pays one more filter probe and no hash-map lookup.
 
-use aya_ebpf::{bindings::xdp_action, programs::XdpContext};
+use aya_ebpf::{
+    bindings::xdp_action, helpers::generated::bpf_ktime_get_coarse_ns, programs::XdpContext,
+};
 use network_types::ip::{Ipv4Hdr, Ipv6Hdr};
 use router_common::{
-    FAMILY_V4, FILTER_VIP, Reason, VIP_F_ECHO, VIP_F_LIVE, VIP_HOST_PORTS, VipKey,
-    hash::filter_bit_words, host_port,
+    CLOCK_OFFSET, FAMILY_V4, FILTER_VIP, FlowKey, RATE_WINDOW_TICKS, Reason, TICK_SHIFT,
+    VIP_F_ECHO, VIP_F_LIVE, VIP_HOST_PORTS, VipKey, hash::filter_bit_words, host_port,
 };
 
 use crate::{
     csum, forward,
-    maps::VIPS,
+    maps::{CLOCK, VIPS},
     parse::{PROTO_ICMP, PROTO_ICMPV6, Packet, frag, ptr_at},
     select::{addr_pair, filter_has},
 };
@@ -30,6 +32,50 @@ const ICMP_ECHO_REPLY: u8 = 0;
 const ICMPV6_ECHO_REPLY: u8 = 129;
 /// TTL / hop limit of an echo reply the program sends.
 const REPLY_TTL: u8 = 64;
+
+/// Whether a new flow to the virtual IP `flow` is addressed to is past the address's limit
+/// (`Vip::new_flows` per `RATE_WINDOW_TICKS`), counting it. The window and the count live in
+/// the address's `VIPS` value: a window that ended starts again now (two CPUs may both restart
+/// it and lose a few counts), and the count is one atomic add shared by every CPU. The window
+/// runs on the kernel's coarse clock (plus `CLOCK`'s test offset), not the agent's (decision
+/// 0025): a limited address keeps taking new flows while no agent runs. Only for services with `SVC_F_VIP_LIMIT`.
+#[inline(always)]
+#[expect(
+    clippy::cast_possible_truncation,
+    reason = "windows are compared as wrapping differences of a u32 of ticks"
+)]
+pub fn over_limit(flow: &FlowKey) -> bool {
+    let key = VipKey {
+        addr: flow.dst,
+        family: flow.family,
+        _pad: [0; 3],
+    };
+    let Some(v) = VIPS.get_ptr_mut(key) else {
+        return false;
+    };
+    // SAFETY: a map value; the program's fields are written in place, each with one aligned
+    // store or atomic add, so a reader sees a whole old or new value of each.
+    unsafe {
+        let limit = core::ptr::read_volatile(&raw const (*v).new_flows);
+        if limit == 0 {
+            return false;
+        }
+        let offset = CLOCK.get(CLOCK_OFFSET).copied().unwrap_or(0);
+        let now = (bpf_ktime_get_coarse_ns().wrapping_add(offset) >> TICK_SHIFT) as u32;
+        if now.wrapping_sub(core::ptr::read_volatile(&raw const (*v).window)) >= RATE_WINDOW_TICKS {
+            core::ptr::write_volatile(&raw mut (*v).window, now);
+            core::ptr::write_volatile(&raw mut (*v).count, 0);
+        }
+        let count = &raw mut (*v).count;
+        core::arch::asm!(
+            "lock *(u64 *)({p} + 0) += {one}",
+            p = in(reg) count,
+            one = in(reg) 1u64,
+            options(nostack, preserves_flags),
+        );
+        core::ptr::read_volatile(count) > u64::from(limit)
+    }
+}
 
 /// The verdict for a packet no service takes (`pkt.flow` holds its addresses, protocol and,
 /// for TCP and UDP, ports): `XDP_PASS` / `no_service` unless its destination is a virtual IP.

@@ -61,6 +61,9 @@ pub struct Vip {
     /// `(protocol, port)` passed to the host's stack instead of dropped, at most
     /// [`MAX_HOST_PORTS`] (a port no service of the address has).
     pub host_ports: Vec<(Protocol, u16)>,
+    /// New flows a second the address takes across its services (1 – 100,000,000); past it
+    /// a new flow is dropped (`vip_rate_limited`) and tracked flows go on. `None`: no limit.
+    pub new_flows_per_second: Option<u32>,
 }
 
 /// The whole merged configuration of one config directory.

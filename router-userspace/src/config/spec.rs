@@ -71,6 +71,7 @@ pub(crate) struct VipSpec {
     pub echo: Option<String>,
     /// `tcp/PORT` or `udp/PORT`.
     pub host_ports: Option<Vec<String>>,
+    pub new_flows_per_second: Option<String>,
 }
 
 /// `pools[]`.

@@ -331,16 +331,6 @@ pub fn all() -> Vec<MapLayout> {
             value: traffic(),
         },
         MapLayout {
-            name: maps::BACKEND_SIGNALS,
-            kind: "percpu_array",
-            entries: MAX_BACKENDS,
-            key: Layout::scalar::<u32>("backend slot"),
-            value: record!(BackendSignals {
-                rsts: "RSTs from the backend on the NAT reply path",
-                syn_retransmits: "SYNs retransmitted to the backend",
-            }),
-        },
-        MapLayout {
             name: maps::IPIP_TX,
             kind: "prog_array",
             entries: 1,
@@ -373,6 +363,10 @@ pub fn all() -> Vec<MapLayout> {
             value: record!(Vip {
                 flags: "VIP_F_ECHO 1 (answer echo requests), VIP_F_LIVE 2 (a service has a usable backend)",
                 host_ports: "passed to the host: port (network-order bytes) | protocol << 16; 0 unused",
+                new_flows: "new flows per window of 1024 ticks (about a second); 0 no limit",
+                window: "the program's: tick the current window began",
+                _pad,
+                count: "the program's: new flows counted in the window",
             }),
         },
         MapLayout {
@@ -383,6 +377,16 @@ pub fn all() -> Vec<MapLayout> {
             value: Layout::scalar::<u64>(
                 "ns; the agent advances 0 every 100 ms while it runs, 1 is 0 unless a test ages flows",
             ),
+        },
+        MapLayout {
+            name: maps::BACKEND_SIGNALS,
+            kind: "percpu_array",
+            entries: MAX_BACKENDS,
+            key: Layout::scalar::<u32>("backend slot"),
+            value: record!(BackendSignals {
+                rsts: "RSTs from the backend on the NAT reply path",
+                syn_retransmits: "SYNs retransmitted to the backend",
+            }),
         },
     ]
 }

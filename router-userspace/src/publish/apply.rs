@@ -7,8 +7,8 @@ use std::{
 };
 
 use router_common::{
-    ABI_VERSION, POOL_F_ALL_DOWN_PASS, SVC_F_HASH_SOURCE, SVC_F_IPIP, SVC_F_NAT, Service,
-    next_hop_index,
+    ABI_VERSION, POOL_F_ALL_DOWN_PASS, SVC_F_HASH_SOURCE, SVC_F_IPIP, SVC_F_NAT, SVC_F_VIP_LIMIT,
+    Service, next_hop_index,
 };
 
 use super::{BackendState, PoolState, PublishError, Publisher, ServiceState, service_key, tables};
@@ -306,6 +306,13 @@ impl Publisher {
             }
             if s.hash == HashMode::SourceIp {
                 flags |= SVC_F_HASH_SOURCE;
+            }
+            if cfg
+                .vips
+                .iter()
+                .any(|v| v.address == s.vip && v.new_flows_per_second.is_some())
+            {
+                flags |= SVC_F_VIP_LIMIT;
             }
             // A service's decision slot is its own slot, or its group's.
             let value = Service {

@@ -775,6 +775,7 @@ fn a_virtual_ip_is_live_while_a_pool_of_its_services_has_a_usable_backend() {
         address: "198.18.0.10".parse().unwrap(),
         echo: false,
         host_ports: vec![(Protocol::Tcp, 22)],
+        new_flows_per_second: None,
     }];
     p.apply(&mut dp, &cfg).unwrap();
     let v = vip_entry(&dp).unwrap();

@@ -6,7 +6,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 
-use router_common::{VIP_F_ECHO, VIP_F_LIVE, Vip, VipKey, host_port};
+use router_common::{
+    RATE_WINDOW_TICKS, TICK_SHIFT, VIP_F_ECHO, VIP_F_LIVE, Vip, VipKey, host_port,
+};
 
 use super::{PublishError, Publisher, addr16, family};
 use crate::{
@@ -35,6 +37,14 @@ pub fn vip_key(address: IpAddr) -> VipKey {
     }
 }
 
+/// A rate of new flows a second as flows per `RATE_WINDOW_TICKS` window of the program's
+/// clock (2^30 ns, a little over a second), rounded up.
+fn per_window(per_second: u32) -> u32 {
+    let window_ns = u64::from(RATE_WINDOW_TICKS) << TICK_SHIFT;
+    let n = (u64::from(per_second) * window_ns).div_ceil(1_000_000_000);
+    u32::try_from(n).unwrap_or(u32::MAX)
+}
+
 /// Every virtual IP of `cfg`, with the pools its services reach and its entry without
 /// [`VIP_F_LIVE`].
 fn wanted(cfg: &Config) -> BTreeMap<IpAddr, (BTreeSet<String>, Vip)> {
@@ -48,7 +58,10 @@ fn wanted(cfg: &Config) -> BTreeMap<IpAddr, (BTreeSet<String>, Vip)> {
                 } else {
                     0
                 },
-                host_ports: [0; router_common::VIP_HOST_PORTS],
+                new_flows: settings
+                    .and_then(|v| v.new_flows_per_second)
+                    .map_or(0, per_window),
+                ..Vip::default()
             };
             for (slot, (protocol, port)) in base
                 .host_ports
@@ -111,6 +124,12 @@ impl Publisher {
             let keep: Vec<VipKey> = wanted.keys().map(|a| vip_key(*a)).collect();
             for (key, value) in dp.read_vips() {
                 if keep.contains(&key) {
+                    // The window and count are the program's: not a difference to write.
+                    let value = Vip {
+                        window: 0,
+                        count: 0,
+                        ..value
+                    };
                     held.insert(key, value);
                 } else {
                     gone.push(key);

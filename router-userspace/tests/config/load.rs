@@ -233,7 +233,7 @@ fn vips_convert_in_file_order_with_their_defaults() {
                 backends: [ { address: \"2001:db8:1::11\" } ] }\n";
     let text = format!(
         "{MINIMAL}vips:\n  - address: 198.18.0.10\n    echo: false\n    \
-         host_ports: [tcp/22, udp/161, tcp/53, udp/80]\n"
+         host_ports: [tcp/22, udp/161, tcp/53, udp/80]\n    new_flows_per_second: 5000\n"
     );
     // Entries of several files, in file order; a key left out keeps its default.
     let config = load(&[
@@ -256,11 +256,13 @@ fn vips_convert_in_file_order_with_their_defaults() {
                     (Protocol::Tcp, 53),
                     (Protocol::Udp, 80),
                 ],
+                new_flows_per_second: Some(5000),
             },
             Vip {
                 address: ip("2001:db8::10"),
                 echo: true,
                 host_ports: vec![],
+                new_flows_per_second: None,
             },
         ]
     );

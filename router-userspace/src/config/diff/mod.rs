@@ -337,6 +337,11 @@ impl Builder {
                     host_ports(&a.host_ports),
                     host_ports(&b.host_ports),
                 );
+                f.cmp(
+                    "new_flows_per_second",
+                    opt(a.new_flows_per_second),
+                    opt(b.new_flows_per_second),
+                );
                 self.changed(Kind::Vip, None, address.into(), f);
             }
             (None, None) => {}

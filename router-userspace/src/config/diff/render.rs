@@ -18,9 +18,16 @@ pub(super) fn service(s: &Service) -> String {
     )
 }
 
-/// `echo false, host_ports [tcp/22]`.
+/// `echo false, host_ports [tcp/22]`, and `, new_flows_per_second N` when it has a limit.
 pub(super) fn vip(v: &Vip) -> String {
-    format!("echo {}, host_ports {}", v.echo, host_ports(&v.host_ports))
+    let limit = v
+        .new_flows_per_second
+        .map_or(String::new(), |n| format!(", new_flows_per_second {n}"));
+    format!(
+        "echo {}, host_ports {}{limit}",
+        v.echo,
+        host_ports(&v.host_ports)
+    )
 }
 
 /// `[tcp/22, udp/161]`: TCP before UDP, each by port (their order in the file means nothing).

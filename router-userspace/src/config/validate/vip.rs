@@ -45,11 +45,19 @@ pub(super) fn entry(it: &Item<VipSpec>, report: &mut Report) -> Draft {
     })
     .or(true);
     let (ok, read) = host_ports(it, report);
+    let rate = leaf(
+        it,
+        report,
+        s.new_flows_per_second.as_deref(),
+        "new_flows_per_second",
+        |v| values::number(v, "new_flows_per_second", 1, 100_000_000).map(Some),
+    );
     let value = (|| {
         Some(Vip {
             address: address?,
             echo: echo?,
             host_ports: ok.then(|| read.iter().map(|&(_, h)| h).collect())?,
+            new_flows_per_second: rate.or(None)?,
         })
     })();
     Draft {

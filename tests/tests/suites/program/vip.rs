@@ -47,11 +47,13 @@ fn config() -> Config {
             address: QUIET.into(),
             echo: false,
             host_ports: vec![],
+            new_flows_per_second: None,
         },
         Vip {
             address: VIP_V4.into(),
             echo: true,
             host_ports: vec![(Protocol::Tcp, 22)],
+            new_flows_per_second: None,
         },
     ];
     cfg
@@ -263,4 +265,72 @@ fn an_echo_request_that_cannot_be_turned_around_is_not_answered() -> Result<()> 
         Reason::VipNoService,
     )?;
     Ok(())
+}
+
+#[test]
+fn new_flows_past_a_virtual_ips_limit_are_dropped_and_tracked_flows_go_on() -> Result<()> {
+    use super::fixture::{Step, To, advance, dropped, forwarded, run};
+    use packets::Tcp;
+
+    let Some(mut lab) = lab("fx-vip-rate") else {
+        return Ok(());
+    };
+    // 5 new flows a second: 6 per window of 2^30 ns, for every service of the address.
+    let mut cfg = fixture_config();
+    cfg.vips = vec![Vip {
+        address: VIP_V4.into(),
+        echo: true,
+        host_ports: vec![],
+        new_flows_per_second: Some(5),
+    }];
+    lab.apply(&cfg)?;
+    let v4: IpAddr = VIP_V4.into();
+    let syn = |port: u16| packets::tcp_with(c4(), port, v4, 80, Tcp::Syn);
+    let mut table: Vec<Step> = vec![
+        forwarded("tracked SYN", syn(49_000), Reason::NewFlow)
+            .to(To::Record("tracked".into()))
+            .into(),
+        forwarded(
+            "its ACK",
+            packets::tcp_with(c4(), 49_000, v4, 80, Tcp::Ack),
+            Reason::ConntrackHit,
+        )
+        .to(To::Same("tracked".into()))
+        .into(),
+        // A retransmitted SYN is no new flow.
+        forwarded("a SYN retransmitted", syn(49_001), Reason::NewFlow).into(),
+        forwarded("again", syn(49_001), Reason::NewFlow).into(),
+    ];
+    for port in 49_002..49_006 {
+        table.push(forwarded(&format!("SYN {port}"), syn(port), Reason::NewFlow).into());
+    }
+    for port in 49_006..49_009 {
+        table.push(
+            dropped(
+                &format!("SYN {port}, over"),
+                syn(port),
+                Reason::VipRateLimited,
+            )
+            .into(),
+        );
+    }
+    table.extend([
+        // The limit is the address's, whatever the service.
+        dropped(
+            "a DNS query, over",
+            packets::udp(c4(), 49_100, v4, 53),
+            Reason::VipRateLimited,
+        )
+        .into(),
+        forwarded(
+            "the tracked flow goes on",
+            packets::tcp_with(c4(), 49_000, v4, 80, Tcp::Ack),
+            Reason::ConntrackHit,
+        )
+        .to(To::Same("tracked".into()))
+        .into(),
+        advance(std::time::Duration::from_secs(2)),
+        forwarded("next window", syn(49_010), Reason::NewFlow).into(),
+    ]);
+    run(&mut lab, table)
 }
