@@ -89,27 +89,30 @@ impl Runtime {
     /// Counts the program's failure signals since the last sample: each RST and retransmitted
     /// SYN is a failure; a backend that took packets and sent none is a success.
     pub(super) fn breaker_signals(&mut self, snap: &Snapshot) {
+        if self.breakers.machines.is_empty() {
+            return;
+        }
         let now = self.now();
         let mut pending = Vec::new();
+        let signals_of: HashMap<u32, BackendSignals> = snap.signals.iter().copied().collect();
+        let packets_of: HashMap<u32, u64> =
+            snap.backends.iter().map(|(s, t)| (*s, t.packets)).collect();
+        // The backends of pools with breakers only.
         let slots: Vec<(String, IpAddr, u32)> = self
             .publisher
             .pools()
             .iter()
             .flat_map(|(name, p)| p.backends.iter().map(|b| (name.clone(), b.address, b.slot)))
+            .filter(|(name, address, _)| {
+                self.breakers
+                    .machines
+                    .contains_key(&(name.clone(), *address))
+            })
             .collect();
         let mut last = HashMap::new();
         for (pool, address, slot) in slots {
-            let signals = snap
-                .signals
-                .iter()
-                .find(|(s, _)| *s == slot)
-                .map(|(_, s)| *s)
-                .unwrap_or_default();
-            let packets = snap
-                .backends
-                .iter()
-                .find(|(s, _)| *s == slot)
-                .map_or(0, |(_, t)| t.packets);
+            let signals = signals_of.get(&slot).copied().unwrap_or_default();
+            let packets = packets_of.get(&slot).copied().unwrap_or(0);
             let before = self.breakers.last.get(&slot).copied();
             last.insert(slot, (signals, packets));
             // A slot first seen in this sample (or reused) has no baseline yet.
