@@ -30,6 +30,7 @@ fn pool(name: &str, addrs: &[(&str, u32)]) -> CfgPool {
         health_check: None,
         when_all_down: WhenAllDown::Drop,
         slow_start: None,
+        adaptive: None,
     }
 }
 

@@ -38,6 +38,7 @@ fn pool(name: &str, addrs: &[&str]) -> Pool {
         health_check: Some(check()),
         when_all_down: WhenAllDown::Drop,
         slow_start: None,
+        adaptive: None,
     }
 }
 

@@ -21,7 +21,7 @@ use serde::{Deserialize, Serialize};
 mod render;
 use render::{
     action, dur, forward, group, hash, host_ports, opt, opt_action, opt_health, opt_quoted, pool,
-    probe, protocol, push, rule, service, slow_start, source, target, vip, when_all_down,
+    probe, protocol, push, rule, service, slow_start, source, target, vip, weights, when_all_down,
 };
 
 use super::model::{
@@ -365,6 +365,11 @@ impl Builder {
                     "slow_start",
                     slow_start(a.slow_start),
                     slow_start(b.slow_start),
+                );
+                f.cmp(
+                    "weights",
+                    weights(a.adaptive.as_ref()),
+                    weights(b.adaptive.as_ref()),
                 );
                 self.changed(Kind::Pool, None, name.into(), f);
             }

@@ -14,7 +14,7 @@ use crate::config::{
     },
     report::{Item, Report, index_path, key_path},
     spec::{BackoffSpec, ExecCheckSpec, HealthCheckSpec, HttpCheckSpec, PoolSpec},
-    values::{self, Bad, Later, not_yet, show},
+    values::{self, Bad, show},
 };
 
 /// What could be read of one pool.
@@ -51,10 +51,9 @@ pub(super) fn pool(it: &Item<PoolSpec>, report: &mut Report) -> Draft {
     let slow_start = leaf(it, report, p.slow_start.as_deref(), "slow_start", |v| {
         values::duration(v, "slow_start").map(Some)
     });
-    if p.weights.is_some() {
-        let (message, hint) = not_yet(Later::Weights);
-        it.err(report, "weights", message, hint);
-    }
+    // A bad health check was reported already: adaptive weights are not told they lack one.
+    let checked = !matches!(health_check, Field::Absent);
+    let adaptive = super::weights::weights(it, report, p.weights.as_ref(), checked);
     let value = (|| {
         Some(Pool {
             name: name.clone()?,
@@ -62,6 +61,7 @@ pub(super) fn pool(it: &Item<PoolSpec>, report: &mut Report) -> Draft {
             health_check: health_check.or(None)?,
             when_all_down: when_all_down?,
             slow_start: slow_start.or(None)?,
+            adaptive: adaptive.or(None)?,
         })
     })();
     Draft {

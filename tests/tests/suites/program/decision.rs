@@ -32,6 +32,7 @@ fn config() -> Config {
         health_check: None,
         when_all_down: WhenAllDown::Drop,
         slow_start: None,
+        adaptive: None,
     };
     let service = |name: &str, port: u16| Service {
         name: name.into(),
