@@ -305,6 +305,8 @@ pub async fn run(opts: Options) -> Result<(), AgentError> {
         egress,
         sampler: rates::RateSampler::default(),
         drains: drains::Drains::new(),
+        weights: crate::weights::Weights::new(),
+        agent_checks: None,
     };
     next_hops::first_round(&mut rt, &cfg, &mut hop_rx).await;
     if let Err(e) = rt.start(fragments) {
