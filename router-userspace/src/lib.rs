@@ -16,3 +16,4 @@ pub mod probe;
 pub mod publish;
 pub mod record;
 pub mod state;
+pub mod weights;

@@ -345,5 +345,6 @@ pub fn pool(name: &str, addrs: Vec<std::net::IpAddr>, when_all_down: WhenAllDown
         when_all_down,
         slow_start: None,
         breaker: None,
+        adaptive: None,
     }
 }

@@ -17,7 +17,7 @@ use crate::{
     config::Fragments,
     decision::GroupExplanation,
     nexthop::NextHopEvent,
-    probe::HealthEvent,
+    probe::{HealthEvent, agent_check::AgentRead},
 };
 
 /// An answer: the value, or what was wrong (for a `400`).
@@ -116,8 +116,16 @@ pub enum Command {
         /// Whether the maps changed.
         reply: Reply<bool>,
     },
+    /// An agent-check's answer (or why there was none).
+    AgentCheck(AgentRead),
     /// A read.
     Query(Query),
+}
+
+impl From<AgentRead> for Command {
+    fn from(read: AgentRead) -> Self {
+        Command::AgentCheck(read)
+    }
 }
 
 /// A read of the runtime, answered between two commands.
@@ -142,4 +150,6 @@ pub enum Query {
     Scrape(oneshot::Sender<Scrape>),
     /// The running version, for `GET /versions`.
     Running(oneshot::Sender<Option<u64>>),
+    /// `GET /weights/{pool}`.
+    Weights(String, Reply<crate::api::weights::PoolWeightsView>),
 }

@@ -307,6 +307,8 @@ pub async fn run(opts: Options) -> Result<(), AgentError> {
         sampler: rates::RateSampler::default(),
         drains: drains::Drains::new(),
         breakers: breakers::Breakers::default(),
+        weights: crate::weights::Weights::new(),
+        agent_checks: None,
     };
     next_hops::first_round(&mut rt, &cfg, &mut hop_rx).await;
     if let Err(e) = rt.start(fragments) {

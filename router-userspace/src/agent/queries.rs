@@ -168,11 +168,16 @@ impl Runtime {
                 .flat_map(|p| p.backends.iter().map(|b| b.slot)),
         );
         let health = self.publisher.health();
+        let weights = &self.weights;
         let backends = pools
             .iter()
             .flat_map(|(pool, p)| {
                 p.backends.iter().map(move |b| {
                     let h = health.get(pool, b.address);
+                    let computed = weights
+                        .pool(pool)
+                        .and_then(|w| w.backends.iter().find(|w| w.address == b.address))
+                        .map(|w| w.computed);
                     BackendRow {
                         pool: pool.clone(),
                         address: b.address,
@@ -182,6 +187,8 @@ impl Runtime {
                         reachable: h.is_some_and(|h| h.reachable),
                         drain: h.map(|h| h.drain).unwrap_or_default(),
                         breaker: h.map(|h| h.breaker).unwrap_or_default(),
+                        weight_computed: computed,
+                        weight_effective: p.weight_in_table(b.slot).unwrap_or(0),
                     }
                 })
             })

@@ -95,6 +95,10 @@ pub struct Runtime {
     pub(super) drains: super::drains::Drains,
     /// Backends' circuit breakers.
     pub(super) breakers: super::breakers::Breakers,
+    /// Adaptive weights of the pools that have them.
+    pub(super) weights: crate::weights::Weights,
+    /// The running agent-checks (dropping them stops them).
+    pub(super) agent_checks: Option<crate::probe::agent_check::AgentCheckSet>,
 }
 
 impl Runtime {
@@ -110,6 +114,11 @@ impl Runtime {
                 let now = self.now();
                 if self.publisher.next_ramp_step().is_some_and(|at| at <= now) {
                     self.advance_ramps();
+                }
+                if self.weights.next_due().is_some_and(|at| at <= now) {
+                    for pool in self.weights.compute_due(now) {
+                        self.give_weights(&pool);
+                    }
                 }
                 self.decide(&[], false, "timer", Instant::now());
             }
@@ -157,6 +166,15 @@ impl Runtime {
             } => {
                 let _ = reply.send(self.set_drain(&pool, address, op));
             }
+            Command::AgentCheck(read) => {
+                let now = self.now();
+                if self
+                    .weights
+                    .record_agent(&read.pool, read.address, read.read, now)
+                {
+                    self.give_weights(&read.pool);
+                }
+            }
             Command::Query(q) => self.answer(q),
         }
     }
@@ -177,7 +195,11 @@ impl Runtime {
         let breaker = self
             .next_breaker_deadline()
             .and_then(|d| self.started.checked_add(d));
-        [decision, self.next_drain_deadline(), ramp, breaker]
+        let weights = self
+            .weights
+            .next_due()
+            .and_then(|d| self.started.checked_add(d));
+        [decision, self.next_drain_deadline(), ramp, breaker, weights]
             .into_iter()
             .flatten()
             .min()
@@ -327,6 +349,9 @@ impl Runtime {
         {
             return;
         }
+        let now = self.now();
+        self.weights
+            .record_probe(&pool, address, ev.outcome.success, ev.outcome.latency, now);
         let rtt = self.store.record_rtt(address, ev.outcome.latency);
         self.decide(&rtt, false, "rtt", event);
         self.metrics
@@ -400,11 +425,94 @@ impl Runtime {
             health.get(pool, address).is_none_or(|b| b.healthy)
         });
         self.probe_set = Some(probe::spawn(targets, self.probe_tx.clone()));
+        self.start_weights();
+    }
+
+    /// Takes the running config's adaptive weights (a backend that stays keeps its samples
+    /// and weight), gives each pool's table its weights, and starts its agent-checks.
+    fn start_weights(&mut self) {
+        let now = self.now();
+        self.weights.configure(&self.config.pools, now);
+        let pools: Vec<String> = self.weights.pools().keys().cloned().collect();
+        for pool in pools {
+            self.give_weights(&pool);
+        }
+        self.agent_checks = Some(probe::agent_check::spawn(&self.config, &self.commands));
+    }
+
+    /// `ctl weights POOL`.
+    fn weights_view(&self, pool: &str) -> Result<crate::api::weights::PoolWeightsView, String> {
+        use crate::api::weights::{BackendWeightsView, PoolWeightsView, agent_state};
+        let Some(p) = self.weights.pool(pool) else {
+            return Err(if self.publisher.pools().contains_key(pool) {
+                format!("pool {pool:?} has no adaptive weights")
+            } else {
+                format!("unknown pool {pool:?}")
+            });
+        };
+        let now = self.now();
+        let published = self.publisher.pools().get(pool);
+        let ago = |t: std::time::Duration| now.saturating_sub(t).as_secs_f64();
+        let backends = p
+            .backends
+            .iter()
+            .map(|b| BackendWeightsView {
+                address: b.address,
+                base: b.base,
+                pass_rate: b.pass_rate,
+                rtt_p99_ms: b.rtt_p99.map(|d| d.as_secs_f64() * 1e3),
+                latency_score: b.latency_score,
+                agent_answer: b.agent.last.clone(),
+                agent_error: b.agent.error.clone(),
+                agent_score: b.agent.score,
+                agent_state: agent_state(&b.agent),
+                computed: b.computed,
+                target: b.table_weight(),
+                effective: published.and_then(|ps| {
+                    let slot = ps.backends.iter().find(|s| s.address == b.address)?.slot;
+                    ps.weight_in_table(slot)
+                }),
+                changed_s_ago: b.changed_at.map(ago),
+            })
+            .collect();
+        Ok(PoolWeightsView {
+            pool: pool.to_owned(),
+            interval_s: p.params.interval.as_secs_f64(),
+            computed_s_ago: ago(p.computed_at),
+            backends,
+        })
+    }
+
+    /// Writes `pool`'s adaptive weights into its table (entries and table in their safe
+    /// order; nothing when the table has them already).
+    fn give_weights(&mut self, pool: &str) {
+        let Some(weights) = self.weights.table_weights(pool) else {
+            return;
+        };
+        let weights: Vec<_> = weights.into_iter().map(|(a, w)| (a, Some(w))).collect();
+        match self
+            .publisher
+            .set_adaptive_weights(&mut self.maps, pool, &weights)
+        {
+            Ok(true) => {
+                let shown: Vec<String> = weights
+                    .iter()
+                    .map(|(a, w)| format!("{a} {}", w.unwrap_or_default()))
+                    .collect();
+                info!("pool {pool}: adaptive weights {}", shown.join(", "));
+                // A backend the agent drained (or took back) changes the pool's usable
+                // backends only for the table: the health table, and so the rules, are
+                // unchanged.
+            }
+            Ok(false) => {}
+            Err(e) => error!("pool {pool}: writing adaptive weights failed: {e}"),
+        }
     }
 
     /// Stops the probes (the runtime is shutting down).
     pub fn stop(&mut self) {
         self.probe_set = None;
+        self.agent_checks = None;
     }
 
     fn answer(&mut self, q: Query) {
@@ -433,6 +541,9 @@ impl Runtime {
             }
             Query::Running(reply) => {
                 let _ = reply.send(self.running.version);
+            }
+            Query::Weights(pool, reply) => {
+                let _ = reply.send(self.weights_view(&pool));
             }
         }
     }

@@ -119,6 +119,10 @@ pub struct BackendRow {
     pub drain: crate::health::Drain,
     /// Its circuit breaker's phase.
     pub breaker: crate::breaker::Phase,
+    /// Its adaptive weight as last computed (`None`: its pool has no adaptive weights).
+    pub weight_computed: Option<f64>,
+    /// The weight the pool's live table holds (0: not in it).
+    pub weight_effective: u32,
 }
 
 /// What the runtime hands `/metrics` at scrape time.
@@ -297,6 +301,7 @@ fn backends(scrape: &Scrape, encoder: &mut DescriptorEncoder) -> Result<(), std:
     let snap = &scrape.counters;
     let (mut pk, mut by, mut up, mut hop) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let (mut awaiting, mut drained) = (Vec::new(), Vec::new());
+    let (mut effective, mut computed) = (Vec::new(), Vec::<(Labels, f64)>::new());
     for b in &scrape.backends {
         let labels = vec![("pool", b.pool.clone()), ("backend", b.address.to_string())];
         let t = snap
@@ -315,7 +320,11 @@ fn backends(scrape: &Scrape, encoder: &mut DescriptorEncoder) -> Result<(), std:
             crate::health::Drain::Draining => 1,
             crate::health::Drain::Evicted => 2,
         };
-        drained.push((labels, drain));
+        drained.push((labels.clone(), drain));
+        effective.push((labels.clone(), u64::from(b.weight_effective)));
+        if let Some(w) = b.weight_computed {
+            computed.push((labels, w));
+        }
     }
     family(
         encoder,
@@ -361,6 +370,23 @@ fn backends(scrape: &Scrape, encoder: &mut DescriptorEncoder) -> Result<(), std:
         MetricType::Gauge,
         &drained,
     )?;
+    family(
+        encoder,
+        "backend_weight_effective",
+        "The weight the pool's live Maglev table holds for the backend (0: not in it; below \
+         the configured or adaptive weight during a slow start)",
+        MetricType::Gauge,
+        &effective,
+    )?;
+    let mut m = encoder.encode_descriptor(
+        "backend_weight_computed",
+        "The backend's adaptive weight as last computed (pools with adaptive weights only)",
+        None,
+        MetricType::Gauge,
+    )?;
+    for (labels, w) in &computed {
+        ConstGauge::new(*w).encode(m.encode_family(labels)?)?;
+    }
     breakers(scrape, encoder)
 }
 

@@ -9,6 +9,7 @@ pub mod ctl;
 pub mod metrics;
 pub mod status;
 pub mod versions;
+pub mod weights;
 
 use axum::{
     Json, Router,
@@ -97,6 +98,7 @@ pub async fn serve(listener: tokio::net::TcpListener, api: Api) {
         .route("/versions", get(versions::list))
         .route("/versions/{n}", get(versions::show))
         .route("/diff/{a}/{b}", get(versions::diff))
+        .route("/weights/{pool}", get(weights::get))
         .route("/metrics", get(scrape))
         .with_state(api);
     if let Err(e) = axum::serve(listener, app).await {

@@ -29,6 +29,15 @@ pub enum Ctl {
         #[command(subcommand)]
         op: BackendOp,
     },
+    /// A pool's adaptive weights: each backend's base, pass rate, RTT p99, latency score, agent
+    /// answer, computed weight, the weight the live table holds, and when it last changed.
+    Weights {
+        /// The pool.
+        pool: String,
+        /// Print the agent's JSON answer.
+        #[arg(long)]
+        json: bool,
+    },
     /// The audit trail.
     Decisions {
         /// Only this group.
@@ -179,6 +188,66 @@ fn print_outcome(v: &Value) {
     }
 }
 
+/// `ctl weights`: one line per backend.
+#[must_use]
+pub fn weights_table(v: &crate::api::weights::PoolWeightsView) -> String {
+    use std::fmt::Write as _;
+    let mut out = format!(
+        "pool {}: computed every {}, last {:.1}s ago\n",
+        v.pool,
+        humantime::format_duration(std::time::Duration::from_secs_f64(v.interval_s.max(0.0))),
+        v.computed_s_ago
+    );
+    let _ = writeln!(
+        out,
+        "{:<24} {:>5} {:>5} {:>9} {:>7} {:<22} {:>9} {:>6} {:>9} {:>9}",
+        "backend",
+        "base",
+        "pass",
+        "rtt p99",
+        "latency",
+        "agent",
+        "computed",
+        "target",
+        "effective",
+        "changed"
+    );
+    for b in &v.backends {
+        let rtt = b
+            .rtt_p99_ms
+            .map_or("-".to_owned(), |ms| format!("{ms:.1}ms"));
+        let mut agent = match (&b.agent_answer, b.agent_score) {
+            (None, _) => "-".to_owned(),
+            (Some(a), _) => format!("{a:?} ({})", b.agent_state),
+        };
+        if b.agent_error.is_some() {
+            agent.push_str(" !");
+        }
+        let effective = b.effective.map_or("out".to_owned(), |w| w.to_string());
+        let changed = b
+            .changed_s_ago
+            .map_or("never".to_owned(), |s| format!("{s:.0}s ago"));
+        let _ = writeln!(
+            out,
+            "{:<24} {:>5} {:>5.2} {:>9} {:>7.2} {:<22} {:>9.1} {:>6} {:>9} {:>9}",
+            b.address.to_string(),
+            b.base,
+            b.pass_rate,
+            rtt,
+            b.latency_score,
+            agent,
+            b.computed,
+            b.target,
+            effective,
+            changed
+        );
+        if let Some(e) = &b.agent_error {
+            let _ = writeln!(out, "  ! agent-check of {}: {e}", b.address);
+        }
+    }
+    out
+}
+
 /// Runs one `ctl` command.
 ///
 /// # Errors
@@ -285,6 +354,16 @@ pub async fn run(dir: &Path, api: Option<&str>, cmd: Ctl) -> Result<()> {
                 ),
                 (_, true) => println!("pool {pool} backend {address}: drain ended"),
                 (_, false) => println!("pool {pool} backend {address}: was not drained"),
+            }
+        }
+        Ctl::Weights { pool, json } => {
+            let v = call(&target, c.get(format!("{base}/weights/{pool}"))).await?;
+            if json {
+                println!("{v:#}");
+            } else {
+                let view: crate::api::weights::PoolWeightsView =
+                    serde_json::from_value(v).context("the agent's answer has another shape")?;
+                print!("{}", weights_table(&view));
             }
         }
         Ctl::Decisions { group } => {

@@ -311,6 +311,65 @@ pub struct Pool {
     pub slow_start: Option<std::time::Duration>,
     /// A circuit breaker per backend (`crate::breaker`); `None`: none.
     pub breaker: Option<Breaker>,
+    /// Adaptive weights (`weights.adaptive`); `None`: the configured weights stand.
+    pub adaptive: Option<Adaptive>,
+}
+
+/// Default `weights.adaptive.window`: the pass rate and RTT p99 are taken over this long.
+pub const DEFAULT_WEIGHT_WINDOW: Duration = Duration::from_mins(5);
+/// Default `weights.adaptive.tolerance`.
+pub const DEFAULT_WEIGHT_TOLERANCE: f64 = 0.05;
+/// Default `weights.adaptive.smoothing`.
+pub const DEFAULT_WEIGHT_SMOOTHING: f64 = 0.3;
+/// Default `weights.adaptive.max_decrease_per_second`.
+pub const DEFAULT_MAX_DECREASE_PER_SECOND: f64 = 0.05;
+/// Default `weights.adaptive.interval`.
+pub const DEFAULT_WEIGHT_INTERVAL: Duration = Duration::from_secs(15);
+/// Default `weights.adaptive.agent_check.interval`.
+pub const DEFAULT_AGENT_INTERVAL: Duration = Duration::from_secs(2);
+/// Default `weights.adaptive.agent_check.timeout` (capped at the interval).
+pub const DEFAULT_AGENT_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// `pools[].weights.adaptive`: each backend's weight follows its health check's pass rate and
+/// RTT (and an agent's answers), `base × (alpha + beta·pass_rate + gamma·latency_score +
+/// delta·agent_score)` (see `crate::weights`). The coefficients are each 0 to 1 and add up
+/// to 1, so a backend that passes every probe, is the pool's fastest and whose agent says 100 %
+/// keeps its configured weight.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Adaptive {
+    /// The constant share.
+    pub alpha: f64,
+    /// The share of the pass rate.
+    pub beta: f64,
+    /// The share of the latency score.
+    pub gamma: f64,
+    /// The share of the agent's `NN%` (default 0; only with `agent_check`).
+    pub delta: f64,
+    /// Time between two computations (default 15 s).
+    pub interval: Duration,
+    /// Weight of the previous value in each new one, 0 to below 1 (default 0.3).
+    pub smoothing: f64,
+    /// Largest fall of a weight per second, as a share of its previous value (default 0.05).
+    pub max_decrease_per_second: f64,
+    /// The pass rate and the RTT p99 are taken over this long (default 5 min), at least
+    /// `interval`.
+    pub window: Duration,
+    /// Relative change of every weight under which no table is rebuilt, 0 to below 1 (default
+    /// 0.05).
+    pub tolerance: f64,
+    /// The `HAProxy` agent-check each backend answers, if any.
+    pub agent_check: Option<AgentCheck>,
+}
+
+/// `weights.adaptive.agent_check`: a TCP connection to the backend's `port`, one line read.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AgentCheck {
+    /// Port on the backend.
+    pub port: u16,
+    /// Time between two connections (default 2 s).
+    pub interval: Duration,
+    /// Time a connection and its answer may take, never more than `interval` (default 1 s).
+    pub timeout: Duration,
 }
 
 /// `pools[].breaker`: each backend's L4 circuit breaker (`crate::breaker`). Failures are failed

@@ -5,13 +5,7 @@
 //! where a mapping belongs); missing keys, numbers, addresses, durations and names are checked by
 //! `validate`, which reports all of them with their positions instead of stopping at the first.
 //!
-//! Keys that parse but are not implemented yet (`weights`) are captured as [`NotYet`] so
-//! `validate` can reject them at their position: a key is never silently ignored.
-
 use serde::Deserialize;
-
-/// The content of a key that is recognised but not supported yet; kept only to be rejected.
-pub(crate) type NotYet = serde::de::IgnoredAny;
 
 /// `agent:`.
 #[derive(Debug, Default, Deserialize)]
@@ -83,7 +77,7 @@ pub(crate) struct PoolSpec {
     pub health_check: Option<HealthCheckSpec>,
     pub when_all_down: Option<String>,
     pub slow_start: Option<String>,
-    pub weights: Option<NotYet>,
+    pub weights: Option<WeightsSpec>,
     pub breaker: Option<BreakerSpec>,
 }
 
@@ -96,6 +90,38 @@ pub(crate) struct BreakerSpec {
     pub recovery_timeout: Option<String>,
     pub success_threshold: Option<String>,
     pub trial_weight: Option<String>,
+}
+
+/// `pools[].weights`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct WeightsSpec {
+    pub adaptive: Option<AdaptiveSpec>,
+}
+
+/// `pools[].weights.adaptive`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct AdaptiveSpec {
+    pub alpha: Option<String>,
+    pub beta: Option<String>,
+    pub gamma: Option<String>,
+    pub delta: Option<String>,
+    pub interval: Option<String>,
+    pub smoothing: Option<String>,
+    pub max_decrease_per_second: Option<String>,
+    pub window: Option<String>,
+    pub tolerance: Option<String>,
+    pub agent_check: Option<AgentCheckSpec>,
+}
+
+/// `pools[].weights.adaptive.agent_check`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct AgentCheckSpec {
+    pub port: Option<String>,
+    pub interval: Option<String>,
+    pub timeout: Option<String>,
 }
 
 /// `pools[].backends[]`.

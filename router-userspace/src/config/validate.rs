@@ -27,6 +27,7 @@ pub(crate) use decisions::Checked;
 mod pool;
 mod state;
 mod vip;
+mod weights;
 
 /// A value read from one key.
 pub(super) enum Field<V> {

@@ -53,22 +53,47 @@ pub(crate) fn did_you_mean<S: AsRef<str>>(input: &str, candidates: &[S]) -> Opti
     closest(input, candidates).map(|c| format!("did you mean {c:?}?"))
 }
 
-/// A feature of the failover design that is recognised but not implemented yet.
+/// A feature of the failover design that is recognised but not implemented yet (none at the
+/// moment: every key of the design is implemented).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Later {
-    /// `pools[].weights` (adaptive weights).
-    Weights,
-}
+pub(crate) enum Later {}
 
 /// The problem for a feature that is not supported yet: says so, and says when it arrives.
 pub(crate) fn not_yet(feature: Later) -> Bad {
-    let (what, hint) = match feature {
-        Later::Weights => (
-            "adaptive weights are",
-            "they arrive with the weights engine; use static backend weights for now",
-        ),
-    };
-    (format!("{what} not supported yet"), Some(hint.to_owned()))
+    match feature {}
+}
+
+/// A fraction from 0 to 1 inclusive (a coefficient of `weights.adaptive`).
+pub(crate) fn fraction(s: &str, what: &str) -> Result<f64, Bad> {
+    match s.parse::<f64>() {
+        Ok(f) if (0.0..=1.0).contains(&f) => Ok(f),
+        _ => Err((
+            format!("{what} must be a number from 0 to 1, not {s:?}"),
+            None,
+        )),
+    }
+}
+
+/// A fraction from 0 to below 1 (`smoothing`, `tolerance`: 1 would freeze the weights).
+pub(crate) fn fraction_below_one(s: &str, what: &str) -> Result<f64, Bad> {
+    match s.parse::<f64>() {
+        Ok(f) if (0.0..1.0).contains(&f) => Ok(f),
+        _ => Err((
+            format!("{what} must be a number from 0 to below 1, not {s:?}"),
+            None,
+        )),
+    }
+}
+
+/// A finite number greater than 0 (`max_decrease_per_second`).
+pub(crate) fn positive(s: &str, what: &str) -> Result<f64, Bad> {
+    match s.parse::<f64>() {
+        Ok(f) if f.is_finite() && f > 0.0 => Ok(f),
+        _ => Err((
+            format!("{what} must be a number greater than 0, not {s:?}"),
+            None,
+        )),
+    }
 }
 
 /// An address range `ADDRESS/PREFIX` (`encap_source`): an address a virtual IP could have

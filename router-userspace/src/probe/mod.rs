@@ -13,6 +13,7 @@
 //! check ([`crate::health`]) — reports `healthy: false` until `healthy_threshold` passes in a
 //! row bring the [`Transition::Up`] that puts it in service.
 
+pub mod agent_check;
 pub mod check;
 pub mod policy;
 #[cfg(test)]

@@ -156,8 +156,13 @@ impl Publisher {
                     Some(orphan)
                 });
                 let mut state = match prev {
+                    // An adaptive weight stands while the pool keeps adaptive weights and the
+                    // backend its base; otherwise the runtime gives the new one after the apply.
                     Some(prev) => BackendState {
                         weight: b.weight,
+                        adaptive: prev
+                            .adaptive
+                            .filter(|_| p.adaptive.is_some() && prev.weight == b.weight),
                         ..prev
                     },
                     None => self.fresh_backend(dp, b.address, b.weight)?,
@@ -222,6 +227,7 @@ impl Publisher {
             // process freed it.
             written: self.freed.remove(&slot),
             ramp: None,
+            adaptive: None,
         })
     }
 

@@ -258,6 +258,7 @@ impl Publisher {
                     half,
                     written: Some(entry),
                     ramp: None,
+                    adaptive: None,
                 });
             }
             p.pools.insert(

@@ -106,9 +106,19 @@ pub struct BackendState {
     pub written: Option<Backend>,
     /// Engine time its slow start began, while it ramps ([`tables::effective_weight`]).
     pub ramp: Option<Duration>,
+    /// Its adaptive weight (`crate::weights`), which replaces `weight` in the table while its
+    /// pool has adaptive weights; 0 keeps it out of the table like `weight: 0`.
+    pub adaptive: Option<u32>,
 }
 
 impl BackendState {
+    /// The weight the table is to give it once any slow start is over: its adaptive weight,
+    /// or its configured one.
+    #[must_use]
+    pub fn target(&self) -> u32 {
+        self.adaptive.unwrap_or(self.weight)
+    }
+
     /// The backend's map entry for its health (`None`: not in the health table, down). A
     /// healthy backend whose next hop became unresolved after it was resolved drains: out of
     /// every table, but its tracked flows stay on the last next hop, so a carrier blip or a
@@ -122,7 +132,7 @@ impl BackendState {
     fn entry(&self, health: Option<BackendHealth>) -> Backend {
         let state = match health {
             None => BACKEND_DOWN,
-            Some(h) => match (h.healthy, h.reachable, h.drain, self.weight) {
+            Some(h) => match (h.healthy, h.reachable, h.drain, self.target()) {
                 (false, _, _, _) => BACKEND_DOWN,
                 (_, _, Drain::Evicted, _) => BACKEND_EVICTED,
                 (true, false, _, _) if self.hop.is_some() => BACKEND_DRAINING,
@@ -483,6 +493,38 @@ impl Publisher {
         if changed == Some(true)
             && let Some(p) = self.pools.get_mut(pool)
         {
+            tables::refresh(dp, pool, p, &self.health, self.now)?;
+            self.write_vips(dp)?;
+        }
+        Ok(changed)
+    }
+
+    /// Sets the adaptive weights of `pool`'s backends (`None` for each: the configured weights
+    /// stand) and rewrites the pool, entries and table in their safe order, when any changed.
+    /// Returns whether one did.
+    ///
+    /// # Errors
+    ///
+    /// A map write failed, or the table could not be built.
+    pub fn set_adaptive_weights(
+        &mut self,
+        dp: &mut dyn Dataplane,
+        pool: &str,
+        weights: &[(IpAddr, Option<u32>)],
+    ) -> Result<bool, PublishError> {
+        let Some(p) = self.pools.get_mut(pool) else {
+            return Ok(false);
+        };
+        let mut changed = false;
+        for b in &mut p.backends {
+            if let Some(&(_, w)) = weights.iter().find(|(a, _)| *a == b.address)
+                && b.adaptive != w
+            {
+                b.adaptive = w;
+                changed = true;
+            }
+        }
+        if changed {
             tables::refresh(dp, pool, p, &self.health, self.now)?;
             self.write_vips(dp)?;
         }

@@ -265,6 +265,7 @@ fn pool(name: &str, backends: Vec<IpAddr>) -> CfgPool {
         when_all_down: WhenAllDown::Drop,
         slow_start: None,
         breaker: None,
+        adaptive: None,
     }
 }
 

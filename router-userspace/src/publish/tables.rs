@@ -64,7 +64,7 @@ fn ramps(name: &str, pool: &mut PoolState, health: &Health, now: Duration) {
         .as_ref()
         .map(|b| b.iter().map(|m| m.0).collect());
     for b in &mut pool.backends {
-        let member = b.weight > 0 && health.usable(name, b.address);
+        let member = b.target() > 0 && health.usable(name, b.address);
         b.ramp = match (pool.slow_start, b.ramp) {
             (Some(t), Some(start)) if member && now.saturating_sub(start) < t => Some(start),
             (Some(_), None) if member && members.as_ref().is_some_and(|m| !m.contains(&b.slot)) => {
@@ -75,8 +75,8 @@ fn ramps(name: &str, pool: &mut PoolState, health: &Health, now: Duration) {
     }
 }
 
-/// Builds `pool`'s table from its usable, weighted backends (at the weights their slow starts
-/// have reached by `now`); when it differs from the live one (or the flags changed), writes
+/// Builds `pool`'s table from its usable, weighted backends (at their adaptive weights, or
+/// their configured ones, as far as their slow starts have reached by `now`); when it differs from the live one (or the flags changed), writes
 /// the inactive half and flips.
 pub(super) fn publish(
     dp: &mut dyn Dataplane,
@@ -91,10 +91,10 @@ pub(super) fn publish(
     let input: Vec<(u32, std::net::IpAddr, u32)> = pool
         .backends
         .iter()
-        .filter(|b| b.weight > 0 && health.usable(name, b.address))
+        .filter(|b| b.target() > 0 && health.usable(name, b.address))
         .map(|b| {
-            let weight = b.ramp.map_or(b.weight, |start| {
-                effective_weight(b.weight, start, slow_start, now)
+            let weight = b.ramp.map_or(b.target(), |start| {
+                effective_weight(b.target(), start, slow_start, now)
             });
             let phase = health
                 .get(name, b.address)

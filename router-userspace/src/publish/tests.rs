@@ -31,6 +31,7 @@ fn pool(name: &str, addrs: &[(&str, u32)]) -> CfgPool {
         when_all_down: WhenAllDown::Drop,
         slow_start: None,
         breaker: None,
+        adaptive: None,
     }
 }
 
@@ -532,6 +533,7 @@ fn a_slot_never_gets_back_a_generation_it_had() {
         half: 1,
         written: Some(last),
         ramp: None,
+        adaptive: None,
     };
     assert_eq!(next.entry(None).generation, last.generation.wrapping_add(1));
 }
@@ -816,4 +818,52 @@ fn a_restarted_agent_removes_the_virtual_ips_an_earlier_one_left_and_keeps_the_o
         "{:?}",
         dp.log
     );
+}
+
+#[test]
+fn adaptive_weights_replace_the_configured_ones_and_zero_drains_the_entry() {
+    let mut dp = MemoryDataplane::default();
+    let mut p = Publisher::new();
+    let mut dc1 = checked(pool("dc1", &[("198.18.1.11", 100), ("198.18.1.12", 100)]));
+    dc1.slow_start = Some(Duration::from_secs(10));
+    let cfg = config(vec![], vec![dc1]);
+    let (a, b): (IpAddr, IpAddr) = (
+        "198.18.1.11".parse().unwrap(),
+        "198.18.1.12".parse().unwrap(),
+    );
+    let at = |s: u64| Duration::from_secs(s);
+    p.set_now(at(100));
+    p.apply(&mut dp, &cfg).unwrap();
+    let slot = p.backend_slot("dc1", b).unwrap();
+    // 300 against 100: a quarter of the table.
+    assert!(
+        p.set_adaptive_weights(&mut dp, "dc1", &[(a, Some(300)), (b, Some(100))])
+            .unwrap()
+    );
+    assert!((share(&p, &dp, "dc1", slot) - 0.25).abs() < 0.02);
+    assert_eq!(p.pools()["dc1"].weight_in_table(slot), Some(100));
+    assert!(
+        !p.set_adaptive_weights(&mut dp, "dc1", &[(a, Some(300)), (b, Some(100))])
+            .unwrap()
+    );
+    // 0: out of the table, its entry draining (tracked flows stay), as `weight: 0`.
+    p.set_adaptive_weights(&mut dp, "dc1", &[(b, Some(0))])
+        .unwrap();
+    assert!(share(&p, &dp, "dc1", slot) == 0.0);
+    assert_eq!(dp.backends[&slot].state, router_common::BACKEND_DRAINING);
+    // Back in: it slow-starts toward its adaptive weight, and its entry is up first.
+    p.set_now(at(200));
+    p.set_adaptive_weights(&mut dp, "dc1", &[(b, Some(300))])
+        .unwrap();
+    assert_eq!(dp.backends[&slot].state, router_common::BACKEND_UP);
+    assert_eq!(p.pools()["dc1"].weight_in_table(slot), Some(1));
+    p.set_now(at(205));
+    p.advance_ramps(&mut dp).unwrap();
+    assert_eq!(p.pools()["dc1"].weight_in_table(slot), Some(150));
+    p.set_now(at(210));
+    p.advance_ramps(&mut dp).unwrap();
+    assert!((share(&p, &dp, "dc1", slot) - 0.5).abs() < 0.02);
+    // An apply whose pool has no adaptive weights gives the configured weights back.
+    p.apply(&mut dp, &cfg).unwrap();
+    assert_eq!(p.pools()["dc1"].weight_in_table(slot), Some(100));
 }

@@ -39,6 +39,7 @@ fn pool(name: &str, addrs: &[&str]) -> Pool {
         when_all_down: WhenAllDown::Drop,
         slow_start: None,
         breaker: None,
+        adaptive: None,
     }
 }
 

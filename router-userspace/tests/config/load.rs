@@ -10,8 +10,9 @@ use std::{
 };
 
 use switchyard::config::{
-    Agent, Backend, Backoff, CheckKind, Config, Conntrack, Forward, HashMode, HealthCheck,
-    MAX_HOST_PORTS, Pool, Protocol, Service, SplitShare, Target, Vip, WhenAllDown, load_files,
+    Adaptive, Agent, AgentCheck, Backend, Backoff, CheckKind, Config, Conntrack, Forward, HashMode,
+    HealthCheck, MAX_HOST_PORTS, Pool, Protocol, Service, SplitShare, Target, Vip, WhenAllDown,
+    load_files,
 };
 
 use crate::{MINIMAL, ip, load};
@@ -53,6 +54,7 @@ fn minimal_config_loads_with_every_default_applied() {
                 when_all_down: WhenAllDown::Drop,
                 slow_start: None,
                 breaker: None,
+                adaptive: None,
             }],
             state: vec![],
             decisions: vec![],
@@ -326,4 +328,66 @@ fn documented_example_loads() {
     let config = load_files(&blocks).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(config.services.len(), 2);
     assert_eq!(config.pools.len(), 3);
+}
+
+#[test]
+fn adaptive_weights_convert_with_their_defaults() {
+    let text = "\
+pools:
+  - name: a
+    backends: [ { address: 198.18.1.11 } ]
+    health_check: { tcp: { port: 80 }, interval: 1s }
+    weights:
+      adaptive: { alpha: 0.6, beta: 0.2, gamma: 0.2 }
+  - name: b
+    backends: [ { address: 198.18.1.12 } ]
+    health_check: { tcp: { port: 80 }, interval: 1s }
+    weights:
+      adaptive:
+        alpha: 0.5
+        beta: 0.2
+        gamma: 0.2
+        delta: 0.1
+        interval: 1s
+        smoothing: 0
+        max_decrease_per_second: 0.5
+        window: 10s
+        tolerance: 0
+        agent_check: { port: 8500, interval: 500ms }
+";
+    let config = load(&[("p.yaml", text)]);
+    assert_eq!(
+        config.pools[0].adaptive,
+        Some(Adaptive {
+            alpha: 0.6,
+            beta: 0.2,
+            gamma: 0.2,
+            delta: 0.0,
+            interval: Duration::from_secs(15),
+            smoothing: 0.3,
+            max_decrease_per_second: 0.05,
+            window: Duration::from_mins(5),
+            tolerance: 0.05,
+            agent_check: None,
+        })
+    );
+    assert_eq!(
+        config.pools[1].adaptive,
+        Some(Adaptive {
+            alpha: 0.5,
+            beta: 0.2,
+            gamma: 0.2,
+            delta: 0.1,
+            interval: Duration::from_secs(1),
+            smoothing: 0.0,
+            max_decrease_per_second: 0.5,
+            window: Duration::from_secs(10),
+            tolerance: 0.0,
+            agent_check: Some(AgentCheck {
+                port: 8500,
+                interval: Duration::from_millis(500),
+                timeout: Duration::from_millis(500),
+            }),
+        })
+    );
 }

@@ -17,9 +17,6 @@ fn reference_config_reports_only_what_is_not_supported_or_inconsistent() {
     assert_eq!(
         lines,
         [
-            // Not supported yet: adaptive weights.
-            "reference.yaml:58 pools[2].weights: adaptive weights are not supported yet; they \
-             arrive with the weights engine; use static backend weights for now",
             // Not a missing feature but the reference itself: web (IPv4) and web6 (IPv6)
             // share web-failover, whose pools have IPv4 backends only.
             "reference.yaml:78 decisions[0].name: used by services of different address \

@@ -22,7 +22,7 @@ mod render;
 use render::{
     action, breaker, dur, forward, group, hash, host_ports, opt, opt_action, opt_health,
     opt_quoted, pool, probe, protocol, push, rule, service, slow_start, source, target, vip,
-    when_all_down,
+    weights, when_all_down,
 };
 
 use super::model::{
@@ -373,6 +373,11 @@ impl Builder {
                     slow_start(b.slow_start),
                 );
                 f.cmp("breaker", breaker(a.breaker), breaker(b.breaker));
+                f.cmp(
+                    "weights",
+                    weights(a.adaptive.as_ref()),
+                    weights(b.adaptive.as_ref()),
+                );
                 self.changed(Kind::Pool, None, name.into(), f);
             }
             (None, None) => {}

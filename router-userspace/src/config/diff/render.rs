@@ -3,8 +3,8 @@
 use std::{fmt, net::SocketAddr, time::Duration};
 
 use super::super::model::{
-    CheckKind, DecisionGroup, DecisionRule, Forward, HashMode, HealthCheck, Pool, Protocol,
-    PushValue, Service, StateSource, Target, Vip, WhenAllDown,
+    Adaptive, CheckKind, DecisionGroup, DecisionRule, Forward, HashMode, HealthCheck, Pool,
+    Protocol, PushValue, Service, StateSource, Target, Vip, WhenAllDown,
 };
 
 pub(super) fn service(s: &Service) -> String {
@@ -41,10 +41,43 @@ pub(super) fn host_ports(ports: &[(Protocol, u16)]) -> String {
 pub(super) fn pool(p: &Pool) -> String {
     let n = p.backends.len();
     let plural = if n == 1 { "" } else { "s" };
-    format!(
+    let mut out = format!(
         "{n} backend{plural}, health_check {}, when_all_down {}",
         opt_health(p.health_check.as_ref()),
         when_all_down(p.when_all_down)
+    );
+    if p.adaptive.is_some() {
+        out.push_str(", weights ");
+        out.push_str(&weights(p.adaptive.as_ref()));
+    }
+    out
+}
+
+/// A pool's `weights`: `adaptive (…every setting…)`, or `none`.
+pub(super) fn weights(a: Option<&Adaptive>) -> String {
+    let Some(a) = a else {
+        return "none".to_owned();
+    };
+    let agent = a.agent_check.as_ref().map_or("none".to_owned(), |c| {
+        format!(
+            "port {} every {} timeout {}",
+            c.port,
+            dur(c.interval),
+            dur(c.timeout)
+        )
+    });
+    format!(
+        "adaptive (alpha {}, beta {}, gamma {}, delta {}, interval {}, smoothing {}, \
+         max_decrease_per_second {}, window {}, tolerance {}, agent_check {agent})",
+        a.alpha,
+        a.beta,
+        a.gamma,
+        a.delta,
+        dur(a.interval),
+        a.smoothing,
+        a.max_decrease_per_second,
+        dur(a.window),
+        a.tolerance,
     )
 }
 

@@ -15,7 +15,7 @@ use crate::config::{
     },
     report::{Item, Report, index_path, key_path},
     spec::{BackoffSpec, BreakerSpec, ExecCheckSpec, HealthCheckSpec, HttpCheckSpec, PoolSpec},
-    values::{self, Bad, Later, not_yet, show},
+    values::{self, Bad, show},
 };
 
 /// What could be read of one pool.
@@ -60,10 +60,9 @@ pub(super) fn pool(it: &Item<PoolSpec>, report: &mut Report) -> Draft {
             None => Field::Bad,
         },
     };
-    if p.weights.is_some() {
-        let (message, hint) = not_yet(Later::Weights);
-        it.err(report, "weights", message, hint);
-    }
+    // A bad health check was reported already: adaptive weights are not told they lack one.
+    let checked = !matches!(health_check, Field::Absent);
+    let adaptive = super::weights::weights(it, report, p.weights.as_ref(), checked);
     let value = (|| {
         Some(Pool {
             name: name.clone()?,
@@ -72,6 +71,7 @@ pub(super) fn pool(it: &Item<PoolSpec>, report: &mut Report) -> Draft {
             when_all_down: when_all_down?,
             slow_start: slow_start.or(None)?,
             breaker: breaker.or(None)?,
+            adaptive: adaptive.or(None)?,
         })
     })();
     Draft {

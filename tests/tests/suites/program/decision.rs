@@ -33,6 +33,7 @@ fn config() -> Config {
         when_all_down: WhenAllDown::Drop,
         slow_start: None,
         breaker: None,
+        adaptive: None,
     };
     let service = |name: &str, port: u16| Service {
         name: name.into(),

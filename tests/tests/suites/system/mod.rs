@@ -1,9 +1,10 @@
 //! The whole system in network namespaces: the real `switchyard attach` in the lb namespace,
 //! real TCP/UDP servers in the backend namespaces, real clients in the client namespace —
-//! balancing, health checks (a backend's first check included), an operator's drain, slow start,
+//! balancing, health checks (a backend's first check included), an operator's drain, slow start, adaptive weights,
 //! state-driven failover, hitless operation under load, and hosts configured as an operator
 //! configures real ones.
 
+mod adaptive_weights;
 mod balance;
 mod breaker;
 mod drain;
