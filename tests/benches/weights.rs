@@ -3,7 +3,7 @@
 //! failed connections from 0.8 % to 0.12 %), on the real agent and data path.
 //!
 //! ```text
-//! cargo build -p router-userspace && cargo bench -p router-tests --bench weights \
+//! cargo build --release -p router-userspace && cargo bench -p router-tests --bench weights \
 //!     [-- --secs 60 --rate 100]
 //! ```
 //!
@@ -20,8 +20,9 @@
 //! - **Phases**: static weights (every backend 100), then adaptive weights on the same topology
 //!   (a reload), each for `--secs` (60) after a 5 s warm-up. The health check probes every
 //!   500 ms in both.
-//! - **Settling**: the share of new connections that reach the slow backends, per second; the
-//!   settle time is when it last left ±10 % (relative) of its mean over the phase's last 10 s.
+//! - **Settling**: the slow backends' share of the live Maglev table (`GET /weights/web`,
+//!   every 250 ms); the settle time is when it last moved by more than 1 % (relative) of its
+//!   final value, after the reload that turned adaptive weights on.
 //!
 //! Nothing asserts on speed.
 
@@ -52,10 +53,20 @@ const SPIKE_DELAY: Duration = Duration::from_millis(150);
 const TIMEOUT: Duration = Duration::from_secs(1);
 const WARMUP: Duration = Duration::from_secs(5);
 
-/// The adaptive-weights settings of the adaptive phase: the reference's coefficients, a
-/// recomputation every 2 s so that a one-minute phase settles.
-const ADAPTIVE: &str = "{ adaptive: { alpha: 0.6, beta: 0.2, gamma: 0.2, interval: 2s, \
-                        smoothing: 0.3, max_decrease_per_second: 0.05 } }";
+/// The adaptive phases: the reference config's coefficients, then a latency-weighted set;
+/// both recompute every 2 s so that a one-minute phase settles.
+const ADAPTIVE: [(&str, &str); 2] = [
+    (
+        "adaptive (reference: alpha 0.6, beta 0.2, gamma 0.2)",
+        "{ adaptive: { alpha: 0.6, beta: 0.2, gamma: 0.2, interval: 2s, smoothing: 0.3, \
+         max_decrease_per_second: 0.05 } }",
+    ),
+    (
+        "adaptive (latency-weighted: alpha 0.2, beta 0.3, gamma 0.5)",
+        "{ adaptive: { alpha: 0.2, beta: 0.3, gamma: 0.5, interval: 2s, smoothing: 0.3, \
+         max_decrease_per_second: 0.05 } }",
+    ),
+];
 
 /// One backend's behaviour.
 #[derive(Clone, Copy)]
@@ -140,10 +151,11 @@ fn serve(topo: &Topology, i: usize, epoch: Instant, stop: &Arc<AtomicBool>) -> R
     Ok(())
 }
 
-/// The agent's config: the service over the ten backends, with `weights` on the pool if given.
-fn config(weights: Option<&str>) -> String {
+/// The agent's config: pins under `pin_path` (the bench's own, removed when it ends), the
+/// service over the ten backends, with `weights` on the pool if given.
+fn config(pin_path: &str, weights: Option<&str>) -> String {
     let mut text = format!(
-        "services:\n  - {{ name: web, vip: {VIP_V4}, port: {TCP_ECHO_PORT}, protocol: tcp, \
+        "agent:\n  pin_path: {pin_path}\nservices:\n  - {{ name: web, vip: {VIP_V4}, port: {TCP_ECHO_PORT}, protocol: tcp, \
          forward: dsr-l2, to: {{ pool: web }} }}\npools:\n  - name: web\n    backends:\n"
     );
     for i in 1..=BACKENDS {
@@ -229,13 +241,54 @@ fn load(topo: &Topology, secs: u64, rate: u32) -> Result<Vec<(u64, Outcome)>> {
     Ok(out)
 }
 
+/// The slow backends' share of the live table over a phase: `(seconds since the phase's
+/// config was applied, share)`, from `GET /weights/web` every 250 ms until `done`.
+fn table_shares(agent: &Agent, done: &AtomicBool) -> Vec<(f64, f64)> {
+    let start = Instant::now();
+    let slow: Vec<String> = SLOW.iter().map(|&i| backend_v4(i).to_string()).collect();
+    let mut out = Vec::new();
+    while !done.load(Ordering::Relaxed) {
+        if let Ok(text) = agent.api_get("/weights/web")
+            && let Ok(view) =
+                serde_json::from_str::<switchyard::api::weights::PoolWeightsView>(&text)
+        {
+            let (mut of_slow, mut all) = (0u64, 0u64);
+            for b in &view.backends {
+                let w = u64::from(b.effective.unwrap_or(0));
+                all += w;
+                if slow.contains(&b.address.to_string()) {
+                    of_slow += w;
+                }
+            }
+            #[expect(clippy::cast_precision_loss, reason = "weights below 2^32")]
+            out.push((
+                start.elapsed().as_secs_f64(),
+                of_slow as f64 / all.max(1) as f64,
+            ));
+        }
+        thread::sleep(Duration::from_millis(250));
+    }
+    out
+}
+
+/// When the table share last moved by more than 1 % (relative) of its final value, seconds
+/// after the phase's config was applied, and that final value.
+fn settled(shares: &[(f64, f64)]) -> Option<(f64, f64)> {
+    let &(_, last) = shares.last()?;
+    let at = shares
+        .iter()
+        .rev()
+        .find(|(_, s)| (s - last).abs() > 0.01 * last.max(1e-6))
+        .map_or(0.0, |(t, _)| *t);
+    Some((at, last))
+}
+
 /// What one phase measured.
 struct Phase {
     mean_ms: f64,
     p99_ms: f64,
     failed: f64,
     slow_share: f64,
-    settle_s: Option<u64>,
     shares: BTreeMap<String, usize>,
 }
 
@@ -270,18 +323,6 @@ fn summarize(results: &[(u64, Outcome)], secs: u64) -> Phase {
             }
         }
     }
-    let share = |(slow, all): (usize, usize)| slow as f64 / all.max(1) as f64;
-    let tail = per_second.len().saturating_sub(10);
-    let final_share = bench::mean(
-        &per_second[tail..]
-            .iter()
-            .map(|&x| share(x))
-            .collect::<Vec<_>>(),
-    );
-    let settle_s = per_second
-        .iter()
-        .rposition(|&x| (share(x) - final_share).abs() > 0.1 * final_share.max(0.01))
-        .map(|s| s as u64 + 1);
     let total_slow: usize = per_second.iter().map(|x| x.0).sum();
     let total: usize = per_second.iter().map(|x| x.1).sum();
     Phase {
@@ -289,20 +330,18 @@ fn summarize(results: &[(u64, Outcome)], secs: u64) -> Phase {
         p99_ms: p99,
         failed,
         slow_share: total_slow as f64 / total.max(1) as f64,
-        settle_s,
         shares,
     }
 }
 
 fn print(name: &str, p: &Phase) {
     println!(
-        "{name:<9} mean {:>7.2} ms  p99 {:>7.2} ms  failed {:>6.3} %  slow backends' share {:>5.1} %  \
-         settled after {}",
+        "{name:<9} mean {:>7.2} ms  p99 {:>7.2} ms  failed {:>6.3} %  slow backends' share of \
+         connections {:>5.1} %",
         p.mean_ms,
         p.p99_ms,
         p.failed * 100.0,
         p.slow_share * 100.0,
-        p.settle_s.map_or("—".to_owned(), |s| format!("{s} s")),
     );
     println!("          connections by backend: {:?}", p.shares);
 }
@@ -327,32 +366,50 @@ fn main() -> Result<()> {
     for i in 1..=BACKENDS {
         serve(&topo, i, epoch, &stop)?;
     }
-    let agent = Agent::start(&topo, &[("10-web.yaml", config(None))])?;
+    let pin_path = router_tests::agent::unique_pin_path();
+    let agent = Agent::start(&topo, &[("10-web.yaml", config(&pin_path, None))])?;
     let results = load(&topo, secs, rate)?;
     let stat = summarize(&results, secs);
-    print("static", &stat);
-    let before = agent.status()?.generation;
-    agent.write_file("10-web.yaml", &config(Some(ADAPTIVE)))?;
-    agent.reload()?;
-    agent.wait_for(Duration::from_secs(10), |s| {
-        s.generation != before || s.rejected.is_some()
-    })?;
-    let s = agent.status()?;
-    anyhow::ensure!(
-        s.rejected.is_none(),
-        "the adaptive config was rejected: {:?}",
-        s.rejected
-    );
-    let results = load(&topo, secs, rate)?;
-    let adaptive = summarize(&results, secs);
-    print("adaptive", &adaptive);
-    println!(
-        "adaptive / static: mean {:.2}×, p99 {:.2}×, failed {:.3} % → {:.3} %",
-        adaptive.mean_ms / stat.mean_ms.max(1e-9),
-        adaptive.p99_ms / stat.p99_ms.max(1e-9),
-        stat.failed * 100.0,
-        adaptive.failed * 100.0
-    );
+    println!("static weights (every backend 100)");
+    print("", &stat);
+    for (name, weights) in ADAPTIVE {
+        let before = agent.status()?.generation;
+        agent.write_file("10-web.yaml", &config(&pin_path, Some(weights)))?;
+        agent.reload()?;
+        agent.wait_for(Duration::from_secs(10), |s| {
+            s.generation != before || s.rejected.is_some()
+        })?;
+        let s = agent.status()?;
+        anyhow::ensure!(
+            s.rejected.is_none(),
+            "the adaptive config was rejected: {:?}",
+            s.rejected
+        );
+        let done = AtomicBool::new(false);
+        let (results, shares) = thread::scope(|scope| {
+            let monitor = scope.spawn(|| table_shares(&agent, &done));
+            let results = load(&topo, secs, rate);
+            done.store(true, Ordering::Relaxed);
+            (results, monitor.join().unwrap_or_default())
+        });
+        let adaptive = summarize(&results?, secs);
+        println!("{name}");
+        print("", &adaptive);
+        if let Some((at, share)) = settled(&shares) {
+            println!(
+                "          the slow backends' share of the live table settled at {:.1} % \
+                 {at:.1} s after the reload",
+                share * 100.0
+            );
+        }
+        println!(
+            "          against static: mean {:.2}×, p99 {:.2}×, failed {:.3} % → {:.3} %",
+            adaptive.mean_ms / stat.mean_ms.max(1e-9),
+            adaptive.p99_ms / stat.p99_ms.max(1e-9),
+            stat.failed * 100.0,
+            adaptive.failed * 100.0
+        );
+    }
     stop.store(true, Ordering::Relaxed);
     Ok(())
 }
