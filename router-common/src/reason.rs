@@ -92,11 +92,15 @@ pub enum Reason {
     EchoReply = 20,
     /// Addressed to a virtual IP on a port its `vips:` entry passes to the host: passed.
     HostPort = 21,
+    /// A packet of a tracked TCP flow whose backend's entry says [`crate::BACKEND_F_RESET`]
+    /// (`on_backend_down: reset`, or `on_failback: reset`): answered with a TCP RST from the
+    /// virtual IP (`XDP_TX`), or dropped when it is itself an RST, a fragment or an ICMP error.
+    BackendReset = 22,
 }
 
 impl Reason {
     /// Number of reasons (entries of `REASON_STATS`).
-    pub const COUNT: u32 = 22;
+    pub const COUNT: u32 = 23;
     /// Every reason, in index order.
     pub const ALL: [Reason; Self::COUNT as usize] = [
         Reason::NotIp,
@@ -121,6 +125,7 @@ impl Reason {
         Reason::VipNoService,
         Reason::EchoReply,
         Reason::HostPort,
+        Reason::BackendReset,
     ];
 
     /// Label for metrics and `status` (the `reason` label).
@@ -149,6 +154,7 @@ impl Reason {
             Reason::VipNoService => "vip_no_service",
             Reason::EchoReply => "echo_reply",
             Reason::HostPort => "host_port",
+            Reason::BackendReset => "backend_reset",
         }
     }
 }

@@ -24,6 +24,7 @@ mod forward;
 mod ipip;
 mod maps;
 mod parse;
+mod reset;
 mod select;
 mod vip;
 
@@ -141,6 +142,18 @@ fn process(ctx: &XdpContext) -> Outcome {
     let now = select::now();
     let (svc, choice) = match select::tracked(&pkt.flow, pkt.tcp, now, !pkt.is_icmp()) {
         Ok(hit) => hit,
+        Err(miss) if miss.reset != select::NO_RESET => {
+            // A tracked TCP flow whose backend resets its flows: answered from the virtual IP.
+            return match reset::answer(ctx, pkt) {
+                Ok(action) => Outcome {
+                    action,
+                    reason: Reason::BackendReset,
+                    service: miss.reset,
+                    backend: NONE,
+                },
+                Err(r) => Outcome::unforwarded(r, miss.reset),
+            };
+        }
         Err(miss) => {
             let key = ServiceKey {
                 addr: pkt.flow.dst,

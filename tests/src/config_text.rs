@@ -305,6 +305,15 @@ impl ConfigText {
         self
     }
 
+    /// Sets `on_backend_down` (`keep`, `reset` or `migrate`) on the pool added last.
+    #[must_use]
+    pub fn on_backend_down(mut self, policy: &str) -> Self {
+        if let Some(last) = self.pools.last_mut() {
+            let _ = writeln!(last, "    on_backend_down: {policy}");
+        }
+        self
+    }
+
     /// Adds state variable `name` with `source`, a flow mapping such as
     /// `{ push: { default: false } }`.
     #[must_use]

@@ -344,5 +344,6 @@ pub fn pool(name: &str, addrs: Vec<std::net::IpAddr>, when_all_down: WhenAllDown
         health_check: None,
         when_all_down,
         slow_start: None,
+        on_backend_down: switchyard::config::FlowPolicy::Keep,
     }
 }

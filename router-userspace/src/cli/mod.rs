@@ -369,7 +369,7 @@ pub const MAP_HELP: [(&str, &str); 19] = [
     ),
     (
         maps::BACKENDS,
-        "backends: address, family, state (up/draining/down), live next-hop half",
+        "backends: address, family, state (up/draining/down/evicted, with flags for tracked flows: keep/reset/migrate), live next-hop half",
     ),
     (
         maps::NEXT_HOPS,

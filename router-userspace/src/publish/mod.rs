@@ -32,13 +32,13 @@ use std::{
 };
 
 use router_common::{
-    BACKEND_DOWN, BACKEND_DRAINING, BACKEND_EVICTED, BACKEND_UP, Backend, FAMILY_V4, FAMILY_V6,
-    MAX_BACKENDS, MAX_POOLS, MAX_SERVICES, NextHop, PROTO_TCP, PROTO_UDP, Service, ServiceKey,
-    next_hop_index,
+    BACKEND_DOWN, BACKEND_DRAINING, BACKEND_EVICTED, BACKEND_F_KEEP, BACKEND_F_MIGRATE,
+    BACKEND_F_RESET, BACKEND_UP, Backend, FAMILY_V4, FAMILY_V6, MAX_BACKENDS, MAX_POOLS,
+    MAX_SERVICES, NextHop, PROTO_TCP, PROTO_UDP, Service, ServiceKey, next_hop_index,
 };
 
 use crate::{
-    config::{self, Protocol},
+    config::{self, FlowPolicy, Protocol},
     dataplane::{Dataplane, DataplaneError},
     health::{BackendHealth, Drain, Health},
     maglev::MaglevError,
@@ -87,6 +87,17 @@ pub const RAMP_STEPS: u32 = 20;
 /// The shortest time between two steps of slow starts.
 pub const RAMP_STEP_MIN: Duration = Duration::from_millis(100);
 
+/// What a pool's backend entries say about their tracked flows (`router_common::BACKEND_F_*`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FlowMarks {
+    /// `on_backend_down` of the running config: for a backend whose health check failed.
+    pub on_down: FlowPolicy,
+    /// `on_failback` of a decision group that failed back away from the pool and names it no
+    /// more (`Publisher::set_left`), for every backend of the pool; `None` when no group left
+    /// it, or one did under `keep`.
+    pub left: Option<FlowPolicy>,
+}
+
 /// One backend of one pool, as published.
 #[derive(Clone, Debug, PartialEq)]
 pub struct BackendState {
@@ -118,7 +129,9 @@ impl BackendState {
         reason = "a table read top to bottom: unhealthy, evicted by a drain's timeout, then \
                   unreachable with a last next hop and without one, then drained, then by weight"
     )]
-    fn entry(&self, health: Option<BackendHealth>) -> Backend {
+    fn entry(&self, health: Option<BackendHealth>, marks: FlowMarks) -> Backend {
+        // A backend awaiting its first check has no flows to keep.
+        let failed = health.is_some_and(|h| !h.healthy && !h.awaiting_check);
         let state = match health {
             None => BACKEND_DOWN,
             Some(h) => match (h.healthy, h.reachable, h.drain, self.weight) {
@@ -131,6 +144,19 @@ impl BackendState {
                 (true, true, _, _) => BACKEND_UP,
             },
         };
+        // A failed check's flows follow `on_backend_down`; a removed backend's, or one without
+        // a next hop, are re-selected (there is nowhere to keep them).
+        let down = match (failed, marks.on_down) {
+            (true, FlowPolicy::Keep) => BACKEND_F_KEEP,
+            (true, FlowPolicy::Reset) => BACKEND_F_RESET,
+            _ => 0,
+        };
+        let left = match marks.left {
+            Some(FlowPolicy::Reset) => BACKEND_F_RESET,
+            Some(FlowPolicy::Migrate) => BACKEND_F_MIGRATE,
+            _ => 0,
+        };
+        let state = state | down | left;
         let (addr, family) = (addr16(self.address), u32::from(family(self.address)));
         let generation = match self.written {
             Some(w) if (w.state, w.addr, w.family) == (state, addr, family) => w.generation,
@@ -185,6 +211,8 @@ pub struct PoolState {
     pub backends: Vec<BackendState>,
     /// `slow_start` of the running config.
     pub slow_start: Option<Duration>,
+    /// What its backend entries say about their tracked flows.
+    pub marks: FlowMarks,
     /// Which half is live.
     active: u32,
     /// The live table (None before the first write).

@@ -264,6 +264,7 @@ fn pool(name: &str, backends: Vec<IpAddr>) -> CfgPool {
         health_check: None,
         when_all_down: WhenAllDown::Drop,
         slow_start: None,
+        on_backend_down: crate::config::FlowPolicy::Keep,
     }
 }
 

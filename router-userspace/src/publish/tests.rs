@@ -9,6 +9,7 @@ use std::time::Duration;
 use router_common::{Decision, NO_BACKEND, SPLIT_SCALE};
 
 use super::*;
+use crate::config::FlowPolicy;
 use crate::{
     config::{
         Agent, Backend as CfgBackend, Config, Conntrack, Forward, HashMode, Pool as CfgPool,
@@ -30,6 +31,7 @@ fn pool(name: &str, addrs: &[(&str, u32)]) -> CfgPool {
         health_check: None,
         when_all_down: WhenAllDown::Drop,
         slow_start: None,
+        on_backend_down: crate::config::FlowPolicy::Keep,
     }
 }
 
@@ -203,7 +205,8 @@ fn an_unhealthy_backend_leaves_the_table_before_it_is_marked_down() {
         "table flipped before the backend went down: {:?}",
         dp.log
     );
-    assert_eq!(dp.backends[&dead].state, BACKEND_DOWN);
+    // `on_backend_down` defaults to keep: its tracked flows stay.
+    assert_eq!(dp.backends[&dead].state, BACKEND_DOWN | BACKEND_F_KEEP);
     let slot = p.pools()["dc1"].slot;
     assert!(!dp.live_table(slot).unwrap().contains(&dead));
     // A repeated verdict changes nothing.
@@ -218,6 +221,40 @@ fn an_unhealthy_backend_leaves_the_table_before_it_is_marked_down() {
     );
     assert!(dp.live_table(slot).unwrap().contains(&dead));
     assert_eq!(dp.backends[&dead].state, BACKEND_UP);
+}
+
+/// `on_backend_down` is written into a failed backend's entry as a flag; a change of it alone
+/// rewrites the entry (with a new generation, so no cached copy of a flow outlives it); a
+/// backend awaiting its first check, or removed, carries none.
+#[test]
+fn on_backend_down_marks_a_failed_backends_entry() {
+    let (mut p, mut dp, mut cfg) = checked_pool_with_one_backend_down();
+    let slot = p.pools()["dc1"].backends[1].slot;
+    let mut generation = dp.backends[&slot].generation;
+    for (policy, want) in [
+        (FlowPolicy::Reset, BACKEND_DOWN | BACKEND_F_RESET),
+        (FlowPolicy::Migrate, BACKEND_DOWN),
+        (FlowPolicy::Keep, BACKEND_DOWN | BACKEND_F_KEEP),
+    ] {
+        cfg.pools[0].on_backend_down = policy;
+        p.apply(&mut dp, &cfg).unwrap();
+        assert_eq!(dp.backends[&slot].state, want, "{policy:?}");
+        assert_ne!(dp.backends[&slot].generation, generation, "{policy:?}");
+        generation = dp.backends[&slot].generation;
+    }
+    // A healthy backend carries no flag whatever the policy.
+    let up = p.pools()["dc1"].backends[0].slot;
+    assert_eq!(dp.backends[&up].state, BACKEND_UP);
+    // Back up: the flag goes with the failure.
+    p.set_health(&mut dp, "dc1", "198.18.1.12".parse().unwrap(), true)
+        .unwrap();
+    assert_eq!(dp.backends[&slot].state, BACKEND_UP);
+    // Removed from the pool: its flows are re-selected, whatever the policy.
+    p.set_health(&mut dp, "dc1", "198.18.1.12".parse().unwrap(), false)
+        .unwrap();
+    cfg.pools[0].backends.truncate(1);
+    p.apply(&mut dp, &cfg).unwrap();
+    assert_eq!(dp.backends[&slot].state, BACKEND_DOWN);
 }
 
 #[test]
@@ -262,7 +299,8 @@ fn weight_zero_drains_health_survives_reapply() {
     let b = &p.pools()["dc1"].backends;
     assert_eq!(dp.backends[&b[0].slot].state, BACKEND_DRAINING);
     assert_eq!(
-        dp.backends[&b[1].slot].state, BACKEND_DOWN,
+        dp.backends[&b[1].slot].state,
+        BACKEND_DOWN | BACKEND_F_KEEP,
         "health kept across apply"
     );
 }
@@ -532,7 +570,10 @@ fn a_slot_never_gets_back_a_generation_it_had() {
         written: Some(last),
         ramp: None,
     };
-    assert_eq!(next.entry(None).generation, last.generation.wrapping_add(1));
+    assert_eq!(
+        next.entry(None, FlowMarks::default()).generation,
+        last.generation.wrapping_add(1)
+    );
 }
 
 #[test]

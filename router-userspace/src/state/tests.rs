@@ -38,6 +38,7 @@ fn pool(name: &str, addrs: &[&str]) -> Pool {
         health_check: Some(check()),
         when_all_down: WhenAllDown::Drop,
         slow_start: None,
+        on_backend_down: crate::config::FlowPolicy::Keep,
     }
 }
 
@@ -138,6 +139,7 @@ pub(crate) fn web_failover(switch: SwitchPolicy) -> Config {
             switch,
             require: Some("target.healthy_count >= 1".into()),
             automatic: Some("automation_enabled".into()),
+            on_failback: crate::config::FlowPolicy::Keep,
         }],
         rules: std::sync::Arc::default(),
     }

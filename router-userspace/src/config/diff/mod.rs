@@ -366,6 +366,11 @@ impl Builder {
                     slow_start(a.slow_start),
                     slow_start(b.slow_start),
                 );
+                f.cmp(
+                    "on_backend_down",
+                    a.on_backend_down.name(),
+                    b.on_backend_down.name(),
+                );
                 self.changed(Kind::Pool, None, name.into(), f);
             }
             (None, None) => {}
@@ -474,6 +479,7 @@ impl Builder {
                     opt(a.automatic.as_deref()),
                     opt(b.automatic.as_deref()),
                 );
+                f.cmp("on_failback", a.on_failback.name(), b.on_failback.name());
                 // Declaration order breaks priority ties: compare the order of the rules both
                 // have (added and removed ones are listed on their own).
                 let ids_a: BTreeSet<&str> = a.rules.iter().map(|r| r.id.as_str()).collect();
@@ -755,6 +761,33 @@ decisions:
                 "~ state up: push.default true → false",
             ]
         );
+    }
+
+    #[test]
+    fn flow_policies_show_as_changes() {
+        let new = edit(&[
+            (
+                "backends: [ { address: 198.18.2.2 } ]",
+                "backends: [ { address: 198.18.2.2 } ]\n    on_backend_down: reset",
+            ),
+            (
+                "default: { pool: dc1 }",
+                "default: { pool: dc1 }\n    on_failback: migrate",
+            ),
+        ]);
+        assert_eq!(
+            lines(BASE, &new),
+            [
+                "~ pool dc2: on_backend_down keep → reset",
+                "~ decision wf: on_failback keep → migrate",
+            ]
+        );
+        // Saying the default changes nothing.
+        let same = edit(&[(
+            "backends: [ { address: 198.18.2.2 } ]",
+            "backends: [ { address: 198.18.2.2 } ]\n    on_backend_down: keep",
+        )]);
+        assert!(lines(BASE, &same).is_empty());
     }
 
     #[test]

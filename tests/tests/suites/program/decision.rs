@@ -32,6 +32,7 @@ fn config() -> Config {
         health_check: None,
         when_all_down: WhenAllDown::Drop,
         slow_start: None,
+        on_backend_down: switchyard::config::FlowPolicy::Keep,
     };
     let service = |name: &str, port: u16| Service {
         name: name.into(),
@@ -61,6 +62,7 @@ fn config() -> Config {
             switch: SwitchPolicy::default(),
             require: None,
             automatic: None,
+            on_failback: switchyard::config::FlowPolicy::Keep,
         }],
         rules: std::sync::Arc::default(),
     }

@@ -4,6 +4,7 @@
 //! state-driven failover, hitless operation under load, and hosts configured as an operator
 //! configures real ones.
 
+mod backend_down;
 mod balance;
 mod drain;
 mod failover;
