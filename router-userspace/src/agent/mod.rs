@@ -27,6 +27,7 @@ use tokio::sync::mpsc;
 pub mod apply;
 pub mod command;
 mod drains;
+mod failback;
 mod next_hops;
 mod queries;
 mod rates;
@@ -305,6 +306,7 @@ pub async fn run(opts: Options) -> Result<(), AgentError> {
         egress,
         sampler: rates::RateSampler::default(),
         drains: drains::Drains::new(),
+        left: BTreeMap::new(),
     };
     next_hops::first_round(&mut rt, &cfg, &mut hop_rx).await;
     if let Err(e) = rt.start(fragments) {

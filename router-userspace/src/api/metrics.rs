@@ -21,6 +21,7 @@
 //! | `switchyard_decision_write_latency_seconds` | histogram | |
 //! | `switchyard_decision_switches_total` | counter | `group`, `from`, `to` |
 //! | `switchyard_decision_vetoes_total` | counter | `group` |
+//! | `switchyard_failback_open_flows` | gauge | `group`, `pool` |
 //! | `switchyard_decision_overrides_active` | gauge | |
 //! | `switchyard_state_value` | gauge (bool as 0/1) | `name` |
 
@@ -69,6 +70,21 @@ pub struct Metrics {
     pub switches: Family<Labels, Counter>,
     /// Candidates vetoed by `require`, by group (once per veto, when it starts).
     pub vetoes: Family<Labels, Counter>,
+    /// Open flows on a pool a decision group failed back away from, as `/status` last counted
+    /// them (the count is taken with each `/status`, off the event loop).
+    pub failback_open_flows: Family<Labels, Gauge>,
+}
+
+impl Metrics {
+    /// Sets the open flows `group` left on `pool` by a failback.
+    pub fn set_failback_open_flows(&self, group: &str, pool: &str, open: u64) {
+        self.failback_open_flows
+            .get_or_create(&vec![
+                ("group", group.to_owned()),
+                ("pool", pool.to_owned()),
+            ])
+            .set(i64::try_from(open).unwrap_or(i64::MAX));
+    }
 }
 
 impl Default for Metrics {
@@ -89,6 +105,7 @@ impl Default for Metrics {
             unresolved: Family::default(),
             switches: Family::default(),
             vetoes: Family::default(),
+            failback_open_flows: Family::default(),
         }
     }
 }
@@ -191,6 +208,11 @@ pub fn registry(metrics: &Metrics, scrape: Scrape) -> Registry {
         "decision_vetoes",
         "Candidates of decision groups vetoed by require",
         metrics.vetoes.clone(),
+    );
+    r.register(
+        "failback_open_flows",
+        "Open flows on a pool a decision group failed back away from, as /status last counted",
+        metrics.failback_open_flows.clone(),
     );
     r.register_collector(Box::new(ScrapeCollector(scrape)));
     r

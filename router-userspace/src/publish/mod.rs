@@ -463,6 +463,59 @@ impl Publisher {
         Ok(true)
     }
 
+    /// Marks every backend entry of `pool` with what becomes of its tracked flows now that a
+    /// decision group failed back away from it (`on_failback`; `None`, or `keep`, clears the
+    /// mark: the group chose the pool again). Returns whether an entry changed.
+    ///
+    /// # Errors
+    ///
+    /// [`PublishError`] when a map write fails; the publisher then holds what it wrote.
+    pub fn set_left(
+        &mut self,
+        dp: &mut dyn Dataplane,
+        pool: &str,
+        policy: Option<FlowPolicy>,
+    ) -> Result<bool, PublishError> {
+        let left = policy.filter(|p| *p != FlowPolicy::Keep);
+        let Some(p) = self.pools.get_mut(pool) else {
+            return Ok(false);
+        };
+        if p.marks.left == left {
+            return Ok(false);
+        }
+        p.marks.left = left;
+        tables::refresh(dp, pool, p, &self.health, self.now)?;
+        Ok(true)
+    }
+
+    /// Whether a service's static target or a decision group other than `except` sends new
+    /// flows to `pool` now (its action, not its fallback).
+    #[must_use]
+    pub fn pool_in_use(&self, pool: &str, except: &str) -> bool {
+        let by_group = self
+            .groups
+            .iter()
+            .filter(|(name, _)| name.as_str() != except)
+            .any(|(_, g)| {
+                g.action
+                    .as_ref()
+                    .is_some_and(|a| a.live_pools().any(|p| p == pool))
+            });
+        let slot = self.pools.get(pool).map(|p| p.slot);
+        let group_slots: std::collections::BTreeSet<u32> =
+            self.groups.values().map(|g| g.slot).collect();
+        let by_service = self.services.values().any(|s| {
+            !group_slots.contains(&s.value.decision) && {
+                let d = router_common::Decision::decode(s.word);
+                slot.is_some_and(|slot| {
+                    let slot = u16::try_from(slot).unwrap_or(router_common::NO_POOL);
+                    d.pool_a == slot || (d.pool_b == slot && d.split_b > 0)
+                })
+            }
+        });
+        by_group || by_service
+    }
+
     /// Drains `address` in `pool` (or ends its drain) and rewrites the pool's table and
     /// entries in the safe order of [`tables::refresh`]. Returns whether anything changed,
     /// `None` when the pool has no such backend.

@@ -856,3 +856,42 @@ fn a_restarted_agent_removes_the_virtual_ips_an_earlier_one_left_and_keeps_the_o
         dp.log
     );
 }
+
+/// A failback mark goes on every backend entry of the pool (up ones too) with a new
+/// generation, survives an apply, and comes off again; `keep` is no mark. A pool a static
+/// target sends new flows to is in use.
+#[test]
+fn a_failback_mark_covers_the_pool_and_comes_off() {
+    let mut dp = MemoryDataplane::default();
+    let mut p = Publisher::new();
+    let cfg = config(
+        vec![service("web", 80, Target::Pool("dc1".into()))],
+        vec![
+            pool("dc1", &[("198.18.1.11", 100)]),
+            pool("dc2", &[("198.18.2.11", 100), ("198.18.2.12", 100)]),
+        ],
+    );
+    p.apply(&mut dp, &cfg).unwrap();
+    assert!(p.pool_in_use("dc1", "any"));
+    assert!(!p.pool_in_use("dc2", "any"));
+    let slots: Vec<u32> = p.pools()["dc2"].backends.iter().map(|b| b.slot).collect();
+    let before: Vec<u32> = slots.iter().map(|s| dp.backends[s].generation).collect();
+    assert!(p.set_left(&mut dp, "dc2", Some(FlowPolicy::Reset)).unwrap());
+    for (s, g) in slots.iter().zip(&before) {
+        assert_eq!(dp.backends[s].state, BACKEND_UP | BACKEND_F_RESET);
+        assert_ne!(dp.backends[s].generation, *g);
+    }
+    p.apply(&mut dp, &cfg).unwrap();
+    assert_eq!(dp.backends[&slots[0]].state, BACKEND_UP | BACKEND_F_RESET);
+    assert!(
+        p.set_left(&mut dp, "dc2", Some(FlowPolicy::Migrate))
+            .unwrap()
+    );
+    assert_eq!(dp.backends[&slots[1]].state, BACKEND_UP | BACKEND_F_MIGRATE);
+    assert!(p.set_left(&mut dp, "dc2", Some(FlowPolicy::Keep)).unwrap());
+    assert_eq!(dp.backends[&slots[1]].state, BACKEND_UP);
+    assert!(!p.set_left(&mut dp, "dc2", None).unwrap());
+    // The mark does not take the backends out of the table.
+    let slot = p.pools()["dc2"].slot;
+    assert!(dp.live_table(slot).unwrap().contains(&slots[0]));
+}
