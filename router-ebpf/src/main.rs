@@ -37,7 +37,7 @@ use router_common::{
 use crate::{
     maps::{BACKEND_STATS, FRAGMENTS, NAT_REVERSE, REASON_STATS, SCRATCH, SERVICES, SVC_STATS},
     parse::{Packet, frag},
-    select::{select, usable_backend},
+    select::{keeping_backend, select},
 };
 
 /// Marks "no service" / "no backend" in an [`Outcome`].
@@ -272,7 +272,7 @@ fn later_fragment(ctx: &XdpContext, pkt: &Packet) -> Outcome {
             NONE,
         );
     }
-    let Some(backend) = usable_backend(entry.backend) else {
+    let Some(backend) = keeping_backend(entry.backend) else {
         return Outcome::unforwarded(Reason::NoBackend, entry.service);
     };
     if entry.flags & SVC_F_NAT != 0

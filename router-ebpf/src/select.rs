@@ -74,12 +74,23 @@ pub struct Choice {
     pub reason: Reason,
 }
 
-/// The backend in `slot`, if it is up or draining (flags ignored): where a new flow, or a
-/// later fragment, may go.
+/// The backend in `slot`, if it is up or draining (flags ignored): where a new flow may go.
 #[inline(always)]
 pub fn usable_backend(slot: u32) -> Option<Backend> {
     let b = BACKENDS.get(slot)?;
     if keeps_flows(b.state) { Some(*b) } else { None }
+}
+
+/// The backend in `slot`, if it keeps its tracked flows (`tracked_fate`): where the later
+/// fragments of a datagram whose first fragment it took still go.
+#[inline(always)]
+pub fn keeping_backend(slot: u32) -> Option<Backend> {
+    let b = BACKENDS.get(slot)?;
+    if tracked_fate(b.state) == FATE_KEEP {
+        Some(*b)
+    } else {
+        None
+    }
 }
 
 /// The backend the live Maglev table of `pool` holds for `hash`, or `NO_BACKEND`.

@@ -483,3 +483,34 @@ fn a_reset_is_well_formed_or_not_sent() -> Result<()> {
     }
     Ok(())
 }
+
+/// Under `keep`, a fragmented datagram of a flow kept on a down backend reaches it whole: the
+/// later fragment follows the first.
+#[test]
+fn keep_sends_every_fragment_of_a_kept_flow_to_its_backend() -> Result<()> {
+    let Some(mut lab) = lab_with("fx-keep-frag", FlowPolicy::Keep) else {
+        return Ok(());
+    };
+    let f = fam4();
+    let flows = track(&lab, f, "udp")?;
+    down(&mut lab, f)?;
+    let port = flows
+        .iter()
+        .find(|(_, b)| *b == 1)
+        .context("a flow on 1")?
+        .0;
+    let full = packets::udp_with(f.client, port, f.vip, 53, &[7u8; 200]);
+    let (first, later) = packets::fragment_v4(&full, 64, 4242)?;
+    for (what, frag) in [("first", first), ("later", later)] {
+        let (action, out, reason) = run(&lab, &frag)?;
+        ensure!(
+            action != XDP_DROP && reason == Reason::Fragment,
+            "{what} fragment: {action} {reason:?}"
+        );
+        ensure!(
+            backend_of(&out)? == 1,
+            "{what} fragment left the kept backend"
+        );
+    }
+    Ok(())
+}
