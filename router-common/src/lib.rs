@@ -25,7 +25,7 @@ pub use reason::{Reason, Verdict};
 
 /// Version of the map layout. Maps are pinned under `<pin_path>/v<ABI_VERSION>/`; an agent
 /// refuses to adopt pinned maps of another version rather than reading them with the wrong shape.
-pub const ABI_VERSION: u32 = 8;
+pub const ABI_VERSION: u32 = 9;
 
 /// Entries in one Maglev lookup table: a prime, as the Maglev paper (§3.4) requires, large
 /// enough that each of a few hundred backends gets hundreds of slots.
@@ -336,8 +336,31 @@ pub const BACKEND_DOWN: u32 = 0;
 /// a failed health check (a restart ends the drain).
 pub const BACKEND_EVICTED: u32 = 3;
 
-/// Whether a backend in `state` keeps its tracked flows ([`BACKEND_UP`] or
-/// [`BACKEND_DRAINING`]); every other value, known or not, re-selects them.
+/// The bits of `Backend.state` that hold the backend's state (`BACKEND_UP`, …); the bits
+/// above are `BACKEND_F_*` flags saying what becomes of its tracked flows.
+pub const BACKEND_STATE_MASK: u32 = 0xff;
+/// Backend flag: its tracked flows stay on it whatever its state (`on_backend_down: keep`):
+/// a down backend keeps them as a draining one does, and takes no new flows.
+pub const BACKEND_F_KEEP: u32 = 1 << 8;
+/// Backend flag: the next packet of a tracked TCP flow on it is answered with a TCP RST from
+/// the virtual IP, and the flow becomes closing (`on_backend_down: reset`, or
+/// `on_failback: reset` on a pool a decision group left); a tracked UDP flow is re-selected.
+/// Overrides [`BACKEND_F_KEEP`] and [`BACKEND_F_MIGRATE`].
+pub const BACKEND_F_RESET: u32 = 1 << 9;
+/// Backend flag: its tracked flows are re-selected even while it is up (`on_failback:
+/// migrate` on a pool a decision group left). Overrides [`BACKEND_F_KEEP`].
+pub const BACKEND_F_MIGRATE: u32 = 1 << 10;
+
+/// What becomes of a tracked flow on a backend ([`tracked_fate`]): it stays.
+pub const FATE_KEEP: u32 = 0;
+/// See [`FATE_KEEP`]: it is re-selected.
+pub const FATE_MIGRATE: u32 = 1;
+/// See [`FATE_KEEP`]: a TCP flow is reset (a UDP flow is re-selected).
+pub const FATE_RESET: u32 = 2;
+
+/// Whether a backend in `state` (flags ignored) may take new flows and keeps its tracked ones
+/// by default ([`BACKEND_UP`] or [`BACKEND_DRAINING`]); every other value, known or not, does
+/// not.
 #[must_use]
 #[expect(
     clippy::inline_always,
@@ -345,7 +368,29 @@ pub const BACKEND_EVICTED: u32 = 3;
 )]
 #[inline(always)]
 pub const fn keeps_flows(state: u32) -> bool {
-    state == BACKEND_UP || state == BACKEND_DRAINING
+    let s = state & BACKEND_STATE_MASK;
+    s == BACKEND_UP || s == BACKEND_DRAINING
+}
+
+/// What becomes of a tracked flow on a backend whose entry says `state`: a `BACKEND_F_*` flag
+/// decides ([`BACKEND_F_RESET`] first, then [`BACKEND_F_MIGRATE`], then [`BACKEND_F_KEEP`]);
+/// without one, an up or draining backend keeps it and any other state re-selects it.
+#[must_use]
+#[expect(
+    clippy::inline_always,
+    reason = "called by the XDP program per packet: inlined, it costs no BPF-to-BPF call"
+)]
+#[inline(always)]
+pub const fn tracked_fate(state: u32) -> u32 {
+    if state & BACKEND_F_RESET != 0 {
+        FATE_RESET
+    } else if state & BACKEND_F_MIGRATE != 0 {
+        FATE_MIGRATE
+    } else if state & BACKEND_F_KEEP != 0 || keeps_flows(state) {
+        FATE_KEEP
+    } else {
+        FATE_MIGRATE
+    }
 }
 
 /// The value of the `BACKENDS` map, indexed by backend slot.
@@ -356,7 +401,8 @@ pub struct Backend {
     pub addr: [u8; 16],
     /// [`FAMILY_V4`] or [`FAMILY_V6`], widened.
     pub family: u32,
-    /// `BACKEND_UP`, `BACKEND_DRAINING` or `BACKEND_DOWN`.
+    /// `BACKEND_UP`, `BACKEND_DRAINING`, `BACKEND_DOWN` or `BACKEND_EVICTED` in the low byte
+    /// ([`BACKEND_STATE_MASK`]), with `BACKEND_F_*` flags above it.
     pub state: u32,
     /// Which of the slot's two `NEXT_HOPS` entries is live (0 or 1, see [`next_hop_index`]):
     /// the agent writes a changed next hop into the other one, then flips this word, so no
@@ -1048,6 +1094,29 @@ mod tests {
             timeout(FLOW_UDP | FLOW_F_FIRST, &timeouts),
             DEFAULT_TIMEOUT_TICKS[3]
         );
+    }
+
+    #[test]
+    fn a_flag_decides_what_becomes_of_tracked_flows_before_the_state() {
+        assert_eq!(tracked_fate(BACKEND_UP), FATE_KEEP);
+        assert_eq!(tracked_fate(BACKEND_DRAINING), FATE_KEEP);
+        assert_eq!(tracked_fate(BACKEND_DOWN), FATE_MIGRATE);
+        assert_eq!(tracked_fate(BACKEND_EVICTED), FATE_MIGRATE);
+        assert_eq!(tracked_fate(BACKEND_DOWN | BACKEND_F_KEEP), FATE_KEEP);
+        assert_eq!(tracked_fate(BACKEND_DOWN | BACKEND_F_RESET), FATE_RESET);
+        assert_eq!(tracked_fate(BACKEND_UP | BACKEND_F_MIGRATE), FATE_MIGRATE);
+        assert_eq!(
+            tracked_fate(BACKEND_UP | BACKEND_F_MIGRATE | BACKEND_F_RESET),
+            FATE_RESET
+        );
+        assert_eq!(
+            tracked_fate(BACKEND_DOWN | BACKEND_F_KEEP | BACKEND_F_MIGRATE),
+            FATE_MIGRATE
+        );
+        // New flows read the state alone: a kept down backend takes none.
+        assert!(!keeps_flows(BACKEND_DOWN | BACKEND_F_KEEP));
+        assert!(keeps_flows(BACKEND_UP | BACKEND_F_MIGRATE));
+        assert!(!keeps_flows(0x44));
     }
 
     #[test]

@@ -95,11 +95,15 @@ pub enum Reason {
     /// A new flow past its virtual IP's `new_flows_per_second`: dropped (a client retries a
     /// SYN; a tracked flow is never limited).
     VipRateLimited = 22,
+    /// A packet of a tracked TCP flow whose backend's entry says [`crate::BACKEND_F_RESET`]
+    /// (`on_backend_down: reset`, or `on_failback: reset`): answered with a TCP RST from the
+    /// virtual IP (`XDP_TX`), or dropped when it is itself an RST, a fragment or an ICMP error.
+    BackendReset = 23,
 }
 
 impl Reason {
     /// Number of reasons (entries of `REASON_STATS`).
-    pub const COUNT: u32 = 23;
+    pub const COUNT: u32 = 24;
     /// Every reason, in index order.
     pub const ALL: [Reason; Self::COUNT as usize] = [
         Reason::NotIp,
@@ -125,6 +129,7 @@ impl Reason {
         Reason::EchoReply,
         Reason::HostPort,
         Reason::VipRateLimited,
+        Reason::BackendReset,
     ];
 
     /// Label for metrics and `status` (the `reason` label).
@@ -154,6 +159,7 @@ impl Reason {
             Reason::EchoReply => "echo_reply",
             Reason::HostPort => "host_port",
             Reason::VipRateLimited => "vip_rate_limited",
+            Reason::BackendReset => "backend_reset",
         }
     }
 }

@@ -24,6 +24,7 @@ mod forward;
 mod ipip;
 mod maps;
 mod parse;
+mod reset;
 mod select;
 mod vip;
 
@@ -36,7 +37,7 @@ use router_common::{
 use crate::{
     maps::{BACKEND_STATS, FRAGMENTS, NAT_REVERSE, REASON_STATS, SCRATCH, SERVICES, SVC_STATS},
     parse::{Packet, frag},
-    select::{select, usable_backend},
+    select::{keeping_backend, select},
 };
 
 /// Marks "no service" / "no backend" in an [`Outcome`].
@@ -141,6 +142,18 @@ fn process(ctx: &XdpContext) -> Outcome {
     let now = select::now();
     let (svc, choice) = match select::tracked(&pkt.flow, pkt.tcp, now, !pkt.is_icmp()) {
         Ok(hit) => hit,
+        Err(miss) if miss.reset != select::NO_RESET => {
+            // A tracked TCP flow whose backend resets its flows: answered from the virtual IP.
+            return match reset::answer(ctx, pkt) {
+                Ok(action) => Outcome {
+                    action,
+                    reason: Reason::BackendReset,
+                    service: miss.reset,
+                    backend: NONE,
+                },
+                Err(r) => Outcome::unforwarded(r, miss.reset),
+            };
+        }
         Err(miss) => {
             let key = ServiceKey {
                 addr: pkt.flow.dst,
@@ -268,7 +281,7 @@ fn later_fragment(ctx: &XdpContext, pkt: &Packet) -> Outcome {
             NONE,
         );
     }
-    let Some(backend) = usable_backend(entry.backend) else {
+    let Some(backend) = keeping_backend(entry.backend) else {
         return Outcome::unforwarded(Reason::NoBackend, entry.service);
     };
     if entry.flags & SVC_F_NAT != 0

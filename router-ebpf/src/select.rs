@@ -49,14 +49,14 @@
 
 use aya_ebpf::helpers::generated::bpf_get_smp_processor_id;
 use router_common::{
-    Backend, CLOCK_AGENT, CLOCK_OFFSET, CachedFlow, Decision, FILTER_F_NAT, FILTER_FLAGS,
-    FILTER_NAT_REPLY, FILTER_SERVICE, FILTER_WORDS, FLOW_CACHE_ENTRIES, FLOW_CACHE_LEASE,
-    FLOW_CACHE_WAYS, FLOW_F_FIRST, FLOW_STATE_MASK, FLOW_STATES, FLOW_TCP_CLOSING, FLOW_TCP_SYN,
-    FlowEntry, FlowKey, MAGLEV_LANES, MAGLEV_SIZE, MAX_POOLS, NO_BACKEND, NO_POOL,
-    POOL_F_ALL_DOWN_PASS, Reason, SEEN_REFRESH, SVC_F_HASH_SOURCE, Service, TICK_SHIFT, expired,
-    first_state, flow_hash,
+    Backend, CLOCK_AGENT, CLOCK_OFFSET, CachedFlow, Decision, FATE_KEEP, FATE_RESET, FILTER_F_NAT,
+    FILTER_FLAGS, FILTER_NAT_REPLY, FILTER_SERVICE, FILTER_WORDS, FLOW_CACHE_ENTRIES,
+    FLOW_CACHE_LEASE, FLOW_CACHE_WAYS, FLOW_F_FIRST, FLOW_STATE_MASK, FLOW_STATES,
+    FLOW_TCP_CLOSING, FLOW_TCP_SYN, FlowEntry, FlowKey, MAGLEV_LANES, MAGLEV_SIZE, MAX_POOLS,
+    NO_BACKEND, NO_POOL, POOL_F_ALL_DOWN_PASS, PROTO_TCP, Reason, SEEN_REFRESH, SVC_F_HASH_SOURCE,
+    Service, TICK_SHIFT, expired, first_state, flow_hash,
     hash::{filter_bit_words, flow_cache_set},
-    keeps_flows, maglev_backend, maglev_index, next_state, opens, source_hash,
+    keeps_flows, maglev_backend, maglev_index, next_state, opens, source_hash, tracked_fate,
 };
 
 use crate::maps::{
@@ -74,11 +74,23 @@ pub struct Choice {
     pub reason: Reason,
 }
 
-/// The backend in `slot`, if it keeps its tracked flows (up or draining).
+/// The backend in `slot`, if it is up or draining (flags ignored): where a new flow may go.
 #[inline(always)]
 pub fn usable_backend(slot: u32) -> Option<Backend> {
     let b = BACKENDS.get(slot)?;
     if keeps_flows(b.state) { Some(*b) } else { None }
+}
+
+/// The backend in `slot`, if it keeps its tracked flows (`tracked_fate`): where the later
+/// fragments of a datagram whose first fragment it took still go.
+#[inline(always)]
+pub fn keeping_backend(slot: u32) -> Option<Backend> {
+    let b = BACKENDS.get(slot)?;
+    if tracked_fate(b.state) == FATE_KEEP {
+        Some(*b)
+    } else {
+        None
+    }
 }
 
 /// The backend the live Maglev table of `pool` holds for `hash`, or `NO_BACKEND`.
@@ -204,7 +216,13 @@ pub struct Miss {
     pub state: u8,
     /// Index in `FLOW_CACHE` of way 0 of the flow's set on this CPU ([`cache_index`]).
     pub at: u32,
+    /// The service slot of a tracked TCP flow whose backend resets its flows: the packet is
+    /// answered with an RST, and no backend is chosen. [`NO_RESET`] otherwise.
+    pub reset: u32,
 }
+
+/// [`Miss::reset`] of a packet that is not reset.
+pub const NO_RESET: u32 = u32::MAX;
 
 /// The program's clock: `(CLOCK[CLOCK_AGENT] + CLOCK[CLOCK_OFFSET]) >> TICK_SHIFT`, in ticks
 /// of about a millisecond, wrapping (`router_common::TICK_SHIFT`). Two array reads and no
@@ -232,7 +250,8 @@ fn timeouts() -> [u32; FLOW_STATES] {
 /// state and refreshes its `seen`, unless `update` is false (an ICMP error quoting the flow).
 ///
 /// `Err` when a backend must be chosen ([`Miss`]): the flow has no entry, its entry expired, the
-/// packet opens a connection, or its entry no longer applies (`reselect`).
+/// packet opens a connection, or its entry no longer applies (`reselect`); or when the packet
+/// is to be answered with an RST (`reset`: its backend resets its flows; the flow is closing).
 #[inline(always)]
 pub fn tracked(
     flow: &FlowKey,
@@ -247,6 +266,7 @@ pub fn tracked(
         replace: false,
         state: first_state(flow.proto, tcp),
         at,
+        reset: NO_RESET,
     };
     let timeouts = timeouts();
     let way = cache_way(at, &w);
@@ -280,8 +300,9 @@ pub fn tracked(
         replace: true,
         state: next_state(entry.state, tcp),
         at,
+        reset: NO_RESET,
     };
-    let hit = if let Some(hit) = applies(flow, entry) {
+    let hit = if let Some(hit) = applies(flow, entry, false) {
         hit
     } else {
         // A copy that no longer applies may be older than conntrack: another CPU may have
@@ -293,16 +314,28 @@ pub fn tracked(
         if f.backend == entry.backend && f.service == entry.service {
             return Err(reselect);
         }
-        let hit = applies(flow, f).ok_or(reselect)?;
+        let hit = applies(flow, f, false).ok_or(reselect)?;
         entry = f;
         fill_at(at, &w, f);
         hit
     };
-    let state = next_state(entry.state, tcp);
+    // A reset flow is closing: its later packets are answered alike, until a SYN replaces it.
+    let reset = tracked_fate(hit.1.backend.state) == FATE_RESET;
+    let state = if reset {
+        FLOW_TCP_CLOSING
+    } else {
+        next_state(entry.state, tcp)
+    };
     if update && (state != entry.state || now.wrapping_sub(entry.seen) >= SEEN_REFRESH) {
         entry.state = state;
         entry.seen = now;
         refresh(flow, at, &w, entry);
+    }
+    if reset {
+        return Err(Miss {
+            reset: hit.0.id,
+            ..reselect
+        });
     }
     Ok(hit)
 }
@@ -325,7 +358,7 @@ fn syn(
     };
     if x.state & FLOW_STATE_MASK != FLOW_TCP_CLOSING
         && !expired(x.seen, x.state, now, timeouts)
-        && let Some(hit) = applies(flow, x)
+        && let Some(hit) = applies(flow, x, true)
     {
         return Ok(hit);
     }
@@ -357,7 +390,7 @@ fn first_again(
     let applied = if expired(copy.seen, copy.state, now, timeouts) {
         None
     } else {
-        applies(flow, copy)
+        applies(flow, copy, true)
     };
     let Some((svc, mut choice)) = applied else {
         // A record that no longer applies is dropped: the flow's next packets are selected,
@@ -387,7 +420,7 @@ fn first_again(
         if let Some(x) = conntrack_entry(flow)
             && x.state & FLOW_STATE_MASK != FLOW_TCP_CLOSING
             && !expired(x.seen, x.state, now, timeouts)
-            && let Some(hit) = applies(flow, x)
+            && let Some(hit) = applies(flow, x, true)
         {
             cache_write(e, w, entry_words(x), hits_word(hit.1.backend.generation));
             return Some(hit);
@@ -431,21 +464,30 @@ pub fn signal(backend: u32, signal: Signal) {
 }
 
 /// The service and backend a tracked flow's entry sends it to, if the entry still applies: its
-/// service slot holds the flow's key and its backend is usable.
+/// service slot holds the flow's key and its backend keeps its tracked flows
+/// (`router_common::tracked_fate`). A TCP flow on a backend whose tracked flows are reset
+/// applies too (`tracked` has the caller answer it with an RST), unless the packet
+/// may open a connection (`opening`: a new connection is selected afresh, never reset); a UDP
+/// flow there, or any flow on a backend whose flows migrate, does not apply (it is
+/// re-selected).
 #[inline(always)]
-fn applies(flow: &FlowKey, entry: FlowEntry) -> Option<(Service, Choice)> {
+fn applies(flow: &FlowKey, entry: FlowEntry, opening: bool) -> Option<(Service, Choice)> {
     let slot = SERVICE_SLOTS.get(entry.service)?;
     if !slot_serves(slot, flow) {
         return None;
     }
     let svc = slot.service;
     let id = entry.backend;
-    let backend = usable_backend(id)?;
+    let b = BACKENDS.get(id)?;
+    let fate = tracked_fate(b.state);
+    if fate != FATE_KEEP && (fate != FATE_RESET || opening || flow.proto != PROTO_TCP) {
+        return None;
+    }
     Some((
         svc,
         Choice {
             id,
-            backend,
+            backend: *b,
             reason: Reason::ConntrackHit,
         },
     ))

@@ -133,6 +133,31 @@ impl TcpSession {
         Ok(())
     }
 
+    /// Sends `data` and waits (up to [`TIMEOUT`]) for what comes back: `Ok(Ok(()))` when
+    /// exactly `data` is echoed, `Ok(Err(kind))` when the read fails with `kind` (a reset is
+    /// `ConnectionReset`), and how long after the send either happened.
+    ///
+    /// # Errors
+    ///
+    /// When the send fails, or different bytes come back.
+    pub fn echo_or_error(
+        &mut self,
+        data: &[u8],
+    ) -> Result<(Result<(), std::io::ErrorKind>, Duration)> {
+        let sent = std::time::Instant::now();
+        self.stream.write_all(data).context("send")?;
+        let mut back = vec![0u8; data.len()];
+        let r = self.stream.read_exact(&mut back);
+        let took = sent.elapsed();
+        match r {
+            Ok(()) => {
+                ensure!(back == data, "{} echoed different bytes", self.backend);
+                Ok((Ok(()), took))
+            }
+            Err(e) => Ok((Err(e.kind()), took)),
+        }
+    }
+
     /// Half-closes, then checks the server closes too without sending anything more.
     ///
     /// # Errors

@@ -83,6 +83,7 @@ pub struct Group {
     rules: Vec<String>,
     default: Option<String>,
     switch: Option<String>,
+    on_failback: Option<String>,
 }
 
 impl Group {
@@ -94,6 +95,7 @@ impl Group {
             rules: Vec::new(),
             default: None,
             switch: None,
+            on_failback: None,
         }
     }
 
@@ -122,6 +124,13 @@ impl Group {
         self
     }
 
+    /// The group's `on_failback` (`keep`, `reset` or `migrate`).
+    #[must_use]
+    pub fn on_failback(mut self, policy: &str) -> Self {
+        self.on_failback = Some(policy.to_owned());
+        self
+    }
+
     fn text(&self) -> String {
         let mut out = format!("  - name: {}\n    rules:\n", self.name);
         for r in &self.rules {
@@ -133,6 +142,9 @@ impl Group {
         }
         if let Some(policy) = &self.switch {
             let _ = writeln!(out, "    switch: {policy}");
+        }
+        if let Some(policy) = &self.on_failback {
+            let _ = writeln!(out, "    on_failback: {policy}");
         }
         out
     }
@@ -302,6 +314,15 @@ impl ConfigText {
             let _ = writeln!(text, "    health_check: {check}");
         }
         self.pools.push(text);
+        self
+    }
+
+    /// Sets `on_backend_down` (`keep`, `reset` or `migrate`) on the pool added last.
+    #[must_use]
+    pub fn on_backend_down(mut self, policy: &str) -> Self {
+        if let Some(last) = self.pools.last_mut() {
+            let _ = writeln!(last, "    on_backend_down: {policy}");
+        }
         self
     }
 

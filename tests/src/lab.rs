@@ -346,5 +346,6 @@ pub fn pool(name: &str, addrs: Vec<std::net::IpAddr>, when_all_down: WhenAllDown
         slow_start: None,
         breaker: None,
         adaptive: None,
+        on_backend_down: switchyard::config::FlowPolicy::Keep,
     }
 }

@@ -28,6 +28,7 @@ pub mod apply;
 mod breakers;
 pub mod command;
 mod drains;
+mod failback;
 mod next_hops;
 mod queries;
 mod rates;
@@ -309,6 +310,7 @@ pub async fn run(opts: Options) -> Result<(), AgentError> {
         breakers: breakers::Breakers::default(),
         weights: crate::weights::Weights::new(),
         agent_checks: None,
+        left: BTreeMap::new(),
     };
     next_hops::first_round(&mut rt, &cfg, &mut hop_rx).await;
     if let Err(e) = rt.start(fragments) {

@@ -11,8 +11,8 @@ use crate::{
         ctl::StateEntry,
         metrics::{BackendRow, Scrape},
         status::{
-            BackendStatus, BreakerStatus, DrainStatus, InterfaceStatus, NextHopStatus, PoolStatus,
-            ServiceStatus, Status, modes_in_use, protocol,
+            BackendStatus, BreakerStatus, DrainStatus, InterfaceStatus, LeftStatus, NextHopStatus,
+            PoolStatus, ServiceStatus, Status, modes_in_use, protocol,
         },
     },
     config,
@@ -55,6 +55,12 @@ impl Runtime {
                 .iter()
                 .map(|(name, p)| PoolStatus {
                     name: name.clone(),
+                    left: self.left.get(name).map(|l| LeftStatus {
+                        group: l.group.clone(),
+                        policy: l.policy.name().to_owned(),
+                        slots: p.backends.iter().map(|b| b.slot).collect(),
+                        open_flows: None,
+                    }),
                     backends: p
                         .backends
                         .iter()

@@ -99,6 +99,9 @@ pub struct Runtime {
     pub(super) weights: crate::weights::Weights,
     /// The running agent-checks (dropping them stops them).
     pub(super) agent_checks: Option<crate::probe::agent_check::AgentCheckSet>,
+    /// Pools a decision group failed back away from, by pool: the group and its
+    /// `on_failback` (`agent::failback`).
+    pub(super) left: BTreeMap<String, super::failback::Left>,
 }
 
 impl Runtime {
@@ -270,6 +273,10 @@ impl Runtime {
                 Err(e) => error!("decision group {}: writing the switch failed: {e}", d.group),
             }
         }
+        let flows = match (&published, &d.switched) {
+            (Some(_), Some(s)) => self.after_switch(&d.group, s),
+            _ => None,
+        };
         let show = |a: &Option<rules::engine::Action>| {
             a.as_ref().map_or("none".to_owned(), ToString::to_string)
         };
@@ -277,6 +284,7 @@ impl Runtime {
             match record.kind {
                 AuditKind::Switch => {
                     record.latency_us = published.as_ref().map(|p| p.latency_us);
+                    record.flows.clone_from(&flows);
                     self.metrics
                         .switches
                         .get_or_create(&vec![

@@ -24,6 +24,7 @@
 //! | `switchyard_decision_write_latency_seconds` | histogram | |
 //! | `switchyard_decision_switches_total` | counter | `group`, `from`, `to` |
 //! | `switchyard_decision_vetoes_total` | counter | `group` |
+//! | `switchyard_failback_open_flows` | gauge | `group`, `pool` |
 //! | `switchyard_decision_overrides_active` | gauge | |
 //! | `switchyard_state_value` | gauge (bool as 0/1) | `name` |
 
@@ -74,6 +75,21 @@ pub struct Metrics {
     pub vetoes: Family<Labels, Counter>,
     /// Circuit-breaker transitions, by pool, backend and the phase entered.
     pub breaker_transitions: Family<Labels, Counter>,
+    /// Open flows on a pool a decision group failed back away from, as `/status` last counted
+    /// them (the count is taken with each `/status`, off the event loop).
+    pub failback_open_flows: Family<Labels, Gauge>,
+}
+
+impl Metrics {
+    /// Sets the open flows `group` left on `pool` by a failback.
+    pub fn set_failback_open_flows(&self, group: &str, pool: &str, open: u64) {
+        self.failback_open_flows
+            .get_or_create(&vec![
+                ("group", group.to_owned()),
+                ("pool", pool.to_owned()),
+            ])
+            .set(i64::try_from(open).unwrap_or(i64::MAX));
+    }
 }
 
 impl Default for Metrics {
@@ -95,6 +111,7 @@ impl Default for Metrics {
             switches: Family::default(),
             vetoes: Family::default(),
             breaker_transitions: Family::default(),
+            failback_open_flows: Family::default(),
         }
     }
 }
@@ -208,6 +225,11 @@ pub fn registry(metrics: &Metrics, scrape: Scrape) -> Registry {
         "breaker_transitions",
         "Circuit-breaker transitions by pool, backend and the phase entered",
         metrics.breaker_transitions.clone(),
+    );
+    r.register(
+        "failback_open_flows",
+        "Open flows on a pool a decision group failed back away from, as /status last counted",
+        metrics.failback_open_flows.clone(),
     );
     r.register_collector(Box::new(ScrapeCollector(scrape)));
     r

@@ -112,6 +112,7 @@ async fn status(State(api): State<Api>) -> Response {
         Err(r) => return r,
     };
     open_flows_of_drains(&api, &mut status).await;
+    open_flows_of_left_pools(&api, &mut status).await;
     Json(status).into_response()
 }
 
@@ -147,6 +148,40 @@ async fn open_flows_of_drains(api: &Api, status: &mut status::Status) {
         .filter_map(|b| b.drain.as_mut())
     {
         d.open_flows = counts.get(&d.slot).copied();
+    }
+}
+
+/// Counts the tracked flows on every pool a decision group failed back away from, like
+/// [`open_flows_of_drains`], and sets the `switchyard_failback_open_flows` gauge.
+async fn open_flows_of_left_pools(api: &Api, status: &mut status::Status) {
+    let slots: Vec<u32> = status
+        .pools
+        .iter()
+        .filter_map(|p| p.left.as_ref())
+        .flat_map(|l| l.slots.iter().copied())
+        .collect();
+    if slots.is_empty() {
+        return;
+    }
+    let pin_dir = api.pin_dir.clone();
+    let counted =
+        tokio::task::spawn_blocking(move || crate::dataplane::counters::flows_of(&pin_dir, &slots))
+            .await;
+    let counts = match counted {
+        Ok(Ok(counts)) => counts,
+        Ok(Err(e)) => {
+            log::warn!("counting the tracked flows of pools left by a failback: {e}");
+            return;
+        }
+        Err(_) => return,
+    };
+    for p in &mut status.pools {
+        let name = p.name.clone();
+        if let Some(l) = p.left.as_mut() {
+            let open: u64 = l.slots.iter().filter_map(|s| counts.get(s)).sum();
+            l.open_flows = Some(open);
+            api.metrics.set_failback_open_flows(&l.group, &name, open);
+        }
     }
 }
 

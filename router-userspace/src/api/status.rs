@@ -185,6 +185,26 @@ pub struct PoolStatus {
     pub name: String,
     /// Backends.
     pub backends: Vec<BackendStatus>,
+    /// The decision group that failed back away from the pool, while no group chose it again
+    /// (`decisions[].on_failback`). `None` from agents that predate it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub left: Option<LeftStatus>,
+}
+
+/// A pool a decision group failed back away from, in `/status`.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct LeftStatus {
+    /// The group.
+    pub group: String,
+    /// What becomes of the flows tracked on the pool: `keep` (they stay until they end),
+    /// `reset` or `migrate`. `keep` also when the group's `on_failback` could not apply
+    /// because another service still sends new flows to the pool.
+    pub policy: String,
+    /// The pool's backend slots (the `backend` field of their `CONNTRACK` entries).
+    pub slots: Vec<u32>,
+    /// Open flows still on the pool's backends (as for a drain), counted from connection
+    /// tracking when the status was taken (`None` when the table could not be read).
+    pub open_flows: Option<u64>,
 }
 
 /// One backend in `/status`.

@@ -262,6 +262,18 @@ pub fn render(s: &Status) -> String {
     for p in &s.pools {
         let up = p.backends.iter().filter(|b| b.healthy).count();
         let _ = writeln!(o, "  {} ({up}/{} healthy)", p.name, p.backends.len());
+        if let Some(l) = &p.left {
+            let flows = l
+                .open_flows
+                .map_or("tracked flows not counted".to_owned(), |n| {
+                    format!("{n} open flows remain")
+                });
+            let _ = writeln!(
+                o,
+                "    LEFT by decision group {} at failback (on_failback {}): {flows}",
+                l.group, l.policy
+            );
+        }
         for b in &p.backends {
             backend_lines(&mut o, b, s.time);
         }
@@ -382,7 +394,7 @@ pub const MAP_HELP: [(&str, &str); 20] = [
     ),
     (
         maps::BACKENDS,
-        "backends: address, family, state (up/draining/down), live next-hop half",
+        "backends: address, family, state (up/draining/down/evicted, with flags for tracked flows: keep/reset/migrate), live next-hop half",
     ),
     (
         maps::NEXT_HOPS,

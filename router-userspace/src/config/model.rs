@@ -286,6 +286,33 @@ pub enum WhenAllDown {
     Pass,
 }
 
+/// What becomes of the tracked flows of a backend that stops taking new ones
+/// (`pools[].on_backend_down`: its health check failed; a decision group's `on_failback`: the
+/// group failed back away from its pool).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum FlowPolicy {
+    /// They stay on it until they end (default); new flows avoid it.
+    #[default]
+    Keep,
+    /// Their next packet is answered with a TCP RST from the virtual IP; UDP flows migrate.
+    Reset,
+    /// They are re-selected onto a usable backend (a TCP peer that has no such connection
+    /// answers the next segment with an RST).
+    Migrate,
+}
+
+impl FlowPolicy {
+    /// The config's word for it.
+    #[must_use]
+    pub const fn name(self) -> &'static str {
+        match self {
+            FlowPolicy::Keep => "keep",
+            FlowPolicy::Reset => "reset",
+            FlowPolicy::Migrate => "migrate",
+        }
+    }
+}
+
 /// `pools[].backends[]`.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Backend {
@@ -313,6 +340,8 @@ pub struct Pool {
     pub breaker: Option<Breaker>,
     /// Adaptive weights (`weights.adaptive`); `None`: the configured weights stand.
     pub adaptive: Option<Adaptive>,
+    /// What becomes of a backend's tracked flows when its health check fails (default keep).
+    pub on_backend_down: FlowPolicy,
 }
 
 /// Default `weights.adaptive.window`: the pass rate and RTT p99 are taken over this long.
@@ -522,6 +551,9 @@ pub struct DecisionGroup {
     pub require: Option<String>,
     /// `automatic:` — a bool variable; while false, automatic switching is frozen.
     pub automatic: Option<String>,
+    /// What becomes of the flows tracked on the pool the group leaves when it fails back
+    /// (switches back to a pool it had left; default keep).
+    pub on_failback: FlowPolicy,
 }
 
 /// `decisions[].rules[]`.

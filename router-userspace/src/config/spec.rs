@@ -77,6 +77,7 @@ pub(crate) struct PoolSpec {
     pub health_check: Option<HealthCheckSpec>,
     pub when_all_down: Option<String>,
     pub slow_start: Option<String>,
+    pub on_backend_down: Option<String>,
     pub weights: Option<WeightsSpec>,
     pub breaker: Option<BreakerSpec>,
 }
@@ -233,6 +234,7 @@ pub(crate) struct DecisionGroupSpec {
     pub switch: Option<SwitchSpec>,
     pub require: Option<String>,
     pub automatic: Option<String>,
+    pub on_failback: Option<String>,
 }
 
 /// `decisions[].rules[]`.

@@ -73,6 +73,26 @@ pub(super) fn leaf<S, V>(
     }
 }
 
+/// Reads the optional flow policy `rel` (`keep`, `reset` or `migrate`; default `keep`),
+/// reporting a bad value.
+pub(super) fn flow_policy<S>(
+    it: &Item<S>,
+    report: &mut Report,
+    value: Option<&str>,
+    rel: &str,
+) -> Option<super::model::FlowPolicy> {
+    use super::model::FlowPolicy;
+    let choices = [
+        ("keep", FlowPolicy::Keep),
+        ("reset", FlowPolicy::Reset),
+        ("migrate", FlowPolicy::Migrate),
+    ];
+    leaf(it, report, value, rel, |v| {
+        values::choice(v, rel, &choices, &[])
+    })
+    .or(FlowPolicy::Keep)
+}
+
 /// Reads the required leaf `key` of the mapping at `parent`, reporting it missing or bad.
 pub(super) fn required<S, V>(
     it: &Item<S>,

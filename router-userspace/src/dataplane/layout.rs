@@ -217,7 +217,7 @@ pub fn all() -> Vec<MapLayout> {
             value: record!(Backend {
                 addr: "network order, IPv4 in the first 4 bytes",
                 family: "4 or 6",
-                state: "0 down, 1 up, 2 draining, 3 evicted (a drain's timeout passed)",
+                state: "low byte: 0 down, 1 up, 2 draining, 3 evicted (a drain's timeout passed); flags: 256 keep tracked flows, 512 reset them (TCP RST), 1024 re-select them",
                 hop: "live NEXT_HOPS half, 0 or 1",
                 generation: "changes with the slot's state or address",
             }),

@@ -11,7 +11,9 @@ use router_common::{
     Service, next_hop_index,
 };
 
-use super::{BackendState, PoolState, PublishError, Publisher, ServiceState, service_key, tables};
+use super::{
+    BackendState, FlowMarks, PoolState, PublishError, Publisher, ServiceState, service_key, tables,
+};
 use crate::{
     config::{Config, Forward, HashMode, Target, WhenAllDown},
     dataplane::Dataplane,
@@ -148,6 +150,10 @@ impl Publisher {
                 .as_ref()
                 .map(|o| o.backends.iter().map(|b| (b.address, b.clone())).collect())
                 .unwrap_or_default();
+            let marks = FlowMarks {
+                on_down: p.on_backend_down,
+                left: old.as_ref().and_then(|o| o.marks.left),
+            };
             let mut backends = Vec::with_capacity(p.backends.len());
             for b in &p.backends {
                 let prev = old_backends.remove(&b.address).or_else(|| {
@@ -169,7 +175,7 @@ impl Publisher {
                 };
                 // Only what differs is written: a restarted agent that resumed the maps
                 // rewrites nothing for an unchanged backend.
-                state.write(dp, state.entry(self.health.get(&p.name, b.address)))?;
+                state.write(dp, state.entry(self.health.get(&p.name, b.address), marks))?;
                 backends.push(state);
             }
             // Backends that left this pool stay as they are until the pool's new table is
@@ -188,6 +194,7 @@ impl Publisher {
                     backends,
                     slow_start: p.slow_start,
                     trial_weight: trial_weight(p),
+                    marks,
                     ..o
                 },
                 None => PoolState {
@@ -196,6 +203,7 @@ impl Publisher {
                     backends,
                     slow_start: p.slow_start,
                     trial_weight: trial_weight(p),
+                    marks,
                     active: 1,
                     live: None,
                     built_from: None,
@@ -256,7 +264,7 @@ impl Publisher {
         dp: &mut dyn Dataplane,
         mut gone: BackendState,
     ) -> Result<(), PublishError> {
-        gone.write(dp, gone.entry(None))?;
+        gone.write(dp, gone.entry(None, FlowMarks::default()))?;
         if let Some(last) = gone.written {
             self.freed.insert(gone.slot, last);
         }

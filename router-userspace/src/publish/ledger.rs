@@ -12,7 +12,9 @@
 
 use std::{collections::BTreeMap, net::IpAddr};
 
-use router_common::{BACKEND_DOWN, Decision, MAX_BACKENDS, MAX_POOLS, MAX_SERVICES, NO_POOL};
+use router_common::{
+    BACKEND_DOWN, BACKEND_STATE_MASK, Decision, MAX_BACKENDS, MAX_POOLS, MAX_SERVICES, NO_POOL,
+};
 use rules::engine::Action;
 use serde::{Deserialize, Serialize};
 
@@ -248,8 +250,12 @@ impl Publisher {
                 }
                 // Only a failed check is down; an evicted backend was healthy, and a restart
                 // ends its drain.
-                p.health
-                    .resume(name, address, entry.state != BACKEND_DOWN, hop.is_some());
+                p.health.resume(
+                    name,
+                    address,
+                    entry.state & BACKEND_STATE_MASK != BACKEND_DOWN,
+                    hop.is_some(),
+                );
                 backends.push(BackendState {
                     address,
                     slot,
@@ -270,6 +276,7 @@ impl Publisher {
                     // Set by the first apply, which every start runs.
                     slow_start: None,
                     trial_weight: 100,
+                    marks: super::FlowMarks::default(),
                     active: pool.active & 1,
                     live: maps.read_table(lp.slot, pool.active & 1),
                     // Unknown: the first apply builds each table once and finds it equal.

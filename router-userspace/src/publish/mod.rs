@@ -32,14 +32,14 @@ use std::{
 };
 
 use router_common::{
-    BACKEND_DOWN, BACKEND_DRAINING, BACKEND_EVICTED, BACKEND_UP, Backend, FAMILY_V4, FAMILY_V6,
-    MAX_BACKENDS, MAX_POOLS, MAX_SERVICES, NextHop, PROTO_TCP, PROTO_UDP, Service, ServiceKey,
-    next_hop_index,
+    BACKEND_DOWN, BACKEND_DRAINING, BACKEND_EVICTED, BACKEND_F_KEEP, BACKEND_F_MIGRATE,
+    BACKEND_F_RESET, BACKEND_UP, Backend, FAMILY_V4, FAMILY_V6, MAX_BACKENDS, MAX_POOLS,
+    MAX_SERVICES, NextHop, PROTO_TCP, PROTO_UDP, Service, ServiceKey, next_hop_index,
 };
 
 use crate::{
     breaker::Phase,
-    config::{self, Protocol},
+    config::{self, FlowPolicy, Protocol},
     dataplane::{Dataplane, DataplaneError},
     health::{BackendHealth, Drain, Health},
     maglev::MaglevError,
@@ -88,6 +88,17 @@ pub const RAMP_STEPS: u32 = 20;
 /// The shortest time between two steps of slow starts.
 pub const RAMP_STEP_MIN: Duration = Duration::from_millis(100);
 
+/// What a pool's backend entries say about their tracked flows (`router_common::BACKEND_F_*`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FlowMarks {
+    /// `on_backend_down` of the running config: for a backend whose health check failed.
+    pub on_down: FlowPolicy,
+    /// `on_failback` of a decision group that failed back away from the pool and names it no
+    /// more (`Publisher::set_left`), for every backend of the pool; `None` when no group left
+    /// it, or one did under `keep`.
+    pub left: Option<FlowPolicy>,
+}
+
 /// One backend of one pool, as published.
 #[derive(Clone, Debug, PartialEq)]
 pub struct BackendState {
@@ -129,7 +140,9 @@ impl BackendState {
         reason = "a table read top to bottom: unhealthy, evicted by a drain's timeout, then \
                   unreachable with a last next hop and without one, then drained, then by weight"
     )]
-    fn entry(&self, health: Option<BackendHealth>) -> Backend {
+    fn entry(&self, health: Option<BackendHealth>, marks: FlowMarks) -> Backend {
+        // A backend awaiting its first check has no flows to keep.
+        let failed = health.is_some_and(|h| !h.healthy && !h.awaiting_check);
         let state = match health {
             None => BACKEND_DOWN,
             Some(h) => match (h.healthy, h.reachable, h.drain, self.target()) {
@@ -144,6 +157,19 @@ impl BackendState {
                 (true, true, _, _) => BACKEND_UP,
             },
         };
+        // A failed check's flows follow `on_backend_down`; a removed backend's, or one without
+        // a next hop, are re-selected (there is nowhere to keep them).
+        let down = match (failed, marks.on_down) {
+            (true, FlowPolicy::Keep) => BACKEND_F_KEEP,
+            (true, FlowPolicy::Reset) => BACKEND_F_RESET,
+            _ => 0,
+        };
+        let left = match marks.left {
+            Some(FlowPolicy::Reset) => BACKEND_F_RESET,
+            Some(FlowPolicy::Migrate) => BACKEND_F_MIGRATE,
+            _ => 0,
+        };
+        let state = state | down | left;
         let (addr, family) = (addr16(self.address), u32::from(family(self.address)));
         let generation = match self.written {
             Some(w) if (w.state, w.addr, w.family) == (state, addr, family) => w.generation,
@@ -200,6 +226,8 @@ pub struct PoolState {
     pub slow_start: Option<Duration>,
     /// `breaker.trial_weight` of the running config, percent (100 without a breaker).
     pub trial_weight: u32,
+    /// What its backend entries say about their tracked flows.
+    pub marks: FlowMarks,
     /// Which half is live.
     active: u32,
     /// The live table (None before the first write).
@@ -473,6 +501,59 @@ impl Publisher {
             self.write_vips(dp)?;
         }
         Ok(changed)
+    }
+
+    /// Marks every backend entry of `pool` with what becomes of its tracked flows now that a
+    /// decision group failed back away from it (`on_failback`; `None`, or `keep`, clears the
+    /// mark: the group chose the pool again). Returns whether an entry changed.
+    ///
+    /// # Errors
+    ///
+    /// [`PublishError`] when a map write fails; the publisher then holds what it wrote.
+    pub fn set_left(
+        &mut self,
+        dp: &mut dyn Dataplane,
+        pool: &str,
+        policy: Option<FlowPolicy>,
+    ) -> Result<bool, PublishError> {
+        let left = policy.filter(|p| *p != FlowPolicy::Keep);
+        let Some(p) = self.pools.get_mut(pool) else {
+            return Ok(false);
+        };
+        if p.marks.left == left {
+            return Ok(false);
+        }
+        p.marks.left = left;
+        tables::refresh(dp, pool, p, &self.health, self.now)?;
+        Ok(true)
+    }
+
+    /// Whether a service's static target or a decision group other than `except` sends new
+    /// flows to `pool` now (its action, not its fallback).
+    #[must_use]
+    pub fn pool_in_use(&self, pool: &str, except: &str) -> bool {
+        let by_group = self
+            .groups
+            .iter()
+            .filter(|(name, _)| name.as_str() != except)
+            .any(|(_, g)| {
+                g.action
+                    .as_ref()
+                    .is_some_and(|a| a.live_pools().any(|p| p == pool))
+            });
+        let slot = self.pools.get(pool).map(|p| p.slot);
+        let group_slots: std::collections::BTreeSet<u32> =
+            self.groups.values().map(|g| g.slot).collect();
+        let by_service = self.services.values().any(|s| {
+            !group_slots.contains(&s.value.decision) && {
+                let d = router_common::Decision::decode(s.word);
+                slot.is_some_and(|slot| {
+                    let slot = u16::try_from(slot).unwrap_or(router_common::NO_POOL);
+                    d.pool_a == slot || (d.pool_b == slot && d.split_b > 0)
+                })
+            }
+        });
+        by_group || by_service
     }
 
     /// Drains `address` in `pool` (or ends its drain) and rewrites the pool's table and

@@ -266,6 +266,7 @@ fn pool(name: &str, backends: Vec<IpAddr>) -> CfgPool {
         slow_start: None,
         breaker: None,
         adaptive: None,
+        on_backend_down: crate::config::FlowPolicy::Keep,
     }
 }
 

@@ -4,7 +4,7 @@
 
 use std::{collections::HashSet, time::Duration};
 
-use router_common::{BACKEND_UP, MAGLEV_SIZE, Pool};
+use router_common::{BACKEND_STATE_MASK, BACKEND_UP, MAGLEV_SIZE, Pool};
 
 use super::{PoolState, PublishError};
 use crate::{
@@ -28,9 +28,10 @@ pub(super) fn refresh(
         if !up {
             publish(dp, name, pool, health, false, now)?;
         }
+        let marks = pool.marks;
         for b in &mut pool.backends {
-            let entry = b.entry(health.get(name, b.address));
-            if (entry.state == BACKEND_UP) == up && b.written != Some(entry) {
+            let entry = b.entry(health.get(name, b.address), marks);
+            if (entry.state & BACKEND_STATE_MASK == BACKEND_UP) == up && b.written != Some(entry) {
                 dp.set_backend(b.slot, entry)?;
                 b.written = Some(entry);
             }

@@ -9,6 +9,7 @@ use std::time::Duration;
 use router_common::{Decision, NO_BACKEND, SPLIT_SCALE};
 
 use super::*;
+use crate::config::FlowPolicy;
 use crate::{
     config::{
         Agent, Backend as CfgBackend, Config, Conntrack, Forward, HashMode, Pool as CfgPool,
@@ -32,6 +33,7 @@ fn pool(name: &str, addrs: &[(&str, u32)]) -> CfgPool {
         slow_start: None,
         breaker: None,
         adaptive: None,
+        on_backend_down: crate::config::FlowPolicy::Keep,
     }
 }
 
@@ -205,7 +207,8 @@ fn an_unhealthy_backend_leaves_the_table_before_it_is_marked_down() {
         "table flipped before the backend went down: {:?}",
         dp.log
     );
-    assert_eq!(dp.backends[&dead].state, BACKEND_DOWN);
+    // `on_backend_down` defaults to keep: its tracked flows stay.
+    assert_eq!(dp.backends[&dead].state, BACKEND_DOWN | BACKEND_F_KEEP);
     let slot = p.pools()["dc1"].slot;
     assert!(!dp.live_table(slot).unwrap().contains(&dead));
     // A repeated verdict changes nothing.
@@ -220,6 +223,40 @@ fn an_unhealthy_backend_leaves_the_table_before_it_is_marked_down() {
     );
     assert!(dp.live_table(slot).unwrap().contains(&dead));
     assert_eq!(dp.backends[&dead].state, BACKEND_UP);
+}
+
+/// `on_backend_down` is written into a failed backend's entry as a flag; a change of it alone
+/// rewrites the entry (with a new generation, so no cached copy of a flow outlives it); a
+/// backend awaiting its first check, or removed, carries none.
+#[test]
+fn on_backend_down_marks_a_failed_backends_entry() {
+    let (mut p, mut dp, mut cfg) = checked_pool_with_one_backend_down();
+    let slot = p.pools()["dc1"].backends[1].slot;
+    let mut generation = dp.backends[&slot].generation;
+    for (policy, want) in [
+        (FlowPolicy::Reset, BACKEND_DOWN | BACKEND_F_RESET),
+        (FlowPolicy::Migrate, BACKEND_DOWN),
+        (FlowPolicy::Keep, BACKEND_DOWN | BACKEND_F_KEEP),
+    ] {
+        cfg.pools[0].on_backend_down = policy;
+        p.apply(&mut dp, &cfg).unwrap();
+        assert_eq!(dp.backends[&slot].state, want, "{policy:?}");
+        assert_ne!(dp.backends[&slot].generation, generation, "{policy:?}");
+        generation = dp.backends[&slot].generation;
+    }
+    // A healthy backend carries no flag whatever the policy.
+    let up = p.pools()["dc1"].backends[0].slot;
+    assert_eq!(dp.backends[&up].state, BACKEND_UP);
+    // Back up: the flag goes with the failure.
+    p.set_health(&mut dp, "dc1", "198.18.1.12".parse().unwrap(), true)
+        .unwrap();
+    assert_eq!(dp.backends[&slot].state, BACKEND_UP);
+    // Removed from the pool: its flows are re-selected, whatever the policy.
+    p.set_health(&mut dp, "dc1", "198.18.1.12".parse().unwrap(), false)
+        .unwrap();
+    cfg.pools[0].backends.truncate(1);
+    p.apply(&mut dp, &cfg).unwrap();
+    assert_eq!(dp.backends[&slot].state, BACKEND_DOWN);
 }
 
 #[test]
@@ -264,7 +301,8 @@ fn weight_zero_drains_health_survives_reapply() {
     let b = &p.pools()["dc1"].backends;
     assert_eq!(dp.backends[&b[0].slot].state, BACKEND_DRAINING);
     assert_eq!(
-        dp.backends[&b[1].slot].state, BACKEND_DOWN,
+        dp.backends[&b[1].slot].state,
+        BACKEND_DOWN | BACKEND_F_KEEP,
         "health kept across apply"
     );
 }
@@ -535,7 +573,10 @@ fn a_slot_never_gets_back_a_generation_it_had() {
         ramp: None,
         adaptive: None,
     };
-    assert_eq!(next.entry(None).generation, last.generation.wrapping_add(1));
+    assert_eq!(
+        next.entry(None, FlowMarks::default()).generation,
+        last.generation.wrapping_add(1)
+    );
 }
 
 #[test]
@@ -866,4 +907,43 @@ fn adaptive_weights_replace_the_configured_ones_and_zero_drains_the_entry() {
     // An apply whose pool has no adaptive weights gives the configured weights back.
     p.apply(&mut dp, &cfg).unwrap();
     assert_eq!(p.pools()["dc1"].weight_in_table(slot), Some(100));
+}
+
+/// A failback mark goes on every backend entry of the pool (up ones too) with a new
+/// generation, survives an apply, and comes off again; `keep` is no mark. A pool a static
+/// target sends new flows to is in use.
+#[test]
+fn a_failback_mark_covers_the_pool_and_comes_off() {
+    let mut dp = MemoryDataplane::default();
+    let mut p = Publisher::new();
+    let cfg = config(
+        vec![service("web", 80, Target::Pool("dc1".into()))],
+        vec![
+            pool("dc1", &[("198.18.1.11", 100)]),
+            pool("dc2", &[("198.18.2.11", 100), ("198.18.2.12", 100)]),
+        ],
+    );
+    p.apply(&mut dp, &cfg).unwrap();
+    assert!(p.pool_in_use("dc1", "any"));
+    assert!(!p.pool_in_use("dc2", "any"));
+    let slots: Vec<u32> = p.pools()["dc2"].backends.iter().map(|b| b.slot).collect();
+    let before: Vec<u32> = slots.iter().map(|s| dp.backends[s].generation).collect();
+    assert!(p.set_left(&mut dp, "dc2", Some(FlowPolicy::Reset)).unwrap());
+    for (s, g) in slots.iter().zip(&before) {
+        assert_eq!(dp.backends[s].state, BACKEND_UP | BACKEND_F_RESET);
+        assert_ne!(dp.backends[s].generation, *g);
+    }
+    p.apply(&mut dp, &cfg).unwrap();
+    assert_eq!(dp.backends[&slots[0]].state, BACKEND_UP | BACKEND_F_RESET);
+    assert!(
+        p.set_left(&mut dp, "dc2", Some(FlowPolicy::Migrate))
+            .unwrap()
+    );
+    assert_eq!(dp.backends[&slots[1]].state, BACKEND_UP | BACKEND_F_MIGRATE);
+    assert!(p.set_left(&mut dp, "dc2", Some(FlowPolicy::Keep)).unwrap());
+    assert_eq!(dp.backends[&slots[1]].state, BACKEND_UP);
+    assert!(!p.set_left(&mut dp, "dc2", None).unwrap());
+    // The mark does not take the backends out of the table.
+    let slot = p.pools()["dc2"].slot;
+    assert!(dp.live_table(slot).unwrap().contains(&slots[0]));
 }

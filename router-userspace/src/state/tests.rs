@@ -40,6 +40,7 @@ fn pool(name: &str, addrs: &[&str]) -> Pool {
         slow_start: None,
         breaker: None,
         adaptive: None,
+        on_backend_down: crate::config::FlowPolicy::Keep,
     }
 }
 
@@ -140,6 +141,7 @@ pub(crate) fn web_failover(switch: SwitchPolicy) -> Config {
             switch,
             require: Some("target.healthy_count >= 1".into()),
             automatic: Some("automation_enabled".into()),
+            on_failback: crate::config::FlowPolicy::Keep,
         }],
         rules: std::sync::Arc::default(),
     }

@@ -58,6 +58,7 @@ fn pool(params: Adaptive, weights: &[u32]) -> Pool {
         slow_start: None,
         adaptive: Some(params),
         breaker: None,
+        on_backend_down: crate::config::FlowPolicy::Keep,
     }
 }
 

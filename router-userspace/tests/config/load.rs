@@ -10,9 +10,9 @@ use std::{
 };
 
 use switchyard::config::{
-    Adaptive, Agent, AgentCheck, Backend, Backoff, CheckKind, Config, Conntrack, Forward, HashMode,
-    HealthCheck, MAX_HOST_PORTS, Pool, Protocol, Service, SplitShare, Target, Vip, WhenAllDown,
-    load_files,
+    Adaptive, Agent, AgentCheck, Backend, Backoff, CheckKind, Config, Conntrack, FlowPolicy,
+    Forward, HashMode, HealthCheck, MAX_HOST_PORTS, Pool, Protocol, Service, SplitShare, Target,
+    Vip, WhenAllDown, load_files,
 };
 
 use crate::{MINIMAL, ip, load};
@@ -55,6 +55,7 @@ fn minimal_config_loads_with_every_default_applied() {
                 slow_start: None,
                 breaker: None,
                 adaptive: None,
+                on_backend_down: FlowPolicy::Keep,
             }],
             state: vec![],
             decisions: vec![],
@@ -390,4 +391,36 @@ pools:
             }),
         })
     );
+}
+
+#[test]
+fn flow_policies_default_to_keep_and_read_each_word() {
+    let text = "\
+services:
+  - { name: web, vip: 198.18.0.10, port: 80, protocol: tcp, forward: dsr-l2, to: { decide: wf } }
+pools:
+  - { name: a, backends: [ { address: 198.18.1.11 } ] }
+  - { name: b, backends: [ { address: 198.18.1.12 } ], on_backend_down: reset }
+  - { name: c, backends: [ { address: 198.18.1.13 } ], on_backend_down: migrate }
+  - { name: d, backends: [ { address: 198.18.1.14 } ], on_backend_down: keep }
+decisions:
+  - name: wf
+    rules: [ { id: r, when: \"true\", then: { pool: a } } ]
+    on_failback: reset
+  - name: plain
+    rules: [ { id: r, when: \"true\", then: { pool: b } } ]
+";
+    let config = load(&[("p.yaml", text)]);
+    let policies: Vec<FlowPolicy> = config.pools.iter().map(|p| p.on_backend_down).collect();
+    assert_eq!(
+        policies,
+        [
+            FlowPolicy::Keep,
+            FlowPolicy::Reset,
+            FlowPolicy::Migrate,
+            FlowPolicy::Keep
+        ]
+    );
+    assert_eq!(config.decisions[0].on_failback, FlowPolicy::Reset);
+    assert_eq!(config.decisions[1].on_failback, FlowPolicy::Keep);
 }

@@ -68,6 +68,10 @@ pub struct AuditRecord {
     /// Microseconds from the triggering event to the completed map write, filled by the caller.
     #[serde(default)]
     pub latency_us: Option<u64>,
+    /// For a failback, what became of the flows tracked on the pools it left (the group's
+    /// `on_failback`), filled by the caller.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub flows: Option<String>,
 }
 
 impl AuditRecord {
@@ -85,6 +89,7 @@ impl AuditRecord {
             reason: None,
             values: BTreeMap::new(),
             latency_us: None,
+            flows: None,
         }
     }
 

@@ -378,6 +378,11 @@ impl Builder {
                     weights(a.adaptive.as_ref()),
                     weights(b.adaptive.as_ref()),
                 );
+                f.cmp(
+                    "on_backend_down",
+                    a.on_backend_down.name(),
+                    b.on_backend_down.name(),
+                );
                 self.changed(Kind::Pool, None, name.into(), f);
             }
             (None, None) => {}
@@ -486,6 +491,7 @@ impl Builder {
                     opt(a.automatic.as_deref()),
                     opt(b.automatic.as_deref()),
                 );
+                f.cmp("on_failback", a.on_failback.name(), b.on_failback.name());
                 // Declaration order breaks priority ties: compare the order of the rules both
                 // have (added and removed ones are listed on their own).
                 let ids_a: BTreeSet<&str> = a.rules.iter().map(|r| r.id.as_str()).collect();
@@ -767,6 +773,33 @@ decisions:
                 "~ state up: push.default true → false",
             ]
         );
+    }
+
+    #[test]
+    fn flow_policies_show_as_changes() {
+        let new = edit(&[
+            (
+                "backends: [ { address: 198.18.2.2 } ]",
+                "backends: [ { address: 198.18.2.2 } ]\n    on_backend_down: reset",
+            ),
+            (
+                "default: { pool: dc1 }",
+                "default: { pool: dc1 }\n    on_failback: migrate",
+            ),
+        ]);
+        assert_eq!(
+            lines(BASE, &new),
+            [
+                "~ pool dc2: on_backend_down keep → reset",
+                "~ decision wf: on_failback keep → migrate",
+            ]
+        );
+        // Saying the default changes nothing.
+        let same = edit(&[(
+            "backends: [ { address: 198.18.2.2 } ]",
+            "backends: [ { address: 198.18.2.2 } ]\n    on_backend_down: keep",
+        )]);
+        assert!(lines(BASE, &same).is_empty());
     }
 
     #[test]

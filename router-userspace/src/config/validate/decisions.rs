@@ -136,6 +136,7 @@ pub(super) fn group(it: &Item<DecisionGroupSpec>, report: &mut Report) -> Draft 
             })()
         }
     };
+    let on_failback = super::flow_policy(it, report, g.on_failback.as_deref(), "on_failback");
     let value = (|| {
         Some(DecisionGroup {
             name: name.clone()?,
@@ -144,6 +145,7 @@ pub(super) fn group(it: &Item<DecisionGroupSpec>, report: &mut Report) -> Draft 
             switch: switch?,
             require: g.require.clone(),
             automatic: g.automatic.clone(),
+            on_failback: on_failback?,
         })
     })();
     Draft { name, refs, value }

@@ -49,6 +49,8 @@ pub(super) fn pool(it: &Item<PoolSpec>, report: &mut Report) -> Draft {
         |v| values::choice(v, "when_all_down", &choices, &[]),
     )
     .or(WhenAllDown::Drop);
+    let on_backend_down =
+        super::flow_policy(it, report, p.on_backend_down.as_deref(), "on_backend_down");
     let slow_start = leaf(it, report, p.slow_start.as_deref(), "slow_start", |v| {
         values::duration(v, "slow_start").map(Some)
     });
@@ -72,6 +74,7 @@ pub(super) fn pool(it: &Item<PoolSpec>, report: &mut Report) -> Draft {
             slow_start: slow_start.or(None)?,
             breaker: breaker.or(None)?,
             adaptive: adaptive.or(None)?,
+            on_backend_down: on_backend_down?,
         })
     })();
     Draft {

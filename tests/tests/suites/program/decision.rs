@@ -34,6 +34,7 @@ fn config() -> Config {
         slow_start: None,
         breaker: None,
         adaptive: None,
+        on_backend_down: switchyard::config::FlowPolicy::Keep,
     };
     let service = |name: &str, port: u16| Service {
         name: name.into(),
@@ -63,6 +64,7 @@ fn config() -> Config {
             switch: SwitchPolicy::default(),
             require: None,
             automatic: None,
+            on_failback: switchyard::config::FlowPolicy::Keep,
         }],
         rules: std::sync::Arc::default(),
     }

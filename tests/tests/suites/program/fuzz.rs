@@ -17,7 +17,11 @@
 //!   datagram) L4 checksum still verify when they did on input;
 //! - an echo reply (`echo_reply`, `XDP_TX`) answers an ICMP/`ICMPv6` echo request to a virtual
 //!   IP: same length, addresses and MACs turned around, the reply's type, and checksums that
-//!   verify when the request's did.
+//!   verify when the request's did;
+//! - a reset (`backend_reset`, `XDP_TX`) answers a TCP segment without RST to a service whose
+//!   pool resets the flows of its down backend (`rst`, `rst6`: flows tracked before backend 1
+//!   went down): addresses, ports and MACs turned around, the frame cut to a plain IP header
+//!   and a 20-byte TCP header with RST set (and neither SYN nor FIN), every checksum valid.
 //!
 //! Privileged: skips loudly without root and BPF; fails under `CI=true`.
 #![expect(
@@ -105,17 +109,31 @@ fn config() -> Config {
             svc("dns6", vip6, 53, Protocol::Udp, true, "web6"),
             svc("closed", vip4, 81, Protocol::Tcp, false, "drop"),
             svc("open", vip4, 82, Protocol::Tcp, false, "pass"),
+            svc("rst", vip4, RST_PORT, Protocol::Tcp, false, "rst"),
+            svc("rst6", vip6, RST_PORT, Protocol::Tcp, false, "rst6"),
         ],
         pools: vec![
-            pool("web", v4, WhenAllDown::Drop),
-            pool("web6", v6, WhenAllDown::Drop),
+            pool("web", v4.clone(), WhenAllDown::Drop),
+            pool("web6", v6.clone(), WhenAllDown::Drop),
             pool("drop", vec![backend_v4(2).into()], WhenAllDown::Drop),
             pool("pass", vec![backend_v4(3).into()], WhenAllDown::Pass),
+            resetting(pool("rst", v4[..2].to_vec(), WhenAllDown::Drop)),
+            resetting(pool("rst6", v6[..2].to_vec(), WhenAllDown::Drop)),
         ],
         state: vec![],
         decisions: vec![],
         rules: std::sync::Arc::default(),
     }
+}
+
+/// The port of the services whose pool resets the flows of a down backend.
+const RST_PORT: u16 = 83;
+/// Client ports of the flows tracked on `rst` and `rst6` before backend 1 went down.
+const RST_FLOWS: std::ops::Range<u16> = 51000..51040;
+
+fn resetting(mut p: switchyard::config::Pool) -> switchyard::config::Pool {
+    p.on_backend_down = switchyard::config::FlowPolicy::Reset;
+    p
 }
 
 fn lab(tag: &str) -> Option<Lab> {
@@ -126,6 +144,19 @@ fn lab(tag: &str) -> Option<Lab> {
     lab.set_health("drop", &backend_v4(2).to_string(), false)
         .expect("health");
     lab.set_health("pass", &backend_v4(3).to_string(), false)
+        .expect("health");
+    // Flows of `rst` and `rst6` tracked on both backends, then backend 1 down: its flows are
+    // answered with resets.
+    for port in RST_FLOWS {
+        for (c, v) in [(c4(), vip4()), (c6(), vip6())] {
+            for _ in 0..2 {
+                lab.run(&packets::tcp(c, port, v, RST_PORT)).expect("track");
+            }
+        }
+    }
+    lab.set_health("rst", &backend_v4(1).to_string(), false)
+        .expect("health");
+    lab.set_health("rst6", &backend_v6(1).to_string(), false)
         .expect("health");
     Some(lab)
 }
@@ -158,6 +189,8 @@ fn services() -> Vec<Svc> {
         s(v6, 53, UDP, true, &all),
         s(v4, 81, TCP, false, &Vec::new()),
         s(v4, 82, TCP, false, &Vec::new()),
+        s(v4, RST_PORT, TCP, false, &vec![2]),
+        s(v6, RST_PORT, TCP, false, &vec![2]),
     ]
 }
 
@@ -608,6 +641,65 @@ fn judge_echo(input: &[u8], action: u32, out: &[u8], svcs: &[Svc]) -> Result<(),
     Ok(())
 }
 
+/// A reset: the RST answering a TCP segment (without RST) to `rst` or `rst6`.
+fn judge_reset(input: &[u8], action: u32, out: &[u8]) -> Result<(), String> {
+    use etherparse::{NetSlice, SlicedPacket, TransportSlice};
+    if action != XDP_TX {
+        return Err(format!("a reset sent with verdict {action}"));
+    }
+    // The oracle's own parse: etherparse refuses some extension chains the program walks.
+    let Parse::Ip(v) = parse(input) else {
+        return Err("reset a frame that is no IP datagram".into());
+    };
+    let flags = input.get(v.l4 + 13).copied().unwrap_or(0);
+    let Some((sport, vip_port)) = v.ports.filter(|_| v.proto == TCP && v.quote.is_none()) else {
+        return Err("reset a frame without a TCP header".into());
+    };
+    if vip_port != RST_PORT || flags & 0x04 != 0 {
+        return Err(format!(
+            "reset a segment to port {vip_port} (flags {flags:#x})"
+        ));
+    }
+    let o = packets::inspect(out).map_err(|e| format!("a reset that does not parse: {e}"))?;
+    if (o.src, o.dst) != (v.dst, v.src)
+        || o.src_mac[..] != input[..6]
+        || o.dst_mac[..] != input[6..12]
+        || !o.checksums_ok
+    {
+        return Err(format!("a wrong reset: {o:?}"));
+    }
+    let ip = if v.v6 { 40 } else { 20 };
+    if out.len() != v.l3 + ip + 20 {
+        return Err(format!(
+            "a reset of {} bytes, not {}",
+            out.len(),
+            v.l3 + ip + 20
+        ));
+    }
+    let p = SlicedPacket::from_ethernet(out).map_err(|e| format!("{e}"))?;
+    let ok_ip = match &p.net {
+        Some(NetSlice::Ipv4(h)) => h.header().ihl() == 5 && h.header().ttl() == 64,
+        Some(NetSlice::Ipv6(h)) => {
+            h.header().hop_limit() == 64 && h.header().next_header().0 == TCP
+        }
+        _ => false,
+    };
+    let Some(TransportSlice::Tcp(r)) = &p.transport else {
+        return Err("a reset without TCP".into());
+    };
+    if !ok_ip
+        || !r.rst()
+        || r.syn()
+        || r.fin()
+        || r.data_offset() != 5
+        || r.source_port() != RST_PORT
+        || r.destination_port() != sport
+    {
+        return Err(format!("a reset with wrong headers: {}", hex(out)));
+    }
+    Ok(())
+}
+
 /// Checks one run against every invariant; records what it forwarded.
 #[expect(
     clippy::too_many_lines,
@@ -656,6 +748,9 @@ fn judge(
     }
     if reason == Reason::EchoReply {
         return judge_echo(input, action, out, svcs);
+    }
+    if reason == Reason::BackendReset {
+        return judge_reset(input, action, out);
     }
     // Forwarded.
     let v = match parse(input) {
@@ -833,11 +928,16 @@ fn seed(rng: &mut Rng, mem: &Memory) -> Result<Vec<Input>> {
     let port = 1024 + rng.below(60000) as u16;
     let payload: Vec<u8> = (0..rng.below(200) + 16).map(|_| rng.byte()).collect();
     let v4_ports = [80u16, 53, 8080, 81, 82, 443];
+    let tracked = if rng.chance(80) {
+        RST_FLOWS.start + rng.below(RST_FLOWS.len()) as u16
+    } else {
+        port
+    };
     #[expect(
         clippy::match_same_arms,
         reason = "UDP over IPv4 is drawn twice as often as the other kinds: for 1 and for 15"
     )]
-    let frames = match rng.below(16) {
+    let frames = match rng.below(18) {
         0 => vec![packets::tcp(c4(), port, vip4(), rng.pick(&v4_ports))],
         1 => vec![packets::udp_with(c4(), port, vip4(), 53, &payload)],
         2 => vec![packets::tcp(c6(), port, vip6(), 80)],
@@ -889,6 +989,8 @@ fn seed(rng: &mut Rng, mem: &Memory) -> Result<Vec<Input>> {
             IpAddr::V4(Ipv4Addr::new(198, 18, 0, 99)),
             80,
         )],
+        16 => vec![packets::tcp(c4(), tracked, vip4(), RST_PORT)],
+        17 => vec![packets::tcp(c6(), tracked, vip6(), RST_PORT)],
         _ => vec![packets::udp_with(c4(), port, vip4(), 53, &payload)],
     };
     Ok(frames.into_iter().map(client).collect())
@@ -1222,6 +1324,7 @@ fn hostile_frames_never_break_the_invariants() -> Result<()> {
         Reason::NatReply,
         Reason::NoBackend,
         Reason::AllDownPass,
+        Reason::BackendReset,
     ];
     let missed: Vec<&str> = paths
         .iter()

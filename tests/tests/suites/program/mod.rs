@@ -10,6 +10,7 @@
 //! Privileged: needs root and BPF. Without them these tests say so loudly and return; under
 //! `CI=true` that is a failure.
 
+mod backend_down;
 mod conntrack;
 mod decision;
 mod fixture;
@@ -63,8 +64,8 @@ fn svc(
 /// The services every fixture table runs against: on the IPv4 VIP `web` (80, TCP, DSR), `dns`
 /// (53, UDP, NAT), `api` (8080, TCP, NAT), `sticky` (443, source-IP hash), `split` (8443, half
 /// to `web`, half to `solo`), `closed` (81, pool down, drop) and `open` (82, pool down, pass);
-/// on the IPv6 VIP `web6` (80, DSR) and `dns6` (53, NAT). [`lab`] marks the only backends of
-/// `drop` and `pass` down.
+/// on the IPv6 VIP `web6` (80, DSR) and `dns6` (53, NAT). `web` and `web6` migrate the flows
+/// of a down backend. [`lab`] marks the only backends of `drop` and `pass` down.
 fn fixture_config() -> Config {
     let v4: Vec<IpAddr> = (1..=BACKENDS).map(|i| backend_v4(i).into()).collect();
     let v6: Vec<IpAddr> = (1..=BACKENDS).map(|i| backend_v6(i).into()).collect();
@@ -103,8 +104,8 @@ fn fixture_config() -> Config {
             svc("open", vip4, 82, Protocol::Tcp, Forward::DsrL2, "pass"),
         ],
         pools: vec![
-            pool("web", v4, WhenAllDown::Drop),
-            pool("web6", v6, WhenAllDown::Drop),
+            migrating(pool("web", v4, WhenAllDown::Drop)),
+            migrating(pool("web6", v6, WhenAllDown::Drop)),
             pool("solo", vec![backend_v4(1).into()], WhenAllDown::Drop),
             pool("drop", vec![backend_v4(2).into()], WhenAllDown::Drop),
             pool("pass", vec![backend_v4(3).into()], WhenAllDown::Pass),
@@ -113,6 +114,12 @@ fn fixture_config() -> Config {
         decisions: vec![],
         rules: std::sync::Arc::default(),
     }
+}
+
+/// `pool` with `on_backend_down: migrate`: the fixtures of re-selection take a backend down.
+fn migrating(mut pool: switchyard::config::Pool) -> switchyard::config::Pool {
+    pool.on_backend_down = switchyard::config::FlowPolicy::Migrate;
+    pool
 }
 
 /// The program loaded with [`fixture_config`], `drop`'s and `pass`'s backends down; `None`

@@ -47,11 +47,17 @@ const FAILING: usize = 2;
 /// Starts three backends and an agent balancing TCP on the IPv4 VIP over them with
 /// [`FAST_HTTP_CHECK`]; returns once every backend has been probed healthy.
 fn setup() -> Result<(Topology, Vec<BackendServers>, Agent)> {
+    setup_with("keep")
+}
+
+/// [`setup`] with the pool's `on_backend_down: policy`.
+fn setup_with(policy: &str) -> Result<(Topology, Vec<BackendServers>, Agent)> {
     let topo = Topology::builder().backends(3).build()?;
     let servers = servers::start_all(&topo)?;
     let cfg = ConfigText::new()
         .service("web", VIP_V4.into(), "tcp", "dsr-l2", "web")
-        .pool("web", &backends_v4(&[100, 100, 100]), Some(FAST_HTTP_CHECK));
+        .pool("web", &backends_v4(&[100, 100, 100]), Some(FAST_HTTP_CHECK))
+        .on_backend_down(policy);
     let agent = Agent::start(&topo, &[("10-web.yaml", cfg.text())])?;
     agent.wait_for(Duration::from_secs(5), |s| {
         let all: Vec<_> = s.pools.iter().flat_map(|p| &p.backends).collect();
@@ -193,7 +199,7 @@ fn established_sessions_on_healthy_backends_survive_a_table_rebuild() -> Result<
     if privileged::require_root_and_bpf("established_sessions_survive_a_table_rebuild").is_err() {
         return Ok(());
     }
-    let (topo, servers, agent) = setup()?;
+    let (topo, servers, agent) = setup_with("migrate")?;
     let name = servers[FAILING - 1].name().to_owned();
     let mut sessions = client::tcp_sessions(topo.client(), vip_v4(80), 60)?;
     for (k, s) in sessions.iter_mut().enumerate() {
@@ -234,9 +240,9 @@ fn established_sessions_on_healthy_backends_survive_a_table_rebuild() -> Result<
             (true, Err(e)) => *failed.entry(format!("{e:#}")).or_default() += 1,
         }
     }
-    // Sessions on the failed backend: its conntrack entries point at a backend now marked
-    // down, so the program re-selects their next segment from the rebuilt table (the design:
-    // "a tracked backend that was removed or declared dead is replaced by a fresh selection").
+    // Sessions on the failed backend: under `on_backend_down: migrate` its conntrack entries
+    // point at a backend whose flows are re-selected, so the program re-selects their next
+    // segment from the rebuilt table (`keep` and `reset` are system::backend_down's).
     // In DSR mode the new backend has no such connection and answers with a reset, so the
     // client sees ECONNRESET — expected: a backend declared dead keeps no flows.
     println!(

@@ -5,6 +5,7 @@
 //! configures real ones.
 
 mod adaptive_weights;
+mod backend_down;
 mod balance;
 mod breaker;
 mod drain;

@@ -175,7 +175,9 @@ fn ipip_serves_routed_backends_that_decapsulate_themselves() -> Result<()> {
         .ipip_service("tcp6", VIP_V6.into(), "tcp", r6, "v6")
         .ipip_service("udp6", VIP_V6.into(), "udp", r6, "v6")
         .pool("v4", &v4, Some(FAST_HTTP_CHECK))
-        .pool("v6", &v6, Some(FAST_HTTP_CHECK));
+        .on_backend_down("migrate")
+        .pool("v6", &v6, Some(FAST_HTTP_CHECK))
+        .on_backend_down("migrate");
     let agent = Agent::start(&topo, &[("10-ipip.yaml", cfg.text())])?;
     let lb = topo.lb();
     ensure!(sysctl(lb, "net.ipv4.ip_forward")? == "0");
@@ -210,7 +212,8 @@ fn ipip_serves_routed_backends_that_decapsulate_themselves() -> Result<()> {
         }
     }
 
-    // Failover: b3's server stops; its health check fails and its flows go to b2.
+    // Failover: b3's server stops; its health check fails and its flows go to b2
+    // (`on_backend_down: migrate`).
     let failing = 3;
     let flows: Vec<(&str, UdpSocket)> = services()
         .into_iter()
