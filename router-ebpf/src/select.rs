@@ -467,7 +467,8 @@ pub fn signal(backend: u32, signal: Signal) {
 /// service slot holds the flow's key and its backend keeps its tracked flows
 /// (`router_common::tracked_fate`). A TCP flow on a backend whose tracked flows are reset
 /// applies too (`tracked` has the caller answer it with an RST), unless the packet
-/// may open a connection (`opening`: a new connection is selected afresh, never reset); a UDP
+/// may open a connection (`opening`: a new connection is selected afresh, never reset, and
+/// never kept on a backend that is down or evicted whatever its flag says); a UDP
 /// flow there, or any flow on a backend whose flows migrate, does not apply (it is
 /// re-selected).
 #[inline(always)]
@@ -479,6 +480,11 @@ fn applies(flow: &FlowKey, entry: FlowEntry, opening: bool) -> Option<(Service, 
     let svc = slot.service;
     let id = entry.backend;
     let b = BACKENDS.get(id)?;
+    // A connection being opened (a SYN, or a first-packet record) goes only to a backend that
+    // takes flows: the keep flag of a down backend is for established flows.
+    if opening && !keeps_flows(b.state) {
+        return None;
+    }
     let fate = tracked_fate(b.state);
     if fate != FATE_KEEP && (fate != FATE_RESET || opening || flow.proto != PROTO_TCP) {
         return None;

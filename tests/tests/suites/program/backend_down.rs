@@ -514,3 +514,55 @@ fn keep_sends_every_fragment_of_a_kept_flow_to_its_backend() -> Result<()> {
     }
     Ok(())
 }
+
+/// Under `keep`, a connection whose SYN reached a backend that then went down is not kept
+/// there: its SYN retransmitted, and a SYN reusing an open connection's 5-tuple, are balanced
+/// to a backend that takes flows, and the connection's ACK follows the new choice. The keep
+/// flag is for established flows only.
+#[test]
+fn keep_never_opens_a_connection_on_a_down_backend() -> Result<()> {
+    let Some(mut lab) = lab_with("fx-bd-keep-syn", FlowPolicy::Keep) else {
+        return Ok(());
+    };
+    let f = fam4();
+    let syn = |port: u16| packets::tcp_with(f.client, port, f.vip, 80, packets::Tcp::Syn);
+    let ack = |port: u16| packets::tcp_with(f.client, port, f.vip, 80, packets::Tcp::Ack);
+    // A SYN recorded on backend 1, and an open connection on backend 1.
+    let mut recorded = None;
+    let mut open = None;
+    for port in 48_500..48_700u16 {
+        let (_, out, _) = run(&lab, &syn(port))?;
+        if backend_of(&out)? != 1 {
+            continue;
+        }
+        if recorded.is_none() {
+            recorded = Some(port);
+        } else {
+            let (_, out, reason) = run(&lab, &ack(port))?;
+            ensure!(reason == Reason::ConntrackHit && backend_of(&out)? == 1);
+            open = Some(port);
+            break;
+        }
+    }
+    let (recorded, open) = (
+        recorded.context("no SYN reached backend 1")?,
+        open.context("no second SYN reached backend 1")?,
+    );
+    down(&mut lab, f)?;
+    for (what, port) in [
+        ("retransmitted SYN", recorded),
+        ("SYN on an open 5-tuple", open),
+    ] {
+        let (action, out, reason) = run(&lab, &syn(port))?;
+        ensure!(action != XDP_DROP, "{what}: dropped ({reason:?})");
+        let b = backend_of(&out)?;
+        ensure!(b != 1, "{what} went to the down backend 1 ({reason:?})");
+        let (_, out, reason) = run(&lab, &ack(port))?;
+        ensure!(
+            backend_of(&out)? == b,
+            "{what}: its ACK went to {} ({reason:?}), its SYN to {b}",
+            backend_of(&out)?
+        );
+    }
+    Ok(())
+}
