@@ -400,10 +400,12 @@ fn first_again(
         return None;
     };
     if opens(tcp) || !update {
-        if opens(tcp) && update {
-            // The connection's first SYN got no answer through this CPU within the client's
-            // retransmission timeout.
+        if opens(tcp) && update && now.wrapping_sub(copy.seen) >= SYN_RETRANSMIT_TICKS {
+            // The connection's SYN got no answer through this CPU within a retransmission
+            // timeout: one signal, and the record's time moves on, so SYNs repeated faster
+            // than a client's retransmission timer (a forged burst) count once a second.
             signal(copy.backend, Signal::SynRetransmit);
+            cache_set_entry(e, FlowEntry { seen: now, ..copy });
         }
         choice.reason = Reason::NewFlow;
         return Some((svc, choice));
@@ -439,6 +441,10 @@ fn first_again(
     );
     Some((svc, choice))
 }
+
+/// Ticks (about 0.94 s) between a SYN's record and a repeat of it counted as a retransmission:
+/// a client's first retransmission comes after its initial RTO, 1 s (RFC 6298 §2.1).
+const SYN_RETRANSMIT_TICKS: u32 = 900;
 
 /// A failure signal the program counts for a backend (`BACKEND_SIGNALS`).
 #[derive(Clone, Copy)]

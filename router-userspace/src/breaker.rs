@@ -136,6 +136,12 @@ impl Breaker {
         None
     }
 
+    /// Closes a breaker that was about to open at `now` and may not (its pool would lose too
+    /// many backends), forgetting its failures: it counts afresh.
+    pub fn hold(&mut self, now: Duration) {
+        self.enter(Phase::Closed, now);
+    }
+
     /// When [`tick`](Self::tick) has something to do: an open breaker's end.
     #[must_use]
     pub fn deadline(&self) -> Option<Duration> {

@@ -167,9 +167,50 @@ impl Runtime {
         }
     }
 
+    /// Whether the breaker of `address` in `pool` may open: the pool keeps another usable
+    /// backend, and at most half of its backends are open at once (Envoy's
+    /// `max_ejection_percent` guards the same): failures a client can provoke (RSTs to bare
+    /// ACKs, forged SYNs) never take a whole pool out.
+    fn may_open(&self, pool: &str, address: IpAddr) -> bool {
+        let health = self.publisher.health();
+        let backends = health.pool(pool);
+        let others_usable = backends
+            .iter()
+            .filter(|b| b.address != address && b.usable())
+            .count();
+        let open = backends
+            .iter()
+            .filter(|b| b.address != address && b.breaker == Phase::Open)
+            .count();
+        others_usable >= 1 && (open + 1) * 2 <= backends.len()
+    }
+
     /// Writes a breaker's transition: the health table and the maps, the audit log, the
-    /// metrics, the log and the rules' built-ins.
+    /// metrics, the log and the rules' built-ins. A breaker that may not open
+    /// ([`Runtime::may_open`]) is held closed instead, and that is logged.
     fn breaker_moved(&mut self, pool: &str, address: IpAddr, from: Phase, to: Phase, cause: &str) {
+        if to == Phase::Open && !self.may_open(pool, address) {
+            let now = self.now();
+            if let Some(m) = self.breakers.machines.get_mut(&(pool.to_owned(), address)) {
+                m.hold(now);
+            }
+            if from == Phase::Closed {
+                warn!(
+                    "pool {pool} backend {address}: circuit breaker held closed ({cause}): \
+                     opening it would leave the pool without another usable backend or with \
+                     more than half its backends open"
+                );
+            } else {
+                self.breaker_moved(
+                    pool,
+                    address,
+                    from,
+                    Phase::Closed,
+                    "held: the pool needs it",
+                );
+            }
+            return;
+        }
         let event = Instant::now();
         match self
             .publisher

@@ -1,5 +1,5 @@
 //! Failure signals for the circuit breaker (`BACKEND_SIGNALS`): a SYN retransmitted to a
-//! backend and an RST a NAT backend sends its client are counted for that backend; the
+//! backend (at most once a second per connection) and an RST a NAT backend sends its client are counted for that backend; the
 //! connection's other packets count nothing.
 
 use anyhow::{Result, ensure};
@@ -9,7 +9,7 @@ use router_tests::{
     packets::{self, Tcp},
 };
 
-use super::fixture::{Fields, Memo, On, Out, Step, To, Verdict, check, forwarded, run};
+use super::fixture::{Fields, Memo, On, Out, Step, To, Verdict, advance, check, forwarded, run};
 use super::{c4, lab, v4};
 
 /// The signals of `web`'s backend `b`, summed over CPUs.
@@ -82,10 +82,21 @@ fn a_retransmitted_syn_is_counted_for_its_backend() -> Result<()> {
             .to(To::Record("flow".into()))
             .into(),
         signals_are("flow", 0, 0),
-        forwarded("SYN again", syn.clone(), Reason::NewFlow)
+        // Repeated at once (faster than any retransmission timer): not counted.
+        forwarded("SYN again at once", syn.clone(), Reason::NewFlow)
             .to(To::Same("flow".into()))
             .into(),
-        forwarded("and again", syn, Reason::NewFlow)
+        signals_are("flow", 0, 0),
+        advance(std::time::Duration::from_millis(1100)),
+        forwarded("retransmitted after 1.1 s", syn.clone(), Reason::NewFlow)
+            .to(To::Same("flow".into()))
+            .into(),
+        forwarded("and again at once", syn.clone(), Reason::NewFlow)
+            .to(To::Same("flow".into()))
+            .into(),
+        signals_are("flow", 0, 1),
+        advance(std::time::Duration::from_millis(1100)),
+        forwarded("retransmitted after another 1.1 s", syn, Reason::NewFlow)
             .to(To::Same("flow".into()))
             .into(),
         signals_are("flow", 0, 2),

@@ -155,3 +155,55 @@ fn a_backend_that_resets_half_its_connections_trips_the_breaker_and_recovers() -
     ensure!(seen_half_open || audit.contains("\"to\":\"half_open\""));
     Ok(())
 }
+
+/// Backend `i`'s breaker phase in `s`.
+fn phase_of_backend(s: &Status, i: usize) -> Option<Phase> {
+    let address = backend_v4(i).to_string();
+    s.pools
+        .iter()
+        .flat_map(|p| &p.backends)
+        .find(|b| b.address == address)?
+        .breaker
+        .as_ref()
+        .map(|b| b.phase)
+}
+
+#[test]
+fn breakers_never_open_a_whole_pool() -> Result<()> {
+    if privileged::require_root_and_bpf("breakers_never_open_a_whole_pool").is_err() {
+        return Ok(());
+    }
+    let topo = Topology::builder().backends(2).build()?;
+    let servers = servers::start_all(&topo)?;
+    let text = ConfigText::new()
+        .service("web", VIP_V4.into(), "tcp", "nat", "web")
+        .pool("web", &backends_v4(&[100, 100]), Some(FAST_HTTP_CHECK))
+        .text()
+        .replace(
+            "  - name: web\n",
+            &format!("  - name: web\n    breaker: {BREAKER}\n"),
+        );
+    let agent = Agent::start(&topo, &[("10-web.yaml", text)])?;
+    // Both backends reset half their connections: both breakers count enough failures, but
+    // at most one of the two may be open at a time.
+    for s in &servers {
+        s.reset_every(2);
+    }
+    let started = Instant::now();
+    let mut opened = 0;
+    while started.elapsed() < Duration::from_secs(6) {
+        let _ = connections(&topo, 10)?;
+        let s = agent.status()?;
+        let open = (1..=2)
+            .filter(|&i| phase_of_backend(&s, i) == Some(Phase::Open))
+            .count();
+        ensure!(open < 2, "both breakers of the pool are open");
+        opened = opened.max(open);
+    }
+    ensure!(opened == 1, "no breaker opened");
+    ensure!(
+        agent.log_text().contains("circuit breaker held closed"),
+        "the held breaker is not in the log"
+    );
+    Ok(())
+}
