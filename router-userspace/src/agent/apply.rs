@@ -158,6 +158,7 @@ impl Runtime {
         };
         self.record(fragments, source, generation, hash, outcome, reply);
         self.forget_removed_drains();
+        self.recheck_left();
         self.start_probes();
         self.probes.clear();
         Ok(())

@@ -5,7 +5,8 @@
 //! entry of such a pool is marked (`Publisher::set_left`) so the program resets or re-selects
 //! them. A pool that another group or a service's static target still sends new flows to is
 //! not marked (its new flows would be reset or re-selected too): the audit record says so. The
-//! mark is cleared as soon as a group chooses the pool again. Every left pool, marked or not,
+//! mark is cleared as soon as a group chooses the pool again, and by an apply after which the
+//! pool has another user, the group is gone or its `on_failback` no longer marks. Every left pool, marked or not,
 //! is listed in `status` with its open flows (counted from connection tracking by the API, as
 //! for drains), so sessions left on the standby pool are never silent.
 
@@ -27,6 +28,45 @@ pub struct Left {
 }
 
 impl Runtime {
+    /// After an apply: a pool left by a failback keeps its mark only while the config still
+    /// has the pool and the group, the group's `on_failback` still marks, and no other service
+    /// or group sends new flows to the pool; otherwise the mark comes off (its new flows must
+    /// never be reset or re-selected), and a pool the config no longer has is forgotten.
+    pub(super) fn recheck_left(&mut self) {
+        let pools: Vec<String> = self.left.keys().cloned().collect();
+        for pool in pools {
+            let Some(left) = self.left.get(&pool).cloned() else {
+                continue;
+            };
+            if !self.config.pools.iter().any(|p| p.name == pool) {
+                self.left.remove(&pool);
+                continue;
+            }
+            if !left.marked {
+                continue;
+            }
+            let policy = self
+                .config
+                .decisions
+                .iter()
+                .find(|g| g.name == left.group)
+                .map_or(FlowPolicy::Keep, |g| g.on_failback);
+            if policy == FlowPolicy::Keep || self.publisher.pool_in_use(&pool, &left.group) {
+                if let Err(e) = self.publisher.set_left(&mut self.maps, &pool, None) {
+                    log::error!("pool {pool}: clearing its failback mark failed: {e}");
+                }
+                self.left.insert(
+                    pool,
+                    Left {
+                        policy: FlowPolicy::Keep,
+                        marked: false,
+                        ..left
+                    },
+                );
+            }
+        }
+    }
+
     /// After `group`'s switch was written: clears the marks of the pools it now uses and, for
     /// a failback, marks the pools it left by its `on_failback`. Returns what the audit record
     /// of a failback says about the flows on the pools left.

@@ -183,20 +183,7 @@ fn under_keep_an_established_connection_stays_on_its_backend() -> Result<()> {
 fn failed_back(policy: &str) -> Result<(Topology, Vec<BackendServers>, Agent, Vec<TcpSession>)> {
     let topo = Topology::builder().backends(4).build()?;
     let servers = servers::start_all(&topo)?;
-    let all = backends_v4(&[100, 100, 100, 100]);
-    let cfg = ConfigText::new()
-        .deciding_service("web", VIP_V4.into(), "tcp", "dsr-l2", "wf")
-        .pool("dc1", &all[..2], None)
-        .pool("dc2", &all[2..], None)
-        .state("primary", "{ push: { default: true } }")
-        .decision(
-            &Group::new("wf")
-                .rule("dc1-primary", 100, "primary", "dc1")
-                .rule("dc2-standby", 90, "NOT primary", "dc2")
-                .switch("{ stable_for: 0s, cooldown: 0s, failback_after: 0s }")
-                .on_failback(policy),
-        );
-    let agent = Agent::start(&topo, &[("10-web.yaml", cfg.text())])?;
+    let agent = Agent::start(&topo, &[("10-web.yaml", failback_config(policy))])?;
     agent.wait_for(Duration::from_secs(5), |s| {
         s.pools
             .iter()
@@ -238,6 +225,24 @@ fn failed_back(policy: &str) -> Result<(Topology, Vec<BackendServers>, Agent, Ve
     ctl("primary=true")?;
     wait_until(|| Ok(left_of(&agent)?.is_some()))?;
     Ok((topo, servers, agent, sessions))
+}
+
+/// The config of [`failed_back`], with `on_failback: policy`.
+fn failback_config(policy: &str) -> String {
+    let all = backends_v4(&[100, 100, 100, 100]);
+    ConfigText::new()
+        .deciding_service("web", VIP_V4.into(), "tcp", "dsr-l2", "wf")
+        .pool("dc1", &all[..2], None)
+        .pool("dc2", &all[2..], None)
+        .state("primary", "{ push: { default: true } }")
+        .decision(
+            &Group::new("wf")
+                .rule("dc1-primary", 100, "primary", "dc1")
+                .rule("dc2-standby", 90, "NOT primary", "dc2")
+                .switch("{ stable_for: 0s, cooldown: 0s, failback_after: 0s }")
+                .on_failback(policy),
+        )
+        .text()
 }
 
 /// Polls `done` every 50 ms for up to 5 s.
@@ -377,5 +382,27 @@ fn on_failback_keep_leaves_connections_on_the_standby_pool_and_says_so() -> Resu
     for s in sessions {
         s.finish()?;
     }
+    Ok(())
+}
+
+#[test]
+fn a_failback_mark_comes_off_when_an_apply_makes_the_group_keep() -> Result<()> {
+    if privileged::require_root_and_bpf("failback_mark_after_apply").is_err() {
+        return Ok(());
+    }
+    let (topo, _servers, agent, mut sessions) = failed_back("reset")?;
+    // Before any of them sends again, the group's on_failback becomes keep: the pool it left
+    // is unmarked, and its connections carry on.
+    agent.write_file("10-web.yaml", &failback_config("keep"))?;
+    agent.reload()?;
+    wait_until(|| Ok(left_of(&agent)?.is_some_and(|l| l.1 == "keep")))?;
+    topo.client().run(|| -> Result<()> {
+        for (i, s) in sessions.iter_mut().enumerate() {
+            s.echo(format!("after the apply {i}").as_bytes())
+                .with_context(|| format!("session {i}"))?;
+        }
+        Ok(())
+    })??;
+    ensure!(reset_count(&agent)? == 0, "connections were reset");
     Ok(())
 }
