@@ -134,6 +134,11 @@ pub fn answer(ctx: &XdpContext, pkt: &Packet) -> Result<u32, Reason> {
     // Read first: once a check of a later offset has passed, LLVM drops this one as implied,
     // and the verifier cannot follow that (6.18: "invalid access to packet").
     let macs = forward::reversed_macs(ctx)?;
+    // A segment sent to a group or broadcast MAC gets no answer: the reply's source MAC (the
+    // segment's destination) must be a unicast one.
+    if macs[6] & 1 != 0 {
+        return Err(Reason::BackendReset);
+    }
     let v4 = pkt.flow.family == FAMILY_V4;
     let (l3, l4) = (pkt.l3(), pkt.l4());
     // The datagram's end, from its own length field (what follows is Ethernet padding).

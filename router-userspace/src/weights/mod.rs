@@ -365,7 +365,7 @@ impl Weights {
         let answer = match answer::parse(&line) {
             Ok(a) => a,
             Err(e) => {
-                b.agent.error = Some(format!("{e}: {}", String::from_utf8_lossy(&line).trim()));
+                b.agent.error = Some(format!("{e}: {:?}", String::from_utf8_lossy(&line).trim()));
                 return false;
             }
         };

@@ -70,8 +70,15 @@ fn adaptive(it: &Item<PoolSpec>, report: &mut Report, a: &AdaptiveSpec) -> Optio
         values::fraction(v, "delta")
     })
     .or(0.0);
+    // A computation at most ten times a second, at least once an hour: the recompute is a
+    // deadline of the event loop and may rebuild a table.
     let interval = leaf(it, report, a.interval.as_deref(), &rel("interval"), |v| {
-        values::duration(v, "interval")
+        values::duration_within(
+            v,
+            "interval",
+            Duration::from_millis(100),
+            Duration::from_hours(1),
+        )
     })
     .or(DEFAULT_WEIGHT_INTERVAL);
     let smoothing = leaf(it, report, a.smoothing.as_deref(), &rel("smoothing"), |v| {
@@ -91,7 +98,12 @@ fn adaptive(it: &Item<PoolSpec>, report: &mut Report, a: &AdaptiveSpec) -> Optio
     })
     .or(DEFAULT_WEIGHT_TOLERANCE);
     let window = match leaf(it, report, a.window.as_deref(), &rel("window"), |v| {
-        values::duration(v, "window")
+        values::duration_within(
+            v,
+            "window",
+            Duration::from_millis(100),
+            Duration::from_hours(24),
+        )
     }) {
         Field::Absent => Some(DEFAULT_WEIGHT_WINDOW.max(interval.unwrap_or_default())),
         Field::Bad => None,
@@ -155,8 +167,14 @@ fn agent_check(it: &Item<PoolSpec>, report: &mut Report, a: &AgentCheckSpec) -> 
     let base = key_path(A, "agent_check");
     let rel = |key: &str| key_path(&base, key);
     let port = required(it, report, a.port.as_deref(), &base, "port", values::port);
+    // An agent asked at most ten times a second, at least once an hour.
     let interval = leaf(it, report, a.interval.as_deref(), &rel("interval"), |v| {
-        values::duration(v, "interval")
+        values::duration_within(
+            v,
+            "interval",
+            Duration::from_millis(100),
+            Duration::from_hours(1),
+        )
     })
     .or(DEFAULT_AGENT_INTERVAL);
     let timeout = match leaf(it, report, a.timeout.as_deref(), &rel("timeout"), |v| {

@@ -566,3 +566,33 @@ fn keep_never_opens_a_connection_on_a_down_backend() -> Result<()> {
     }
     Ok(())
 }
+
+/// A segment of a reset flow sent to a broadcast MAC gets no RST (its source MAC would be the
+/// broadcast address): it is dropped.
+#[test]
+fn reset_never_answers_a_segment_sent_to_a_broadcast_mac() -> Result<()> {
+    let Some(mut lab) = lab_with("fx-bd-bcast", FlowPolicy::Reset) else {
+        return Ok(());
+    };
+    let f = fam4();
+    let flows = track(&lab, f, "tcp")?;
+    let (port, _) = *flows
+        .iter()
+        .find(|(_, b)| *b == 1)
+        .context("no flow on backend 1")?;
+    down(&mut lab, f)?;
+    let mut seg = frame(f, "tcp", port);
+    seg[..6].copy_from_slice(&[0xff; 6]);
+    let (action, _, reason) = run(&lab, &seg)?;
+    ensure!(
+        action == XDP_DROP && reason == Reason::BackendReset,
+        "action {action}, {reason:?}"
+    );
+    // The same segment to the balancer's own MAC is answered.
+    let (action, _, reason) = run(&lab, &frame(f, "tcp", port))?;
+    ensure!(
+        action == XDP_TX && reason == Reason::BackendReset,
+        "action {action}, {reason:?}"
+    );
+    Ok(())
+}
