@@ -258,7 +258,7 @@ fn the_agents_percentage_scales_its_share_and_drain_takes_the_backend_out_at_onc
     assert_eq!(agent.admin, Admin::Drain);
     assert_eq!(
         agent.error.as_deref(),
-        Some("unknown word \"ready?!\" in the answer: ready?!")
+        Some("unknown word \"ready?!\" in the answer: \"ready?!\"")
     );
     assert_eq!(table(&w), [0, 100]);
     // ready, 100%: back at once at its computed weight, then 100 at the next computation.
