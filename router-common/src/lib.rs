@@ -266,6 +266,14 @@ pub const fn host_port(port: u16, proto: u8) -> u32 {
 /// the kernel instead of dropping them (`when_all_down: pass`).
 pub const POOL_F_ALL_DOWN_PASS: u32 = 1 << 0;
 
+/// Pool flag: the inactive half of the pool's Maglev table holds the table this flip replaced,
+/// whole, and a TCP packet that opens no connection and has no tracked flow (it reached a node
+/// that never saw its SYN, after ECMP moved it, or its entry was lost) goes to the backend that
+/// table names if that backend keeps tracked flows: the second chance. The agent sets it with a
+/// flip and clears it after the grace period (`conntrack.second_chance`), and before it writes
+/// the inactive half again.
+pub const POOL_F_SECOND_CHANCE: u32 = 1 << 1;
+
 /// The value of the `POOLS` map, indexed by pool slot.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]

@@ -99,11 +99,16 @@ pub enum Reason {
     /// (`on_backend_down: reset`, or `on_failback: reset`): answered with a TCP RST from the
     /// virtual IP (`XDP_TX`), or dropped when it is itself an RST, a fragment or an ICMP error.
     BackendReset = 23,
+    /// A TCP packet without a tracked flow that opens no connection, sent to the backend the
+    /// pool's previous Maglev table names during its grace period after a table change
+    /// ([`crate::POOL_F_SECOND_CHANCE`]), and tracked there: a connection that ECMP moved to
+    /// this node keeps its backend.
+    SecondChance = 24,
 }
 
 impl Reason {
     /// Number of reasons (entries of `REASON_STATS`).
-    pub const COUNT: u32 = 24;
+    pub const COUNT: u32 = 25;
     /// Every reason, in index order.
     pub const ALL: [Reason; Self::COUNT as usize] = [
         Reason::NotIp,
@@ -130,6 +135,7 @@ impl Reason {
         Reason::HostPort,
         Reason::VipRateLimited,
         Reason::BackendReset,
+        Reason::SecondChance,
     ];
 
     /// Label for metrics and `status` (the `reason` label).
@@ -160,6 +166,7 @@ impl Reason {
             Reason::HostPort => "host_port",
             Reason::VipRateLimited => "vip_rate_limited",
             Reason::BackendReset => "backend_reset",
+            Reason::SecondChance => "second_chance",
         }
     }
 }

@@ -212,6 +212,7 @@ fn recorded(code: u32) -> Reason {
         c if c == Reason::ConntrackHit as u32 => Reason::ConntrackHit,
         c if c == Reason::Reselected as u32 => Reason::Reselected,
         c if c == Reason::FallbackPool as u32 => Reason::FallbackPool,
+        c if c == Reason::SecondChance as u32 => Reason::SecondChance,
         c if c == Reason::Fragment as u32 => Reason::Fragment,
         c if c == Reason::IcmpForwarded as u32 => Reason::IcmpForwarded,
         _ => Reason::NewFlow,

@@ -53,8 +53,8 @@ use router_common::{
     FILTER_FLAGS, FILTER_NAT_REPLY, FILTER_SERVICE, FILTER_WORDS, FLOW_CACHE_ENTRIES,
     FLOW_CACHE_LEASE, FLOW_CACHE_WAYS, FLOW_F_FIRST, FLOW_STATE_MASK, FLOW_STATES,
     FLOW_TCP_CLOSING, FLOW_TCP_SYN, FlowEntry, FlowKey, MAGLEV_LANES, MAGLEV_SIZE, MAX_POOLS,
-    NO_BACKEND, NO_POOL, POOL_F_ALL_DOWN_PASS, PROTO_TCP, Reason, SEEN_REFRESH, SVC_F_HASH_SOURCE,
-    Service, TICK_SHIFT, expired, first_state, flow_hash,
+    NO_BACKEND, NO_POOL, POOL_F_ALL_DOWN_PASS, POOL_F_SECOND_CHANCE, PROTO_TCP, Reason,
+    SEEN_REFRESH, SVC_F_HASH_SOURCE, Service, TICK_SHIFT, expired, first_state, flow_hash,
     hash::{filter_bit_words, flow_cache_set},
     keeps_flows, maglev_backend, maglev_index, next_state, opens, source_hash, tracked_fate,
 };
@@ -108,6 +108,24 @@ fn maglev_lookup(pool: u16, hash: u32) -> u32 {
         Some(lanes) => maglev_backend(lanes[(at % MAGLEV_LANES) as usize]),
         None => NO_BACKEND,
     }
+}
+
+/// The backend the previous Maglev table of `pool` holds for `hash`, while the pool gives a
+/// second chance (`POOL_F_SECOND_CHANCE`: its inactive half is the table the last flip replaced)
+/// and that backend keeps tracked flows (up or draining); else `None`.
+#[inline(always)]
+fn second_chance(pool: u16, hash: u32) -> Option<u32> {
+    let pool = u32::from(pool);
+    if pool >= MAX_POOLS {
+        return None;
+    }
+    let p = POOLS.get(pool)?;
+    if p.flags & POOL_F_SECOND_CHANCE == 0 {
+        return None;
+    }
+    let at = maglev_index(pool, p.active ^ 1, hash % MAGLEV_SIZE);
+    let id = maglev_backend(MAGLEV.get(at / MAGLEV_LANES)?[(at % MAGLEV_LANES) as usize]);
+    usable_backend(id).map(|_| id)
 }
 
 /// An address of a flow as four native-order words, loaded as words.
@@ -535,6 +553,17 @@ pub fn select(
     let decision = Decision::decode(*word);
     let pool = decision.pick(hash);
     let mut id = maglev_lookup(pool, hash);
+    if track
+        && flow.proto == PROTO_TCP
+        && !miss.reselect
+        && !miss.replace
+        && miss.state != FLOW_TCP_SYN
+        && let Some(previous) = second_chance(pool, hash)
+        && previous != id
+    {
+        id = previous;
+        reason = Reason::SecondChance;
+    }
     if id == NO_BACKEND && decision.fallback != NO_POOL {
         id = maglev_lookup(decision.fallback, hash);
         reason = Reason::FallbackPool;

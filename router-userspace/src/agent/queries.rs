@@ -55,6 +55,8 @@ impl Runtime {
                 .iter()
                 .map(|(name, p)| PoolStatus {
                     name: name.clone(),
+                    table: p.table_digest().map(|d| format!("{d:016x}")),
+                    second_chance: p.second_chance_until().is_some(),
                     left: self.left.get(name).map(|l| LeftStatus {
                         group: l.group.clone(),
                         policy: l.policy.name().to_owned(),

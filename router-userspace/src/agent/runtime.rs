@@ -118,6 +118,19 @@ impl Runtime {
                 if self.publisher.next_ramp_step().is_some_and(|at| at <= now) {
                     self.advance_ramps();
                 }
+                if self
+                    .publisher
+                    .next_second_chance_end()
+                    .is_some_and(|at| at <= now)
+                {
+                    match self.publisher.end_second_chances(&mut self.maps) {
+                        Ok(pools) if !pools.is_empty() => {
+                            info!("second chance over in pools {}", pools.join(", "));
+                        }
+                        Ok(_) => {}
+                        Err(e) => error!("ending a second chance failed: {e}"),
+                    }
+                }
                 if self.weights.next_due().is_some_and(|at| at <= now) {
                     for pool in self.weights.compute_due(now) {
                         self.give_weights(&pool);
@@ -195,6 +208,10 @@ impl Runtime {
             .publisher
             .next_ramp_step()
             .and_then(|d| self.started.checked_add(d));
+        let chance = self
+            .publisher
+            .next_second_chance_end()
+            .and_then(|d| self.started.checked_add(d));
         let breaker = self
             .next_breaker_deadline()
             .and_then(|d| self.started.checked_add(d));
@@ -202,10 +219,17 @@ impl Runtime {
             .weights
             .next_due()
             .and_then(|d| self.started.checked_add(d));
-        [decision, self.next_drain_deadline(), ramp, breaker, weights]
-            .into_iter()
-            .flatten()
-            .min()
+        [
+            decision,
+            self.next_drain_deadline(),
+            ramp,
+            chance,
+            breaker,
+            weights,
+        ]
+        .into_iter()
+        .flatten()
+        .min()
     }
 
     /// Engine time now.

@@ -189,6 +189,16 @@ pub struct PoolStatus {
     /// (`decisions[].on_failback`). `None` from agents that predate it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub left: Option<LeftStatus>,
+    /// The live Maglev table's fingerprint, 16 hex digits
+    /// ([`crate::publish::PoolState::table_digest`]): equal on every node with the same members,
+    /// weights and table size, whatever their slots. `None` before the pool's first table, and
+    /// from agents that predate it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub table: Option<String>,
+    /// Whether the pool's previous table still gets its second chance
+    /// (`conntrack.second_chance`).
+    #[serde(default)]
+    pub second_chance: bool,
 }
 
 /// A pool a decision group failed back away from, in `/status`.

@@ -261,7 +261,15 @@ pub fn render(s: &Status) -> String {
     let _ = writeln!(o, "\npools:");
     for p in &s.pools {
         let up = p.backends.iter().filter(|b| b.healthy).count();
-        let _ = writeln!(o, "  {} ({up}/{} healthy)", p.name, p.backends.len());
+        let table = p.table.as_deref().map_or(String::new(), |t| {
+            let chance = if p.second_chance {
+                ", previous table on its second chance"
+            } else {
+                ""
+            };
+            format!(", table {t}{chance}")
+        });
+        let _ = writeln!(o, "  {} ({up}/{} healthy{table})", p.name, p.backends.len());
         if let Some(l) = &p.left {
             let flows = l
                 .open_flows

@@ -37,6 +37,8 @@ pub const DEFAULT_HTTP_EXPECT: &[u16] = &[200];
 /// flow's last-seen time (`router_common::SEEN_REFRESH`, about a second), so a flow that sends
 /// packets never looks idle.
 pub const MIN_FLOW_TIMEOUT: Duration = Duration::from_secs(2);
+/// The longest `conntrack.second_chance`: an hour.
+pub const MAX_SECOND_CHANCE: Duration = Duration::from_hours(1);
 /// Longest `conntrack:` timeout: 7 days.
 pub const MAX_FLOW_TIMEOUT: Duration = Duration::from_hours(7 * 24);
 
@@ -136,6 +138,10 @@ pub struct Conntrack {
     pub tcp_closing: Duration,
     /// A UDP flow (default 60 s).
     pub udp: Duration,
+    /// How long after a pool's table changes a TCP packet without a tracked flow that opens no
+    /// connection goes to the backend the previous table names (`router_common::POOL_F_SECOND_CHANCE`):
+    /// 0 (the default) is never, at most an hour.
+    pub second_chance: Duration,
 }
 
 impl Conntrack {
@@ -166,6 +172,7 @@ impl Default for Conntrack {
             tcp_established: secs(FLOW_TCP_OPEN),
             tcp_closing: secs(FLOW_TCP_CLOSING),
             udp: secs(FLOW_UDP),
+            second_chance: Duration::ZERO,
         }
     }
 }

@@ -24,6 +24,7 @@ pub(crate) struct ConntrackSpec {
     pub tcp_established: Option<String>,
     pub tcp_closing: Option<String>,
     pub udp: Option<String>,
+    pub second_chance: Option<String>,
 }
 
 /// `services[]`.

@@ -15,7 +15,8 @@ use super::{
     load::Parsed,
     model::{
         Agent, Config, Conntrack, DEFAULT_PIN_PATH, DEFAULT_STATE_DIR, Forward, HashMode,
-        MAX_FLOW_TIMEOUT, MIN_FLOW_TIMEOUT, Protocol, Service, SourceRange, SplitShare, Target,
+        MAX_FLOW_TIMEOUT, MAX_SECOND_CHANCE, MIN_FLOW_TIMEOUT, Protocol, Service, SourceRange,
+        SplitShare, Target,
     },
     report::{Item, Report, index_path, key_path},
     spec::{AgentSpec, ConntrackSpec, ServiceSpec, TargetSpec},
@@ -281,11 +282,27 @@ fn conntrack(it: &Item<ConntrackSpec>, report: &mut Report) -> Option<Conntrack>
         defaults.tcp_closing,
     );
     let udp = timeout(s.udp.as_deref(), "udp", defaults.udp);
+    let second_chance = leaf(
+        it,
+        report,
+        s.second_chance.as_deref(),
+        "second_chance",
+        |v| {
+            values::duration_within(
+                v,
+                "second_chance",
+                std::time::Duration::ZERO,
+                MAX_SECOND_CHANCE,
+            )
+        },
+    )
+    .or(defaults.second_chance);
     Some(Conntrack {
         tcp_syn: tcp_syn?,
         tcp_established: tcp_established?,
         tcp_closing: tcp_closing?,
         udp: udp?,
+        second_chance: second_chance?,
     })
 }
 

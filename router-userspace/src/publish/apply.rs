@@ -195,6 +195,7 @@ impl Publisher {
                     slow_start: p.slow_start,
                     trial_weight: trial_weight(p),
                     marks,
+                    second_chance: cfg.conntrack.second_chance,
                     ..o
                 },
                 None => PoolState {
@@ -204,6 +205,8 @@ impl Publisher {
                     slow_start: p.slow_start,
                     trial_weight: trial_weight(p),
                     marks,
+                    second_chance: cfg.conntrack.second_chance,
+                    chance_until: None,
                     active: 1,
                     live: None,
                     built_from: None,

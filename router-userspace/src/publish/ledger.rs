@@ -271,12 +271,17 @@ impl Publisher {
                 name.clone(),
                 PoolState {
                     slot: lp.slot,
-                    flags: pool.flags,
+                    flags: pool.flags & !router_common::POOL_F_SECOND_CHANCE,
                     backends,
                     // Set by the first apply, which every start runs.
                     slow_start: None,
                     trial_weight: 100,
                     marks: super::FlowMarks::default(),
+                    // Set by the first apply. A second chance an earlier process began ends
+                    // at this one's first deadline: when it began is not known.
+                    second_chance: std::time::Duration::ZERO,
+                    chance_until: (pool.flags & router_common::POOL_F_SECOND_CHANCE != 0)
+                        .then_some(std::time::Duration::ZERO),
                     active: pool.active & 1,
                     live: maps.read_table(lp.slot, pool.active & 1),
                     // Unknown: the first apply builds each table once and finds it equal.

@@ -228,6 +228,12 @@ pub struct PoolState {
     pub trial_weight: u32,
     /// What its backend entries say about their tracked flows.
     pub marks: FlowMarks,
+    /// `conntrack.second_chance` of the running config: how long the previous table stays
+    /// readable after a flip (zero: never).
+    pub second_chance: Duration,
+    /// Engine time the second chance ends, while the map's `POOL_F_SECOND_CHANCE` is set
+    /// (`flags` never holds it).
+    chance_until: Option<Duration>,
     /// Which half is live.
     active: u32,
     /// The live table (None before the first write).
@@ -246,6 +252,39 @@ impl PoolState {
             .iter()
             .find(|m| m.0 == slot)
             .map(|m| m.2)
+    }
+
+    /// A fingerprint of the live Maglev table as the program reads it, with each entry's
+    /// backend slot replaced by that backend's address: XXH64 (seed 0) over the entries in
+    /// order, each as the 16 bytes of its address (IPv4 mapped into IPv6, RFC 4291 §2.5.5.2) or
+    /// 16 bytes of `0xff` for an empty entry. Slots are local to a node (its history of
+    /// changes assigns them), addresses are not: nodes with the same members, weights and table
+    /// size have the same fingerprint (Maglev paper §3.3). `None` before the first write.
+    #[must_use]
+    pub fn table_digest(&self) -> Option<u64> {
+        let live = self.live.as_ref()?;
+        let address: HashMap<u32, [u8; 16]> = self
+            .backends
+            .iter()
+            .map(|b| {
+                let v6 = match b.address {
+                    IpAddr::V4(a) => a.to_ipv6_mapped(),
+                    IpAddr::V6(a) => a,
+                };
+                (b.slot, v6.octets())
+            })
+            .collect();
+        let mut hash = xxhash_rust::xxh64::Xxh64::new(0);
+        for id in live {
+            hash.update(address.get(id).unwrap_or(&[0xff; 16]));
+        }
+        Some(hash.digest())
+    }
+
+    /// Engine time the pool's second chance ends (`POOL_F_SECOND_CHANCE` set), if it has one.
+    #[must_use]
+    pub fn second_chance_until(&self) -> Option<Duration> {
+        self.chance_until
     }
 }
 
@@ -401,6 +440,34 @@ impl Publisher {
                 [step, first_end].into_iter().flatten().min()
             })
             .min()
+    }
+
+    /// When the next second chance ends (engine time): a pool's previous table stops being
+    /// read `conntrack.second_chance` after its flip.
+    #[must_use]
+    pub fn next_second_chance_end(&self) -> Option<Duration> {
+        self.pools.values().filter_map(|p| p.chance_until).min()
+    }
+
+    /// Ends every second chance whose time is up (`POOL_F_SECOND_CHANCE` cleared). Returns the
+    /// pools it ended in.
+    ///
+    /// # Errors
+    ///
+    /// [`PublishError`] when a map write fails; the pool keeps its second chance and the next
+    /// deadline tries again.
+    pub fn end_second_chances(
+        &mut self,
+        dp: &mut dyn Dataplane,
+    ) -> Result<Vec<String>, PublishError> {
+        let mut ended = Vec::new();
+        for (name, pool) in &mut self.pools {
+            if pool.chance_until.is_some_and(|t| t <= self.now) {
+                tables::end_second_chance(dp, pool)?;
+                ended.push(name.clone());
+            }
+        }
+        Ok(ended)
     }
 
     /// Rebuilds the tables of pools with a backend in slow start, at the weights it has

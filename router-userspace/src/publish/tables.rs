@@ -4,7 +4,7 @@
 
 use std::{collections::HashSet, time::Duration};
 
-use router_common::{BACKEND_STATE_MASK, BACKEND_UP, MAGLEV_SIZE, Pool};
+use router_common::{BACKEND_STATE_MASK, BACKEND_UP, MAGLEV_SIZE, POOL_F_SECOND_CHANCE, Pool};
 
 use super::{PoolState, PublishError};
 use crate::{
@@ -126,16 +126,25 @@ pub(super) fn publish(
         pool.built_from = Some(input);
         if pool.live.as_ref() != Some(&table) {
             let half = pool.active ^ 1;
+            // The inactive half is read as the previous table while the second chance runs:
+            // that ends before the half is rewritten, so the program never reads it half
+            // written.
+            if pool.chance_until.is_some() {
+                end_second_chance(dp, pool)?;
+            }
             dp.write_table(pool.slot, half, &table)?;
+            // A pool's first table replaces none; later, the replaced one gets the chance.
+            let chance = pool.live.is_some() && !pool.second_chance.is_zero();
             dp.set_pool(
                 pool.slot,
                 Pool {
                     active: half,
-                    flags: pool.flags,
+                    flags: pool.flags | if chance { POOL_F_SECOND_CHANCE } else { 0 },
                 },
             )?;
             pool.active = half;
             pool.live = Some(table);
+            pool.chance_until = chance.then(|| now.saturating_add(pool.second_chance));
             return Ok(());
         }
     }
@@ -144,9 +153,30 @@ pub(super) fn publish(
             pool.slot,
             Pool {
                 active: pool.active,
-                flags: pool.flags,
+                flags: pool.flags
+                    | if pool.chance_until.is_some() {
+                        POOL_F_SECOND_CHANCE
+                    } else {
+                        0
+                    },
             },
         )?;
     }
+    Ok(())
+}
+
+/// Ends `pool`'s second chance: its `POOLS` entry without `POOL_F_SECOND_CHANCE`.
+pub(super) fn end_second_chance(
+    dp: &mut dyn Dataplane,
+    pool: &mut PoolState,
+) -> Result<(), PublishError> {
+    dp.set_pool(
+        pool.slot,
+        Pool {
+            active: pool.active,
+            flags: pool.flags,
+        },
+    )?;
+    pool.chance_until = None;
     Ok(())
 }

@@ -162,6 +162,7 @@ fn every_apply_writes_the_flow_timeouts_in_ticks_a_change_of_them_alone_included
         tcp_established: Duration::from_hours(1),
         tcp_closing: Duration::from_secs(2),
         udp: Duration::from_secs(30),
+        second_chance: Duration::ZERO,
     };
     dp.log.clear();
     assert_eq!(p.apply(&mut dp, &cfg).unwrap(), 2);
@@ -946,4 +947,141 @@ fn a_failback_mark_covers_the_pool_and_comes_off() {
     // The mark does not take the backends out of the table.
     let slot = p.pools()["dc2"].slot;
     assert!(dp.live_table(slot).unwrap().contains(&slots[0]));
+}
+
+/// A flip gives the replaced table a second chance (`POOL_F_SECOND_CHANCE`) for
+/// `conntrack.second_chance`; the flag comes off before the inactive half is written again and
+/// at its deadline; a pool's first table, and a config without a second chance, set none; a
+/// restored publisher ends an earlier process's at its first deadline.
+#[test]
+fn a_flip_gives_the_previous_table_a_second_chance_until_its_deadline() {
+    use router_common::POOL_F_SECOND_CHANCE;
+    let mut dp = MemoryDataplane::default();
+    let mut p = Publisher::new();
+    let mut cfg = config(
+        vec![service("web", 80, Target::Pool("dc1".into()))],
+        vec![pool("dc1", &[("198.18.1.11", 100), ("198.18.1.12", 100)])],
+    );
+    cfg.conntrack.second_chance = Duration::from_mins(1);
+    p.apply(&mut dp, &cfg).unwrap();
+    let slot = p.pools()["dc1"].slot;
+    let flagged = |dp: &MemoryDataplane| dp.pools[&slot].flags & POOL_F_SECOND_CHANCE != 0;
+    assert!(!flagged(&dp), "a first table replaces none");
+    assert_eq!(p.next_second_chance_end(), None);
+
+    p.set_now(Duration::from_secs(10));
+    let before = dp.pools[&slot].active;
+    assert!(
+        p.set_health(&mut dp, "dc1", "198.18.1.11".parse().unwrap(), false)
+            .unwrap()
+    );
+    assert!(flagged(&dp));
+    assert_ne!(dp.pools[&slot].active, before);
+    assert_eq!(p.next_second_chance_end(), Some(Duration::from_secs(70)));
+
+    // Another flip within the grace: the flag comes off before the inactive half is written.
+    p.set_now(Duration::from_secs(20));
+    dp.log.clear();
+    assert!(
+        p.set_health(&mut dp, "dc1", "198.18.1.11".parse().unwrap(), true)
+            .unwrap()
+    );
+    let writes: Vec<&Write> = dp
+        .log
+        .iter()
+        .filter(|w| matches!(w, Write::Table(..) | Write::Pool(..)))
+        .collect();
+    assert!(
+        matches!(
+            writes.as_slice(),
+            [Write::Pool(_, off), Write::Table(..), Write::Pool(_, on)]
+                if off.flags & POOL_F_SECOND_CHANCE == 0 && on.flags & POOL_F_SECOND_CHANCE != 0
+        ),
+        "{writes:?}"
+    );
+    assert_eq!(p.next_second_chance_end(), Some(Duration::from_secs(80)));
+    let live = dp.pools[&slot].active;
+    p.apply(&mut dp, &cfg).unwrap();
+    assert_eq!(dp.pools[&slot].active, live, "the apply changes no table");
+    assert!(flagged(&dp), "an apply that changes no table keeps it");
+
+    // Not before its deadline; at it, the flag comes off and the live half stays.
+    p.set_now(Duration::from_secs(79));
+    assert!(p.end_second_chances(&mut dp).unwrap().is_empty());
+    assert!(flagged(&dp));
+    let live = dp.pools[&slot].active;
+    p.set_now(Duration::from_secs(80));
+    assert_eq!(p.end_second_chances(&mut dp).unwrap(), ["dc1"]);
+    assert!(!flagged(&dp));
+    assert_eq!(dp.pools[&slot].active, live);
+    assert_eq!(p.next_second_chance_end(), None);
+
+    // A restored publisher ends a second chance it finds at its first deadline.
+    p.set_now(Duration::from_secs(90));
+    p.set_health(&mut dp, "dc1", "198.18.1.12".parse().unwrap(), false)
+        .unwrap();
+    assert!(flagged(&dp));
+    let mut r = Publisher::restore(&p.ledger(), &dp).expect("restore");
+    assert_eq!(r.next_second_chance_end(), Some(Duration::ZERO));
+    assert_eq!(r.end_second_chances(&mut dp).unwrap(), ["dc1"]);
+    assert!(!flagged(&dp));
+
+    // Without a second chance in the config, a flip sets none.
+    cfg.conntrack.second_chance = Duration::ZERO;
+    r.apply(&mut dp, &cfg).unwrap();
+    r.set_health(&mut dp, "dc1", "198.18.1.12".parse().unwrap(), true)
+        .unwrap();
+    assert!(!flagged(&dp));
+}
+
+/// Two nodes with the same members and weights build the same table, whatever slots their
+/// histories gave the backends: the fingerprint compares addresses, not slots. Another weight
+/// gives another fingerprint.
+#[test]
+fn the_table_fingerprint_is_the_same_on_nodes_whose_slots_differ() {
+    let members = [
+        ("198.18.1.11", 100),
+        ("198.18.1.12", 100),
+        ("198.18.1.13", 100),
+    ];
+    let cfg = config(
+        vec![service("web", 80, Target::Pool("dc1".into()))],
+        vec![pool("dc1", &members)],
+    );
+    let mut dp_a = MemoryDataplane::default();
+    let mut a = Publisher::new();
+    a.apply(&mut dp_a, &cfg).unwrap();
+
+    // Node b first ran with another backend ahead of them, then with the same three.
+    let mut dp_b = MemoryDataplane::default();
+    let mut b = Publisher::new();
+    let earlier = config(
+        vec![service("web", 80, Target::Pool("dc1".into()))],
+        vec![pool(
+            "dc1",
+            &[
+                ("198.18.1.10", 100),
+                ("198.18.1.13", 100),
+                ("198.18.1.12", 100),
+            ],
+        )],
+    );
+    b.apply(&mut dp_b, &earlier).unwrap();
+    b.apply(&mut dp_b, &cfg).unwrap();
+
+    let slots =
+        |p: &Publisher| -> Vec<u32> { p.pools()["dc1"].backends.iter().map(|b| b.slot).collect() };
+    assert_ne!(slots(&a), slots(&b), "the histories give other slots");
+    let (table_a, table_b) = (
+        dp_a.live_table(a.pools()["dc1"].slot).unwrap(),
+        dp_b.live_table(b.pools()["dc1"].slot).unwrap(),
+    );
+    assert_ne!(table_a, table_b, "the raw tables name other slots");
+    let digest = a.pools()["dc1"].table_digest().unwrap();
+    assert_eq!(b.pools()["dc1"].table_digest(), Some(digest));
+
+    let mut heavier = cfg.clone();
+    heavier.pools[0].backends[0].weight = 200;
+    b.apply(&mut dp_b, &heavier).unwrap();
+    assert_ne!(b.pools()["dc1"].table_digest(), Some(digest));
 }

@@ -33,6 +33,7 @@ fn minimal_config_loads_with_every_default_applied() {
                 tcp_established: Duration::from_mins(15),
                 tcp_closing: Duration::from_secs(10),
                 udp: Duration::from_mins(1),
+                second_chance: Duration::ZERO,
             },
             vips: vec![],
             services: vec![Service {
@@ -188,7 +189,8 @@ pools:
 #[test]
 fn conntrack_timeouts_convert_and_default_one_by_one() {
     let text = format!(
-        "{MINIMAL}conntrack:\n  tcp_syn: 5s\n  tcp_established: 2h\n  tcp_closing: 2s\n  udp: 7d\n"
+        "{MINIMAL}conntrack:\n  tcp_syn: 5s\n  tcp_established: 2h\n  tcp_closing: 2s\n  udp: 7d\n  \
+         second_chance: 30s\n"
     );
     let config = load(&[("10-web.yaml", &text)]);
     assert_eq!(
@@ -198,6 +200,7 @@ fn conntrack_timeouts_convert_and_default_one_by_one() {
             tcp_established: Duration::from_hours(2),
             tcp_closing: Duration::from_secs(2),
             udp: Duration::from_hours(7 * 24),
+            second_chance: Duration::from_secs(30),
         }
     );
     // In ticks of the program's clock (2^20 ns, rounded up), in FLOW_* order.

@@ -304,6 +304,11 @@ impl Builder {
         );
         f.cmp("tcp_closing", dur(old.tcp_closing), dur(new.tcp_closing));
         f.cmp("udp", dur(old.udp), dur(new.udp));
+        f.cmp(
+            "second_chance",
+            dur(old.second_chance),
+            dur(new.second_chance),
+        );
         self.changed(Kind::Conntrack, None, String::new(), f);
     }
 

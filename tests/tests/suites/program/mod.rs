@@ -22,6 +22,7 @@ mod ipip;
 mod malformed;
 mod nat;
 mod next_hops;
+mod second_chance;
 mod selection;
 mod signals;
 mod table;

@@ -16,4 +16,5 @@ mod health;
 mod hitless;
 mod real_hosts;
 mod slow_start;
+mod tables;
 mod vip;
