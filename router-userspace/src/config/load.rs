@@ -18,8 +18,8 @@ use super::{
     Config, ConfigError, Fragments, Problem,
     report::{Item, Pos, Report, index, index_path, key_path, quoted},
     spec::{
-        AgentSpec, ConntrackSpec, DecisionGroupSpec, PoolSpec, ServiceSpec, StateVarSpec,
-        TOP_LEVEL_KEYS, VipSpec,
+        AgentSpec, AnnounceSpec, ConntrackSpec, DecisionGroupSpec, PoolSpec, ServiceSpec,
+        StateVarSpec, TOP_LEVEL_KEYS, VipSpec,
     },
     validate::validate,
     values::{closest, suggest},
@@ -256,6 +256,8 @@ pub(crate) struct Parsed {
     pub agents: Vec<Item<AgentSpec>>,
     /// Each `conntrack:` (more than one is an error).
     pub conntracks: Vec<Item<ConntrackSpec>>,
+    /// Each `announce:` (more than one is an error).
+    pub announces: Vec<Item<AnnounceSpec>>,
     /// Each `services[]` item.
     pub services: Vec<Item<ServiceSpec>>,
     /// Each `vips[]` item.
@@ -313,6 +315,14 @@ fn parse_file(file: usize, text: &str, parsed: &mut Parsed, report: &mut Report)
                         item.pos.insert(String::new(), at);
                     }
                     parsed.conntracks.push(item);
+                }
+            }
+            "announce" => {
+                if let Some(mut item) = item::<AnnounceSpec>(file, name, value, report) {
+                    if let Some(at) = at {
+                        item.pos.insert(String::new(), at);
+                    }
+                    parsed.announces.push(item);
                 }
             }
             "services" => {

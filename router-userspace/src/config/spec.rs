@@ -26,6 +26,16 @@ pub(crate) struct ConntrackSpec {
     pub udp: Option<String>,
 }
 
+/// `announce:`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct AnnounceSpec {
+    pub interface: Option<String>,
+    pub protocol: Option<String>,
+    pub table: Option<String>,
+    pub garp: Option<Vec<String>>,
+}
+
 /// `services[]`.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -268,6 +278,7 @@ pub(crate) struct SwitchSpec {
 pub(crate) const TOP_LEVEL_KEYS: &[&str] = &[
     "agent",
     "conntrack",
+    "announce",
     "services",
     "vips",
     "pools",

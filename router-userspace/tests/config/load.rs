@@ -34,6 +34,7 @@ fn minimal_config_loads_with_every_default_applied() {
                 tcp_closing: Duration::from_secs(10),
                 udp: Duration::from_mins(1),
             },
+            announce: None,
             vips: vec![],
             services: vec![Service {
                 name: "web".into(),
