@@ -1,0 +1,358 @@
+//! The whole system in network namespaces — virtual IPs announced over BGP: a router running
+//! BIRD with ECMP multipath over three balancers, each running BIRD and a real `switchyard
+//! attach` with the same config (so the same Maglev tables), DSR backends on a shared segment,
+//! a client behind the router ([`router_tests::bird::Fleet`]). Connections spread over the
+//! three nodes; a node that dies is withdrawn by BFD (the time is measured and printed);
+//! an agent announces a VIP only once its maps are written and withdraws it first on SIGTERM
+//! and on `switchyard detach`; a restarted agent removes routes it does not announce.
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, Result, ensure};
+use router_tests::{
+    addrs::{TCP_ECHO_PORT, VIP_V4},
+    agent::Agent,
+    bird::{self, Bird, DOWN_IF, Fleet, UP_IF},
+    client::{TcpSession, payload, tcp_tally},
+    config_text::{ConfigText, FAST_HTTP_CHECK},
+    privileged,
+    servers::BackendServers,
+};
+
+/// The announcement interface and route protocol (the `announce:` defaults).
+const DUMMY: &str = "switchyard0";
+const PROTOCOL: u8 = 83;
+
+fn vip() -> SocketAddr {
+    SocketAddr::new(IpAddr::V4(VIP_V4), TCP_ECHO_PORT)
+}
+
+/// The same config for every node: one DSR service on the VIP over both backends (health
+/// checked), and `announce:` with its defaults.
+fn config() -> String {
+    let backends: Vec<(IpAddr, u32)> = (1..=2).map(|i| (bird::backend(i).into(), 100)).collect();
+    let text = ConfigText::new()
+        .service("web", VIP_V4.into(), "tcp", "dsr-l2", "web")
+        .pool("web", &backends, Some(FAST_HTTP_CHECK))
+        .text();
+    format!("{text}announce:\n  interface: {DUMMY}\n")
+}
+
+/// A fleet of `nodes` balancers with BIRD running on the router and on each node, and the
+/// backends' servers.
+struct Running {
+    fleet: Fleet,
+    router_bird: Bird,
+    birds: Vec<Bird>,
+    servers: Vec<BackendServers>,
+}
+
+fn fleet(nodes: usize) -> Result<Running> {
+    let fleet = Fleet::build(nodes, 2)?;
+    let servers = (1..=2)
+        .map(|i| BackendServers::start(&fleet.backends[i - 1], &format!("b{i}"), &[]))
+        .collect::<Result<Vec<_>>>()?;
+    let neighbors: Vec<Ipv4Addr> = (1..=nodes).map(bird::balancer_up).collect();
+    let router_bird = Bird::start(
+        &fleet.router,
+        &bird::router_config(bird::ROUTER_CLIENT_SIDE, &neighbors, "198.18.0.0/24"),
+    )?;
+    let birds = (1..=nodes)
+        .map(|k| {
+            Bird::start(
+                &fleet.balancers[k - 1],
+                &bird::balancer_config(
+                    bird::balancer_up(k),
+                    bird::router_side(k),
+                    UP_IF,
+                    DUMMY,
+                    PROTOCOL,
+                ),
+            )
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok(Running {
+        fleet,
+        router_bird,
+        birds,
+        servers,
+    })
+}
+
+fn start_agent(run: &Running, k: usize) -> Result<Agent> {
+    let mut agent = Agent::launch_in(
+        &run.fleet.balancers[k - 1],
+        &[("base.yaml", config())],
+        &[UP_IF, DOWN_IF],
+    )?;
+    agent.wait_answering()?;
+    Ok(agent)
+}
+
+/// The agent's announcement routes in its namespace (`ip route show dev switchyard0 proto 83`).
+fn routes_on_dummy(run: &Running, k: usize) -> Result<String> {
+    let ns = &run.fleet.balancers[k - 1];
+    match ns.ip(&[
+        "-4",
+        "route",
+        "show",
+        "dev",
+        DUMMY,
+        "proto",
+        &PROTOCOL.to_string(),
+    ]) {
+        Ok(text) => Ok(text),
+        // No interface yet: no route.
+        Err(e) if e.to_string().contains("Cannot find device") => Ok(String::new()),
+        Err(e) => Err(e),
+    }
+}
+
+/// Packets the agent's program counted for the service `web`, all actions (`/metrics`).
+fn web_packets(agent: &Agent) -> Result<u64> {
+    let text = agent.api_get("/metrics")?;
+    Ok(text
+        .lines()
+        .filter(|l| l.starts_with("switchyard_service_packets_total{service=\"web\""))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum())
+}
+
+/// The node (1-based) the router sends the client's TCP flow from `sport` through: `ip route
+/// get` with the 5-tuple, as the multipath hash picks.
+fn node_of(run: &Running, sport: u16, nodes: usize) -> Result<Option<usize>> {
+    let text = run.fleet.router.ip(&[
+        "-4",
+        "route",
+        "get",
+        &VIP_V4.to_string(),
+        "from",
+        &bird::CLIENT.to_string(),
+        "iif",
+        "c0",
+        "ipproto",
+        "tcp",
+        "sport",
+        &sport.to_string(),
+        "dport",
+        &TCP_ECHO_PORT.to_string(),
+    ])?;
+    Ok((1..=nodes).find(|&k| text.contains(&format!("via {} ", bird::balancer_up(k)))))
+}
+
+#[test]
+fn three_balancers_share_a_vip_by_ecmp_and_bfd_withdraws_a_killed_one() -> Result<()> {
+    if privileged::require("three_balancers_share_a_vip_by_ecmp", &["bird", "nft"]).is_err() {
+        return Ok(());
+    }
+    let run = fleet(3)?;
+    let mut agents = (1..=3)
+        .map(|k| start_agent(&run, k))
+        .collect::<Result<Vec<_>>>()?;
+    let all: Vec<Ipv4Addr> = (1..=3).map(bird::balancer_up).collect();
+    let (_, took) = run
+        .fleet
+        .wait_router(VIP_V4, Duration::from_secs(60), |h| h.len() == 3)
+        .with_context(|| run.router_bird.output())?;
+    println!("the router has 3 next hops to the VIP {took:?} after the agents answered");
+
+    // Balance: every connection completes, and each node carries some.
+    let before: Vec<u64> = agents.iter().map(web_packets).collect::<Result<_>>()?;
+    let tally = tcp_tally(&run.fleet.client, vip(), 90)?;
+    ensure!(
+        tally.values().sum::<usize>() == 90,
+        "connections completed: {tally:?}"
+    );
+    let per_node: Vec<u64> = agents
+        .iter()
+        .zip(&before)
+        .map(|(a, b)| Ok(web_packets(a)? - b))
+        .collect::<Result<_>>()?;
+    println!("90 connections: backends {tally:?}, packets per node {per_node:?}");
+    ensure!(
+        per_node.iter().all(|&p| p > 0),
+        "a node carried no packet: {per_node:?}"
+    );
+
+    // Established connections, each with the node the router hashes it to.
+    let mut sessions = run
+        .fleet
+        .client
+        .run(|| -> Result<Vec<(TcpSession, usize)>> {
+            let mut out = Vec::new();
+            for k in 0..30 {
+                let mut s = TcpSession::connect(vip())?;
+                s.echo(&payload(k, 512))?;
+                let node = node_of(&run, s.local_addr()?.port(), 3)?.context("no node")?;
+                out.push((s, node));
+            }
+            Ok(out)
+        })??;
+
+    // Node 3 dies: the router hears nothing more from it (its link stays up), its agent and
+    // its BIRD are killed with SIGKILL; only BFD can tell the router.
+    let killed = Instant::now();
+    run.fleet.silence(3)?;
+    agents[2].kill()?;
+    let mut birds = run.birds;
+    birds[2].kill();
+    let (hops, _) = run.fleet.wait_router(VIP_V4, Duration::from_secs(5), |h| {
+        !h.contains(&bird::balancer_up(3))
+    })?;
+    let withdrawn = killed.elapsed();
+    println!(
+        "BFD withdrawal: node 3 left the router's route {} ms after it was killed; next hops \
+         {hops:?}",
+        withdrawn.as_millis()
+    );
+    ensure!(hops.len() == 2 && hops.iter().all(|h| all.contains(h)));
+    ensure!(
+        withdrawn < Duration::from_secs(1),
+        "withdrawn after {withdrawn:?}, not within a second"
+    );
+
+    // Connections through the surviving nodes survive; new connections succeed.
+    let (mut survived, mut moved, mut moved_ok) = (0, 0, 0);
+    for (k, (s, node)) in sessions.iter_mut().enumerate() {
+        let ok = s.echo(&payload(100 + k, 512)).is_ok();
+        if *node == 3 {
+            moved += 1;
+            moved_ok += usize::from(ok);
+        } else {
+            ensure!(ok, "a connection through surviving node {node} broke");
+            survived += 1;
+        }
+    }
+    println!(
+        "{survived} connections through nodes 1-2 survived; {moved_ok} of {moved} through \
+         node 3 continued on another node"
+    );
+    let after = tcp_tally(&run.fleet.client, vip(), 30)?;
+    ensure!(
+        after.values().sum::<usize>() == 30,
+        "after the kill: {after:?}"
+    );
+    drop(sessions);
+    drop(agents);
+    drop(birds);
+    drop(run.servers);
+    Ok(())
+}
+
+#[test]
+fn an_agent_announces_after_publishing_and_withdraws_first_on_sigterm_and_detach() -> Result<()> {
+    if privileged::require("an_agent_announces_after_publishing", &["bird"]).is_err() {
+        return Ok(());
+    }
+    let run = fleet(1)?;
+    // Not announced before the maps are written: from the first moment the route exists,
+    // the agent's status says the VIP is live in the map it wrote.
+    let mut agent = Agent::launch_in(
+        &run.fleet.balancers[0],
+        &[("base.yaml", config())],
+        &[UP_IF, DOWN_IF],
+    )?;
+    let start = Instant::now();
+    loop {
+        if !routes_on_dummy(&run, 1)?.is_empty() {
+            break;
+        }
+        ensure!(
+            start.elapsed() < Duration::from_secs(30),
+            "no announcement route: {}",
+            agent.log_text()
+        );
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let status = agent.status()?;
+    let v = status
+        .vips
+        .iter()
+        .find(|v| v.address == VIP_V4.to_string())
+        .context("the VIP is not in status")?;
+    ensure!(v.live && v.announced == Some(true), "{v:?}");
+    let log = agent.log_text();
+    let (applied, announced) = (
+        log.find("applied").context("no apply in the log")?,
+        log.find("announced")
+            .context("no announcement in the log")?,
+    );
+    ensure!(
+        applied < announced,
+        "announced before the first apply:\n{log}"
+    );
+    agent.wait_answering()?;
+    let metrics = agent.api_get("/metrics")?;
+    ensure!(
+        metrics.contains(&format!("switchyard_vip_announced{{vip=\"{VIP_V4}\"}} 1")),
+        "{metrics}"
+    );
+    run.fleet
+        .wait_router(VIP_V4, Duration::from_secs(60), |h| h.len() == 1)?;
+
+    // The service goes down (both backends fail their checks): withdrawn; back up: announced.
+    for s in &run.servers {
+        s.set_healthy(false);
+    }
+    run.fleet
+        .wait_router(VIP_V4, Duration::from_secs(10), <[_]>::is_empty)?;
+    ensure!(routes_on_dummy(&run, 1)?.is_empty());
+    for s in &run.servers {
+        s.set_healthy(true);
+    }
+    run.fleet
+        .wait_router(VIP_V4, Duration::from_secs(10), |h| h.len() == 1)?;
+
+    // SIGTERM: the route is gone when the agent has exited, and the router follows.
+    let stopping = Instant::now();
+    agent.stop()?;
+    ensure!(
+        routes_on_dummy(&run, 1)?.is_empty(),
+        "the route outlived the agent"
+    );
+    run.fleet
+        .wait_router(VIP_V4, Duration::from_secs(5), <[_]>::is_empty)?;
+    println!(
+        "SIGTERM: the router dropped the VIP {} ms after the signal",
+        stopping.elapsed().as_millis()
+    );
+    ensure!(agent.log_text().contains("withdrew"));
+
+    // A restarted agent removes an announcement route it does not make, and announces again.
+    let stale = "198.18.0.99/32";
+    run.fleet.balancers[0].ip(&[
+        "route", "add", stale, "dev", DUMMY, "proto", "83", "scope", "link",
+    ])?;
+    agent.relaunch()?;
+    run.fleet
+        .wait_router(VIP_V4, Duration::from_secs(60), |h| h.len() == 1)?;
+    let routes = routes_on_dummy(&run, 1)?;
+    ensure!(
+        !routes.contains("198.18.0.99"),
+        "stale route kept: {routes}"
+    );
+
+    // `switchyard detach` withdraws before it detaches, and the running agent announces
+    // nothing more.
+    let dir = agent.config_dir.display().to_string();
+    agent.cli(&[
+        "detach",
+        "--iface",
+        UP_IF,
+        "--iface",
+        DOWN_IF,
+        "--config-dir",
+        &dir,
+    ])?;
+    ensure!(routes_on_dummy(&run, 1)?.is_empty());
+    std::thread::sleep(Duration::from_millis(1500));
+    ensure!(
+        routes_on_dummy(&run, 1)?.is_empty(),
+        "announced again after the detach"
+    );
+    run.fleet
+        .wait_router(VIP_V4, Duration::from_secs(5), <[_]>::is_empty)?;
+    drop(run.birds);
+    Ok(())
+}
