@@ -180,32 +180,7 @@ fn run(args: Args) -> Result<ExitCode> {
             interfaces,
             keep_maps,
             config_dir,
-        } => {
-            require_root("detach")?;
-            let pin_dir = load::pin_dir(&cli::pin_path(&config_dir));
-            // The announcement goes before the program: the router stops sending the virtual
-            // IPs here first. A running agent sees the links gone and announces nothing more;
-            // withdrawn again after the detach for one that announced in between.
-            let announce = withdraw_announcements(&config_dir);
-            for iface in &interfaces {
-                let done = attach::detach(&pin_dir, iface, keep_maps)?;
-                if let Some(why) = &done.defunct {
-                    println!(
-                        "{iface}: removed the defunct link ({why}); nothing ran on {iface} here"
-                    );
-                } else if done.dir == pin_dir {
-                    println!("{iface}: detached");
-                } else {
-                    println!(
-                        "{iface}: detached (a program of another layout, {})",
-                        done.dir.display()
-                    );
-                }
-            }
-            if let Some(settings) = &announce {
-                withdraw_routes(settings);
-            }
-        }
+        } => detach_command(&interfaces, keep_maps, &config_dir)?,
         Cmd::Upgrade {
             interfaces,
             config_dir,
@@ -353,4 +328,36 @@ fn withdraw_routes(settings: &switchyard::config::Announce) {
         Ok(n) => println!("{}: withdrew {n} announcement routes", settings.interface),
         Err(e) => eprintln!("warning: withdrawing the announcement routes: {e}"),
     }
+}
+
+/// `switchyard detach`: withdraws the announcement routes, unpins the links of `interfaces`
+/// (keeping the maps with `keep_maps`), and withdraws again.
+fn detach_command(
+    interfaces: &[String],
+    keep_maps: bool,
+    config_dir: &std::path::Path,
+) -> Result<()> {
+    require_root("detach")?;
+    let pin_dir = load::pin_dir(&cli::pin_path(config_dir));
+    // The announcement goes before the program: the router stops sending the virtual
+    // IPs here first. A running agent sees the links gone and announces nothing more;
+    // withdrawn again after the detach for one that announced in between.
+    let announce = withdraw_announcements(config_dir);
+    for iface in interfaces {
+        let done = attach::detach(&pin_dir, iface, keep_maps)?;
+        if let Some(why) = &done.defunct {
+            println!("{iface}: removed the defunct link ({why}); nothing ran on {iface} here");
+        } else if done.dir == pin_dir {
+            println!("{iface}: detached");
+        } else {
+            println!(
+                "{iface}: detached (a program of another layout, {})",
+                done.dir.display()
+            );
+        }
+    }
+    if let Some(settings) = &announce {
+        withdraw_routes(settings);
+    }
+    Ok(())
 }

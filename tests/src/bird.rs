@@ -246,9 +246,9 @@ impl Bird {
     pub fn birdc(&self, args: &[&str]) -> Result<String> {
         let socket = self.dir.join("bird.ctl");
         let socket = socket.to_string_lossy();
-        let mut argv = vec!["birdc", "-s", &socket];
-        argv.extend_from_slice(args);
-        self.ns.exec(&argv)
+        let mut command = vec!["birdc", "-s", &socket];
+        command.extend_from_slice(args);
+        self.ns.exec(&command)
     }
 
     /// Kills BIRD with SIGKILL (no BGP notification is sent) and reaps it.

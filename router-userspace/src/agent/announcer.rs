@@ -15,10 +15,13 @@ pub(super) struct Announcer {
     routes: Option<Routes>,
     /// Whether the last attempt to open the routes failed (logged once until one succeeds).
     failing: bool,
+    /// [`Runtime::attached`] as last read: read at the first pass and once a second (with
+    /// `refresh`), not at every command (it asks the kernel about every interface).
+    attached: Option<bool>,
 }
 
 impl Announcer {
-    /// Makes the routes what [`Runtime::to_announce`] says, after the command that changed the
+    /// Makes the routes what [`crate::announce::wanted`] says, after the command that changed the
     /// maps returned (a route never precedes the write it announces). Settings that changed
     /// withdraw everything under the old ones first; without `announce:` nothing is done.
     /// `refresh` re-reads the routes from the kernel first (once a second).
@@ -50,7 +53,11 @@ impl Announcer {
                 if refresh {
                     routes.refresh().await;
                 }
-                let wanted = rt.to_announce();
+                let attached = match self.attached {
+                    Some(a) if !refresh => a,
+                    _ => *self.attached.insert(rt.attached()),
+                };
+                let wanted = crate::announce::wanted(attached, rt.publisher.vips());
                 let new = routes.sync(&wanted).await;
                 routes.advertise(&new).await;
                 rt.announced = Some(routes.announced().clone());

@@ -21,6 +21,21 @@ use crate::{
 };
 
 impl Runtime {
+    /// Each published virtual IP, whether its entry is live and whether it is announced.
+    fn vip_statuses(&self) -> Vec<VipStatus> {
+        self.publisher
+            .vips()
+            .iter()
+            .map(|(address, v)| VipStatus {
+                address: address.to_string(),
+                live: v
+                    .written
+                    .is_some_and(|w| w.flags & router_common::VIP_F_LIVE != 0),
+                announced: self.announced.as_ref().map(|on| on.contains(address)),
+            })
+            .collect()
+    }
+
     /// The status document.
     pub(super) fn status(&self) -> Status {
         let services = self
@@ -120,18 +135,7 @@ impl Runtime {
             pools,
             rejected: self.rejected.clone(),
             running: self.running.clone(),
-            vips: self
-                .publisher
-                .vips()
-                .iter()
-                .map(|(address, v)| VipStatus {
-                    address: address.to_string(),
-                    live: v
-                        .written
-                        .is_some_and(|w| w.flags & router_common::VIP_F_LIVE != 0),
-                    announced: self.announced.as_ref().map(|on| on.contains(address)),
-                })
-                .collect(),
+            vips: self.vip_statuses(),
             differs_from_files: self.differs_from_files(),
             time: now_secs(),
         }

@@ -108,18 +108,17 @@ pub struct Runtime {
 }
 
 impl Runtime {
-    /// The virtual IPs to announce now ([`crate::announce::wanted`]): the program counts as
-    /// attached while the pinned link of every interface this agent runs on is live.
-    pub(super) fn to_announce(&self) -> std::collections::BTreeSet<IpAddr> {
+    /// Whether the program counts as attached for the announcement ([`crate::announce`]):
+    /// the pinned link of every interface this agent runs on is live (read from the kernel).
+    pub(super) fn attached(&self) -> bool {
         let pin_dir = crate::dataplane::load::pin_dir(&self.config.agent.pin_path);
-        let attached = !self.interfaces.is_empty()
+        !self.interfaces.is_empty()
             && self.interfaces.iter().all(|(name, _)| {
                 matches!(
                     crate::dataplane::attach::link_state(&pin_dir, name),
                     Ok(crate::dataplane::attach::LinkState::Live(..))
                 )
-            });
-        crate::announce::wanted(attached, self.publisher.vips())
+            })
     }
 
     /// Executes one command.

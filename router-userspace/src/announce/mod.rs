@@ -4,9 +4,10 @@
 //!
 //! A virtual IP is announced while, and only while ([`should_announce`]):
 //! - the program is attached to every interface the agent was started on (its pinned link is
-//!   there: `switchyard detach` removes it, and the next check withdraws);
-//! - the `VIPS` entry of the address was written by this process (the publish that wrote the
-//!   address's services and tables has returned), so a route never precedes the maps;
+//!   live: `switchyard detach` removes it, and the check of the next second withdraws);
+//! - the `VIPS` entry of the address is written, as the publisher knows it (written by this
+//!   process once the publish that wrote the address's services and tables returned, or found
+//!   in adopted maps as the config wants it), so a route never precedes the maps;
 //! - that entry carries `VIP_F_LIVE`: one of its services reaches a usable backend of a weight
 //!   above 0 (the same notion that makes the program answer the address's echo requests).
 //!
@@ -27,8 +28,8 @@ pub use routes::{AnnounceError, Routes, withdraw};
 
 use crate::publish::vips::VipState;
 
-/// Whether a virtual IP is announced: the program is `attached`, the `VIPS` entry this
-/// process `written` for it exists (`None`: not written yet) and carries [`VIP_F_LIVE`].
+/// Whether a virtual IP is announced: the program is `attached`, and the `VIPS` entry
+/// `written` for it (`None`: not written yet) carries [`VIP_F_LIVE`].
 #[must_use]
 pub fn should_announce(attached: bool, written: Option<&Vip>) -> bool {
     attached && written.is_some_and(|v| v.flags & VIP_F_LIVE != 0)

@@ -11,6 +11,10 @@ use crate::config::{
 
 /// The announcement settings: `None` inside when there is no `announce:`; the outer `None` when
 /// something was reported.
+#[expect(
+    clippy::option_option,
+    reason = "the outer Option is validation's (None: reported), the inner the config's"
+)]
 pub(super) fn announces(
     items: &[Item<AnnounceSpec>],
     report: &mut Report,

@@ -153,7 +153,7 @@ fn three_balancers_share_a_vip_by_ecmp_and_bfd_withdraws_a_killed_one() -> Resul
     let all: Vec<Ipv4Addr> = (1..=3).map(bird::balancer_up).collect();
     let (_, took) = run
         .fleet
-        .wait_router(VIP_V4, Duration::from_secs(60), |h| h.len() == 3)
+        .wait_router(VIP_V4, Duration::from_mins(1), |h| h.len() == 3)
         .with_context(|| run.router_bird.output())?;
     println!("the router has 3 next hops to the VIP {took:?} after the agents answered");
 
@@ -240,14 +240,10 @@ fn three_balancers_share_a_vip_by_ecmp_and_bfd_withdraws_a_killed_one() -> Resul
     Ok(())
 }
 
-#[test]
-fn an_agent_announces_after_publishing_and_withdraws_first_on_sigterm_and_detach() -> Result<()> {
-    if privileged::require("an_agent_announces_after_publishing", &["bird"]).is_err() {
-        return Ok(());
-    }
-    let run = fleet(1)?;
-    // Not announced before the maps are written: from the first moment the route exists,
-    // the agent's status says the VIP is live in the map it wrote.
+/// Starts the agent of the only node and checks it is not announced before its maps are
+/// written: from the first moment the route exists, the agent's status says the VIP is live
+/// in the map it wrote, its log has the apply before the announcement, and `/metrics` says 1.
+fn announced_after_publishing(run: &Running) -> Result<Agent> {
     let mut agent = Agent::launch_in(
         &run.fleet.balancers[0],
         &[("base.yaml", config())],
@@ -255,7 +251,7 @@ fn an_agent_announces_after_publishing_and_withdraws_first_on_sigterm_and_detach
     )?;
     let start = Instant::now();
     loop {
-        if !routes_on_dummy(&run, 1)?.is_empty() {
+        if !routes_on_dummy(run, 1)?.is_empty() {
             break;
         }
         ensure!(
@@ -288,8 +284,18 @@ fn an_agent_announces_after_publishing_and_withdraws_first_on_sigterm_and_detach
         metrics.contains(&format!("switchyard_vip_announced{{vip=\"{VIP_V4}\"}} 1")),
         "{metrics}"
     );
+    Ok(agent)
+}
+
+#[test]
+fn an_agent_announces_after_publishing_and_withdraws_first_on_sigterm_and_detach() -> Result<()> {
+    if privileged::require("an_agent_announces_after_publishing", &["bird"]).is_err() {
+        return Ok(());
+    }
+    let run = fleet(1)?;
+    let mut agent = announced_after_publishing(&run)?;
     run.fleet
-        .wait_router(VIP_V4, Duration::from_secs(60), |h| h.len() == 1)?;
+        .wait_router(VIP_V4, Duration::from_mins(1), |h| h.len() == 1)?;
 
     // The service goes down (both backends fail their checks): withdrawn; back up: announced.
     for s in &run.servers {
@@ -326,7 +332,7 @@ fn an_agent_announces_after_publishing_and_withdraws_first_on_sigterm_and_detach
     ])?;
     agent.relaunch()?;
     run.fleet
-        .wait_router(VIP_V4, Duration::from_secs(60), |h| h.len() == 1)?;
+        .wait_router(VIP_V4, Duration::from_mins(1), |h| h.len() == 1)?;
     let routes = routes_on_dummy(&run, 1)?;
     ensure!(
         !routes.contains("198.18.0.99"),
