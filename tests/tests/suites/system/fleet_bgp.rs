@@ -4,7 +4,8 @@
 //! a client behind the router ([`router_tests::bird::Fleet`]). Connections spread over the
 //! three nodes; a node that dies is withdrawn by BFD (the time is measured and printed);
 //! an agent announces a VIP only once its maps are written and withdraws it first on SIGTERM
-//! and on `switchyard detach`; a restarted agent removes routes it does not announce.
+//! and on `switchyard detach`; a restarted agent removes routes it does not announce; a node
+//! joining and a rolling restart of the agents under traffic fail no connection.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::{Duration, Instant};
@@ -16,6 +17,7 @@ use router_tests::{
     bird::{self, Bird, DOWN_IF, Fleet, UP_IF},
     client::{TcpSession, payload, tcp_tally},
     config_text::{ConfigText, FAST_HTTP_CHECK},
+    load::{Load, LoadSpec},
     privileged,
     servers::BackendServers,
 };
@@ -359,6 +361,78 @@ fn an_agent_announces_after_publishing_and_withdraws_first_on_sigterm_and_detach
     );
     run.fleet
         .wait_router(VIP_V4, Duration::from_secs(5), <[_]>::is_empty)?;
+    drop(run.birds);
+    Ok(())
+}
+
+#[test]
+fn a_node_joining_and_a_rolling_restart_under_traffic_fail_no_connection() -> Result<()> {
+    if privileged::require("a_node_joining_and_a_rolling_restart", &["bird"]).is_err() {
+        return Ok(());
+    }
+    let run = fleet(3)?;
+    let mut agents = (1..=2)
+        .map(|k| start_agent(&run, k))
+        .collect::<Result<Vec<_>>>()?;
+    run.fleet
+        .wait_router(VIP_V4, Duration::from_mins(1), |h| h.len() == 2)?;
+    let load = Load::start(
+        &run.fleet.client,
+        LoadSpec {
+            addr: vip(),
+            persistent: 30,
+            period: Duration::from_millis(50),
+            payload: 128,
+            new_pause: Duration::from_millis(10),
+            connect_timeout: Duration::from_secs(3),
+        },
+        Duration::from_secs(15),
+    )?;
+    std::thread::sleep(Duration::from_secs(1));
+
+    // Node 3 joins: the router rehashes a third of the flows onto it, which has never seen
+    // them; its tables are the others', so they reach the same backends.
+    load.set_phase(1);
+    agents.push(start_agent(&run, 3)?);
+    let (_, took) = run
+        .fleet
+        .wait_router(VIP_V4, Duration::from_mins(1), |h| h.len() == 3)?;
+    println!("node 3 joined the router's route {took:?} after its agent answered");
+    std::thread::sleep(Duration::from_secs(1));
+    let joined = web_packets(&agents[2])?;
+    ensure!(joined > 0, "node 3 took no packet of the load");
+
+    // A rolling restart: each agent in turn is stopped (withdrawn first), started again and
+    // announced again before the next.
+    load.set_phase(2);
+    for (k, agent) in agents.iter_mut().enumerate() {
+        agent.restart()?;
+        run.fleet.wait_router(VIP_V4, Duration::from_mins(1), |h| {
+            h.contains(&bird::balancer_up(k + 1)) && h.len() == 3
+        })?;
+    }
+    std::thread::sleep(Duration::from_secs(1));
+    let report = load.stop();
+    let total = report.total();
+    println!(
+        "join and rolling restart: {} exchanges, {} short connections, {} failures, per \
+         phase {:?}",
+        total.exchanges,
+        total.short_ok,
+        report.failures.len(),
+        report
+            .phases
+            .iter()
+            .map(|p| (p.exchanges, p.short_ok))
+            .collect::<Vec<_>>()
+    );
+    ensure!(
+        report.failures.is_empty(),
+        "failures: {:#?}",
+        report.failures
+    );
+    ensure!(report.phases.iter().take(3).all(|p| p.short_ok > 0));
+    drop(agents);
     drop(run.birds);
     Ok(())
 }
