@@ -4,7 +4,8 @@
 //! a client behind the router ([`router_tests::bird::Fleet`]). Connections spread over the
 //! three nodes; a node that dies is withdrawn by BFD (the time is measured and printed);
 //! an agent announces a VIP only once its maps are written and withdraws it first on SIGTERM
-//! and on `switchyard detach`; a restarted agent removes routes it does not announce; a node
+//! and on `switchyard detach`, and its gratuitous ARP moves a neighbour's entry for the VIP
+//! to it; a restarted agent removes routes it does not announce; a node
 //! joining and a rolling restart of the agents under traffic fail no connection.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -33,12 +34,20 @@ fn vip() -> SocketAddr {
 /// The same config for every node: one DSR service on the VIP over both backends (health
 /// checked), and `announce:` with its defaults.
 fn config() -> String {
+    config_with_garp(&[])
+}
+
+/// [`config`] with `announce.garp` listing `garp`.
+fn config_with_garp(garp: &[&str]) -> String {
     let backends: Vec<(IpAddr, u32)> = (1..=2).map(|i| (bird::backend(i).into(), 100)).collect();
     let text = ConfigText::new()
         .service("web", VIP_V4.into(), "tcp", "dsr-l2", "web")
         .pool("web", &backends, Some(FAST_HTTP_CHECK))
         .text();
-    format!("{text}announce:\n  interface: {DUMMY}\n")
+    format!(
+        "{text}announce:\n  interface: {DUMMY}\n  garp: [{}]\n",
+        garp.join(", ")
+    )
 }
 
 /// A fleet of `nodes` balancers with BIRD running on the router and on each node, and the
@@ -248,7 +257,7 @@ fn three_balancers_share_a_vip_by_ecmp_and_bfd_withdraws_a_killed_one() -> Resul
 fn announced_after_publishing(run: &Running) -> Result<Agent> {
     let mut agent = Agent::launch_in(
         &run.fleet.balancers[0],
-        &[("base.yaml", config())],
+        &[("base.yaml", config_with_garp(&[UP_IF]))],
         &[UP_IF, DOWN_IF],
     )?;
     let start = Instant::now();
@@ -295,9 +304,37 @@ fn an_agent_announces_after_publishing_and_withdraws_first_on_sigterm_and_detach
         return Ok(());
     }
     let run = fleet(1)?;
+    // A host on the uplink's segment that has the VIP at another MAC address (as after
+    // another node held it): the gratuitous ARP of the announcement moves it here.
+    let stale_mac = "02:00:00:00:00:99";
+    run.fleet.router.ip(&[
+        "neigh",
+        "replace",
+        &VIP_V4.to_string(),
+        "lladdr",
+        stale_mac,
+        "dev",
+        "lb1",
+        "nud",
+        "stale",
+    ])?;
     let mut agent = announced_after_publishing(&run)?;
     run.fleet
         .wait_router(VIP_V4, Duration::from_mins(1), |h| h.len() == 1)?;
+    let uplink_mac = run.fleet.balancers[0].ip(&["-br", "link", "show", UP_IF])?;
+    let uplink_mac = uplink_mac
+        .split_whitespace()
+        .nth(2)
+        .context("no MAC address")?
+        .to_owned();
+    let neigh = run
+        .fleet
+        .router
+        .ip(&["neigh", "show", &VIP_V4.to_string(), "dev", "lb1"])?;
+    ensure!(
+        neigh.contains(&uplink_mac),
+        "the router's entry for the VIP is {neigh:?}, not at {uplink_mac}"
+    );
 
     // The service goes down (both backends fail their checks): withdrawn; back up: announced.
     for s in &run.servers {
