@@ -317,7 +317,7 @@ impl Builder {
             a.map_or_else(|| "none".to_owned(), f)
         };
         let mut f = Fields::default();
-        let fields: [(&str, fn(&Announce) -> String); 4] = [
+        let fields: [(&str, Shown); 4] = [
             ("interface", |a| a.interface.clone()),
             ("protocol", |a| a.protocol.to_string()),
             ("table", |a| a.table.to_string()),
@@ -560,6 +560,9 @@ impl Builder {
 /// The settings that differ within one resource.
 #[derive(Default)]
 struct Fields(Vec<FieldChange>);
+
+/// One `announce:` setting as [`Fields::cmp`] compares it.
+type Shown = fn(&Announce) -> String;
 
 impl Fields {
     /// Records `field` if its two values read differently. Every value is compared as it is
