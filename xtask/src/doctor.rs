@@ -65,7 +65,7 @@ pub fn run() -> ExitCode {
             outcome: rust_src(),
         },
     ];
-    let tools: [(&'static str, &str, bool, &str); 7] = [
+    let tools: [(&'static str, &str, bool, &str); 8] = [
         ("bpf-linker", "--version", true, SETUP),
         (
             "bpftool",
@@ -96,6 +96,12 @@ pub fn run() -> ExitCode {
             "--version",
             true,
             "cargo xtask setup (apt-get install nftables)",
+        ),
+        (
+            "bird",
+            "--version",
+            true,
+            "cargo xtask setup (apt-get install bird2); the announcement tests run BIRD",
         ),
         ("sysctl", "-V", true, "apt-get install procps"),
     ];
