@@ -101,7 +101,7 @@ pub fn run() -> ExitCode {
             "bird",
             "--version",
             true,
-            "cargo xtask setup (apt-get install bird2); the announcement tests run BIRD",
+            "cargo xtask setup (apt-get install bird2)",
         ),
         ("sysctl", "-V", true, "apt-get install procps"),
     ];
