@@ -6,7 +6,8 @@
 //! an agent announces a VIP only once its maps are written and withdraws it first on SIGTERM
 //! and on `switchyard detach`, and its gratuitous ARP moves a neighbour's entry for the VIP
 //! to it; a restarted agent removes routes it does not announce; a node
-//! joining and a rolling restart of the agents under traffic fail no connection.
+//! joining and a rolling restart of the agents under traffic fail no connection; an IPv6 VIP
+//! gets a /128 route and an unsolicited neighbour advertisement.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::{Duration, Instant};
@@ -471,5 +472,59 @@ fn a_node_joining_and_a_rolling_restart_under_traffic_fail_no_connection() -> Re
     ensure!(report.phases.iter().take(3).all(|p| p.short_ok > 0));
     drop(agents);
     drop(run.birds);
+    Ok(())
+}
+
+#[test]
+fn an_ipv6_vip_is_announced_as_a_host_route_and_advertised_by_an_unsolicited_na() -> Result<()> {
+    use router_tests::addrs::{CLIENT_IF, LB_CLIENT_IF, LB_CLIENT_SIDE_MAC, VIP_V6, mac_string};
+    use router_tests::config_text::{backends_v4, backends_v6};
+    if privileged::require_root_and_bpf("an_ipv6_vip_is_announced").is_err() {
+        return Ok(());
+    }
+    // The standard topology, one balancer: the client's link is the shared segment, where
+    // the client still has the VIP at another node's MAC address.
+    let topo = router_tests::netns::Topology::builder()
+        .backends(2)
+        .build()?;
+    let _servers = router_tests::servers::start_all(&topo)?;
+    topo.client().ip(&[
+        "-6",
+        "neigh",
+        "replace",
+        &VIP_V6.to_string(),
+        "lladdr",
+        "02:00:00:00:00:99",
+        "dev",
+        CLIENT_IF,
+        "nud",
+        "stale",
+    ])?;
+    let text = ConfigText::new()
+        .service("web", VIP_V4.into(), "tcp", "dsr-l2", "web")
+        .service("web6", VIP_V6.into(), "tcp", "dsr-l2", "web6")
+        .pool("web", &backends_v4(&[100, 100]), None)
+        .pool("web6", &backends_v6(2), None)
+        .text();
+    let config = format!("{text}announce:\n  garp: [{LB_CLIENT_IF}]\n");
+    let agent = Agent::start(&topo, &[("10-web.yaml", config)])?;
+    agent.wait_for(Duration::from_secs(10), |s| {
+        s.vips.iter().all(|v| v.announced == Some(true))
+    })?;
+    let routes = topo
+        .lb()
+        .ip(&["-6", "route", "show", "dev", DUMMY, "proto", "83"])?;
+    ensure!(routes.contains(&VIP_V6.to_string()), "{routes:?}");
+    let routes4 = topo
+        .lb()
+        .ip(&["-4", "route", "show", "dev", DUMMY, "proto", "83"])?;
+    ensure!(routes4.contains(&VIP_V4.to_string()), "{routes4:?}");
+    let neigh =
+        topo.client()
+            .ip(&["-6", "neigh", "show", &VIP_V6.to_string(), "dev", CLIENT_IF])?;
+    ensure!(
+        neigh.contains(&mac_string(LB_CLIENT_SIDE_MAC)),
+        "the client's entry for the VIP is {neigh:?}"
+    );
     Ok(())
 }
