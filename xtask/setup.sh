@@ -13,6 +13,8 @@ have nft      || need_apt+=(nftables)
 have ethtool  || need_apt+=(ethtool)
 have ip       || need_apt+=(iproute2)
 have nsenter  || need_apt+=(util-linux)
+# BIRD 2 (bird, birdc): the BGP daemon of the announcement tests; the tests start their own.
+have bird     || need_apt+=(bird2)
 [ -d /usr/lib/llvm-22/lib ] && [ -e /usr/lib/llvm-22/bin/llvm-config ] || need_apt+=(llvm-22-dev)
 if have bpf-linker; then
   # bpf-linker does not need LLVM's dev package once built.
@@ -25,6 +27,11 @@ if [ ${#pkgs[@]} -gt 0 ]; then
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
   apt-get install -y -qq "${pkgs[@]}" >/dev/null
+fi
+# The package starts a system BIRD; the tests run their own in namespaces, and a balancer's
+# operator starts it with the configuration the README gives.
+if have bird; then
+  systemctl disable --now bird 2>/dev/null || true
 fi
 
 if ! rustup toolchain list | grep '^nightly' >/dev/null; then

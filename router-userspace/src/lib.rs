@@ -2,6 +2,7 @@
 //! local API and metrics. The `switchyard` binary (`main.rs`) is a thin CLI over this library.
 
 pub mod agent;
+pub mod announce;
 pub mod api;
 pub mod breaker;
 pub mod cli;

@@ -180,25 +180,7 @@ fn run(args: Args) -> Result<ExitCode> {
             interfaces,
             keep_maps,
             config_dir,
-        } => {
-            require_root("detach")?;
-            let pin_dir = load::pin_dir(&cli::pin_path(&config_dir));
-            for iface in &interfaces {
-                let done = attach::detach(&pin_dir, iface, keep_maps)?;
-                if let Some(why) = &done.defunct {
-                    println!(
-                        "{iface}: removed the defunct link ({why}); nothing ran on {iface} here"
-                    );
-                } else if done.dir == pin_dir {
-                    println!("{iface}: detached");
-                } else {
-                    println!(
-                        "{iface}: detached (a program of another layout, {})",
-                        done.dir.display()
-                    );
-                }
-            }
-        }
+        } => detach_command(&interfaces, keep_maps, &config_dir)?,
         Cmd::Upgrade {
             interfaces,
             config_dir,
@@ -313,4 +295,69 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// Withdraws the announcement routes `announce:` of the directory names (`switchyard detach`),
+/// printing what it did; the settings, to withdraw again after the detach. A directory that
+/// cannot be read or has no `announce:` withdraws nothing.
+fn withdraw_announcements(config_dir: &std::path::Path) -> Option<switchyard::config::Announce> {
+    let settings = match config::load_dir(config_dir) {
+        Ok(cfg) => cfg.announce?,
+        Err(e) => {
+            eprintln!(
+                "warning: {}: {e}; announcement routes (announce:) not withdrawn",
+                config_dir.display()
+            );
+            return None;
+        }
+    };
+    withdraw_routes(&settings);
+    Some(settings)
+}
+
+/// Withdraws the routes of `settings`, printing how many.
+fn withdraw_routes(settings: &switchyard::config::Announce) {
+    let done = tokio::runtime::Runtime::new()
+        .map_err(|e| e.to_string())
+        .and_then(|rt| {
+            rt.block_on(switchyard::announce::withdraw(settings))
+                .map_err(|e| e.to_string())
+        });
+    match done {
+        Ok(0) => {}
+        Ok(n) => println!("{}: withdrew {n} announcement routes", settings.interface),
+        Err(e) => eprintln!("warning: withdrawing the announcement routes: {e}"),
+    }
+}
+
+/// `switchyard detach`: withdraws the announcement routes, unpins the links of `interfaces`
+/// (keeping the maps with `keep_maps`), and withdraws again.
+fn detach_command(
+    interfaces: &[String],
+    keep_maps: bool,
+    config_dir: &std::path::Path,
+) -> Result<()> {
+    require_root("detach")?;
+    let pin_dir = load::pin_dir(&cli::pin_path(config_dir));
+    // The announcement goes before the program: the router stops sending the virtual
+    // IPs here first. A running agent sees the links gone and announces nothing more;
+    // withdrawn again after the detach for one that announced in between.
+    let announce = withdraw_announcements(config_dir);
+    for iface in interfaces {
+        let done = attach::detach(&pin_dir, iface, keep_maps)?;
+        if let Some(why) = &done.defunct {
+            println!("{iface}: removed the defunct link ({why}); nothing ran on {iface} here");
+        } else if done.dir == pin_dir {
+            println!("{iface}: detached");
+        } else {
+            println!(
+                "{iface}: detached (a program of another layout, {})",
+                done.dir.display()
+            );
+        }
+    }
+    if let Some(settings) = &announce {
+        withdraw_routes(settings);
+    }
+    Ok(())
 }

@@ -88,6 +88,7 @@ fn config() -> Result<Config> {
             state_dir: "/var/lib/switchyard".into(),
         },
         conntrack: Conntrack::default(),
+        announce: None,
         vips: vec![],
         services: vec![
             service("web", VIP_V4.into(), "web"),

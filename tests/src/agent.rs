@@ -255,8 +255,39 @@ impl Agent {
         Self::spawn_in_mode(topo, files, interfaces, None)
     }
 
+    /// Like [`Agent::start_on`], in the namespace `lb` of a topology of the test's own (the
+    /// fleet tests' balancers), without waiting for it to answer ([`Agent::wait_answering`]).
+    ///
+    /// # Errors
+    ///
+    /// When the config directory cannot be written, or the binary is missing or cannot be
+    /// started.
+    pub fn launch_in(lb: &Netns, files: &[(&str, String)], interfaces: &[&str]) -> Result<Self> {
+        let interfaces: Vec<String> = interfaces.iter().map(|&i| i.to_owned()).collect();
+        Self::spawn_in(lb, files, &interfaces, None)
+    }
+
+    /// Waits (up to 20 s) until an agent of [`Agent::launch_in`] answers, as
+    /// [`Agent::start`] does.
+    ///
+    /// # Errors
+    ///
+    /// As [`Agent::start`].
+    pub fn wait_answering(&mut self) -> Result<()> {
+        self.wait_ready(Duration::from_secs(20))
+    }
+
     fn spawn_in_mode(
         topo: &Topology,
+        files: &[(&str, String)],
+        interfaces: &[String],
+        mode: Option<&str>,
+    ) -> Result<Self> {
+        Self::spawn_in(topo.lb(), files, interfaces, mode)
+    }
+
+    fn spawn_in(
+        lb: &Netns,
         files: &[(&str, String)],
         interfaces: &[String],
         mode: Option<&str>,
@@ -269,7 +300,7 @@ impl Agent {
         let log = config_dir.with_extension("log");
         let mut agent = Self {
             child: None,
-            lb: topo.lb().clone(),
+            lb: lb.clone(),
             interfaces: interfaces.to_vec(),
             pin_path: switchyard::cli::pin_path(&config_dir),
             config_dir,

@@ -3,6 +3,8 @@
 //!
 //! - [`bench`] — helpers for the benchmarks in `tests/benches` (docs/performance.md)
 //! - [`agent`] — the real `switchyard attach` in the lb namespace, with a config directory
+//! - [`bird`] — BIRD 2 in namespaces, and the fleet topology (a router with ECMP over
+//!   balancers that announce over BGP)
 //! - [`config_text`] — config fragments for the namespace suites
 //! - [`addrs`] — the standard topology's names, addresses and ports (with its diagram)
 //! - [`netns`] — named namespaces, running commands and closures inside them, and the
@@ -19,6 +21,7 @@
 pub mod addrs;
 pub mod agent;
 pub mod bench;
+pub mod bird;
 pub mod client;
 pub mod config_text;
 pub mod lab;

@@ -317,6 +317,10 @@ fn harness_pid(name: &str) -> Option<u32> {
     let known = role == "c"
         || role == "lb"
         || role == "rt"
+        || role == "sw"
+        || role
+            .strip_prefix("lb")
+            .is_some_and(|n| n.parse::<u8>().is_ok())
         || role
             .strip_prefix('b')
             .is_some_and(|n| n.parse::<u8>().is_ok());

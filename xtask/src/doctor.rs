@@ -36,6 +36,49 @@ fn missing(problem: impl Into<String>, fix: impl Into<String>) -> Missing {
     }
 }
 
+/// The commands checked: name, the argument that makes it print its version, whether the suite
+/// needs it, and how to get it.
+const TOOLS: [(&str, &str, bool, &str); 8] = [
+    ("bpf-linker", "--version", true, SETUP),
+    (
+        "bpftool",
+        "--version",
+        false,
+        "cargo xtask setup (apt-get install bpftool); only needed to inspect maps",
+    ),
+    (
+        "ip",
+        "-V",
+        true,
+        "cargo xtask setup (apt-get install iproute2)",
+    ),
+    (
+        "nsenter",
+        "--version",
+        true,
+        "cargo xtask setup (apt-get install util-linux)",
+    ),
+    (
+        "ethtool",
+        "--version",
+        true,
+        "cargo xtask setup (apt-get install ethtool)",
+    ),
+    (
+        "nft",
+        "--version",
+        true,
+        "cargo xtask setup (apt-get install nftables)",
+    ),
+    (
+        "bird",
+        "--version",
+        true,
+        "cargo xtask setup (apt-get install bird2)",
+    ),
+    ("sysctl", "-V", true, "apt-get install procps"),
+];
+
 /// Runs every check, prints them, and returns failure if a required one is missing.
 pub fn run() -> ExitCode {
     let mut checks = vec![
@@ -65,41 +108,7 @@ pub fn run() -> ExitCode {
             outcome: rust_src(),
         },
     ];
-    let tools: [(&'static str, &str, bool, &str); 7] = [
-        ("bpf-linker", "--version", true, SETUP),
-        (
-            "bpftool",
-            "--version",
-            false,
-            "cargo xtask setup (apt-get install bpftool); only needed to inspect maps",
-        ),
-        (
-            "ip",
-            "-V",
-            true,
-            "cargo xtask setup (apt-get install iproute2)",
-        ),
-        (
-            "nsenter",
-            "--version",
-            true,
-            "cargo xtask setup (apt-get install util-linux)",
-        ),
-        (
-            "ethtool",
-            "--version",
-            true,
-            "cargo xtask setup (apt-get install ethtool)",
-        ),
-        (
-            "nft",
-            "--version",
-            true,
-            "cargo xtask setup (apt-get install nftables)",
-        ),
-        ("sysctl", "-V", true, "apt-get install procps"),
-    ];
-    for (name, arg, required, fix) in tools {
+    for (name, arg, required, fix) in TOOLS {
         checks.push(Check {
             name,
             required,

@@ -9,7 +9,8 @@
 //! live on its interface here; a defunct one is replaced ([`attach::attach`]). An adopted link
 //! keeps the mode it runs in, read from the kernel; when `--mode` asked for another, the agent
 //! warns (log and `status`) and keeps it ([`attach::ModeMismatch`]). On SIGINT or
-//! SIGTERM the agent exits (removing its record) and the program **stays attached** with the
+//! SIGTERM the agent first withdraws its announcement routes (`announce:`,
+//! [`crate::announce`]), then exits (removing its record), and the program **stays attached** with the
 //! last maps (pinned link and maps); `switchyard detach` removes it. SIGHUP re-reads the config
 //! directory; a broken config is logged, counted and shown by `status`, and the running config
 //! stays.
@@ -24,6 +25,7 @@ use std::{
 use log::{info, warn};
 use tokio::sync::mpsc;
 
+mod announcer;
 pub mod apply;
 mod breakers;
 pub mod command;
@@ -311,6 +313,7 @@ pub async fn run(opts: Options) -> Result<(), AgentError> {
         weights: crate::weights::Weights::new(),
         agent_checks: None,
         left: BTreeMap::new(),
+        announced: None,
     };
     next_hops::first_round(&mut rt, &cfg, &mut hop_rx).await;
     if let Err(e) = rt.start(fragments) {
@@ -326,6 +329,9 @@ pub async fn run(opts: Options) -> Result<(), AgentError> {
     // has (removed while no agent ran, with no ledger to resume): the publisher does not know
     // them, so nothing else would ever remove them.
     remove_unknown_services(&rt.publisher, &mut rt.maps)?;
+    // Announced only now: the first apply and the removals above have written the maps.
+    let mut announcer = announcer::Announcer::default();
+    announcer.follow(&mut rt, false).await;
     let api = tokio::spawn(api::serve(
         listener,
         api::Api {
@@ -384,8 +390,13 @@ pub async fn run(opts: Options) -> Result<(), AgentError> {
             _ = term.recv() => break,
             _ = tokio::signal::ctrl_c() => break,
         };
+        let refresh = matches!(command, Command::Sample);
         rt.execute(command);
+        announcer.follow(&mut rt, refresh).await;
     }
+    // Withdrawn before anything else stops: the router moves the addresses to other nodes
+    // while this one still forwards what reaches it.
+    announcer.withdraw(&mut rt).await;
     drop(watch);
     rt.stop();
     api.abort();

@@ -12,7 +12,7 @@ use crate::{
         metrics::{BackendRow, Scrape},
         status::{
             BackendStatus, BreakerStatus, DrainStatus, InterfaceStatus, LeftStatus, NextHopStatus,
-            PoolStatus, ServiceStatus, Status, modes_in_use, protocol,
+            PoolStatus, ServiceStatus, Status, VipStatus, modes_in_use, protocol,
         },
     },
     config,
@@ -21,6 +21,21 @@ use crate::{
 };
 
 impl Runtime {
+    /// Each published virtual IP, whether its entry is live and whether it is announced.
+    fn vip_statuses(&self) -> Vec<VipStatus> {
+        self.publisher
+            .vips()
+            .iter()
+            .map(|(address, v)| VipStatus {
+                address: address.to_string(),
+                live: v
+                    .written
+                    .is_some_and(|w| w.flags & router_common::VIP_F_LIVE != 0),
+                announced: self.announced.as_ref().map(|on| on.contains(address)),
+            })
+            .collect()
+    }
+
     /// The status document.
     pub(super) fn status(&self) -> Status {
         let services = self
@@ -122,6 +137,7 @@ impl Runtime {
             pools,
             rejected: self.rejected.clone(),
             running: self.running.clone(),
+            vips: self.vip_statuses(),
             differs_from_files: self.differs_from_files(),
             time: now_secs(),
         }
@@ -219,6 +235,13 @@ impl Runtime {
             backends,
             state,
             overrides: self.driver.active_overrides(),
+            announced: self.announced.as_ref().map_or_else(Vec::new, |on| {
+                self.publisher
+                    .vips()
+                    .keys()
+                    .map(|a| (*a, on.contains(a)))
+                    .collect()
+            }),
         }
     }
 }

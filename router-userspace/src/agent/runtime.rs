@@ -102,9 +102,25 @@ pub struct Runtime {
     /// Pools a decision group failed back away from, by pool: the group and its
     /// `on_failback` (`agent::failback`).
     pub(super) left: BTreeMap<String, super::failback::Left>,
+    /// The virtual IPs announced (routes on the announcement interface), as the event loop
+    /// last made them; `None` without `announce:` (`crate::announce`).
+    pub(super) announced: Option<std::collections::BTreeSet<IpAddr>>,
 }
 
 impl Runtime {
+    /// Whether the program counts as attached for the announcement ([`crate::announce`]):
+    /// the pinned link of every interface this agent runs on is live (read from the kernel).
+    pub(super) fn attached(&self) -> bool {
+        let pin_dir = crate::dataplane::load::pin_dir(&self.config.agent.pin_path);
+        !self.interfaces.is_empty()
+            && self.interfaces.iter().all(|(name, _)| {
+                matches!(
+                    crate::dataplane::attach::link_state(&pin_dir, name),
+                    Ok(crate::dataplane::attach::LinkState::Live(..))
+                )
+            })
+    }
+
     /// Executes one command.
     pub fn execute(&mut self, command: Command) {
         self.publisher.set_now(self.now());

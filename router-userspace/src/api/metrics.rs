@@ -26,6 +26,7 @@
 //! | `switchyard_decision_vetoes_total` | counter | `group` |
 //! | `switchyard_failback_open_flows` | gauge | `group`, `pool` |
 //! | `switchyard_decision_overrides_active` | gauge | |
+//! | `switchyard_vip_announced` | gauge (0/1), only with `announce:` | `vip` |
 //! | `switchyard_state_value` | gauge (bool as 0/1) | `name` |
 
 use std::net::IpAddr;
@@ -154,6 +155,8 @@ pub struct Scrape {
     pub state: Vec<(String, f64)>,
     /// Decision groups under an override.
     pub overrides: usize,
+    /// Each virtual IP and whether it is announced (empty without `announce:`).
+    pub announced: Vec<(std::net::IpAddr, bool)>,
 }
 
 impl std::fmt::Debug for Scrape {
@@ -262,6 +265,21 @@ fn family(
 impl Collector for ScrapeCollector {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         dataplane(&self.0, &mut encoder)?;
+        let announced: Vec<(Labels, u64)> = self
+            .0
+            .announced
+            .iter()
+            .map(|(vip, on)| (vec![("vip", vip.to_string())], u64::from(*on)))
+            .collect();
+        if !announced.is_empty() {
+            family(
+                &mut encoder,
+                "vip_announced",
+                "Whether the virtual IP is announced (its route is on the announcement interface)",
+                MetricType::Gauge,
+                &announced,
+            )?;
+        }
         state(&self.0, &mut encoder)
     }
 }

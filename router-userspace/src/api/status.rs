@@ -84,12 +84,28 @@ pub struct Status {
     /// The running config's version, content hash and what applied it.
     #[serde(default)]
     pub running: Running,
+    /// Each virtual IP as published, with its announcement.
+    #[serde(default)]
+    pub vips: Vec<VipStatus>,
     /// Whether the fragments in the config directory differ from the running config (after a
     /// rollback, or while a change is rejected); `None` when the directory cannot be read.
     #[serde(default)]
     pub differs_from_files: Option<bool>,
     /// Seconds since the Unix epoch when this was taken.
     pub time: u64,
+}
+
+/// One virtual IP in `/status`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct VipStatus {
+    /// The address.
+    pub address: String,
+    /// Whether its `VIPS` entry, as this agent wrote it, says one of its services reaches a
+    /// usable backend (`VIP_F_LIVE`); `false` before it is written.
+    pub live: bool,
+    /// Whether the agent announces it (its route is on the announcement interface); `None`
+    /// without `announce:`.
+    pub announced: Option<bool>,
 }
 
 /// One interface in `/status`.

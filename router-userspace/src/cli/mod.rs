@@ -258,6 +258,22 @@ pub fn render(s: &Status) -> String {
             v.name, v.address, v.forward, v.to
         );
     }
+    if s.vips.iter().any(|v| v.announced.is_some()) {
+        let _ = writeln!(o, "\nvirtual IPs:");
+        for v in &s.vips {
+            let _ = writeln!(
+                o,
+                "  {:<40} {:<8} {}",
+                v.address,
+                if v.live { "live" } else { "not live" },
+                if v.announced == Some(true) {
+                    "announced"
+                } else {
+                    "NOT ANNOUNCED"
+                }
+            );
+        }
+    }
     let _ = writeln!(o, "\npools:");
     for p in &s.pools {
         let up = p.backends.iter().filter(|b| b.healthy).count();
@@ -530,6 +546,7 @@ mod tests {
             pools: Vec::new(),
             rejected: None,
             running: crate::agent::Running::default(),
+            vips: Vec::new(),
             differs_from_files: None,
             time: 0,
         };

@@ -18,8 +18,8 @@ use super::{
     Config, ConfigError, Fragments, Problem,
     report::{Item, Pos, Report, index, index_path, key_path, quoted},
     spec::{
-        AgentSpec, ConntrackSpec, DecisionGroupSpec, PoolSpec, ServiceSpec, StateVarSpec,
-        TOP_LEVEL_KEYS, VipSpec,
+        AgentSpec, AnnounceSpec, ConntrackSpec, DecisionGroupSpec, PoolSpec, ServiceSpec,
+        StateVarSpec, TOP_LEVEL_KEYS, VipSpec,
     },
     validate::validate,
     values::{closest, suggest},
@@ -256,6 +256,8 @@ pub(crate) struct Parsed {
     pub agents: Vec<Item<AgentSpec>>,
     /// Each `conntrack:` (more than one is an error).
     pub conntracks: Vec<Item<ConntrackSpec>>,
+    /// Each `announce:` (more than one is an error).
+    pub announces: Vec<Item<AnnounceSpec>>,
     /// Each `services[]` item.
     pub services: Vec<Item<ServiceSpec>>,
     /// Each `vips[]` item.
@@ -268,6 +270,21 @@ pub(crate) struct Parsed {
     pub decisions: Vec<Item<DecisionGroupSpec>>,
     /// Files that could not be read or parsed: names they define are unknown.
     pub unparsed: Vec<usize>,
+}
+
+/// The one mapping of the top-level key `name`, located at the key (`at`).
+fn single<S: DeserializeOwned + Default>(
+    file: usize,
+    name: &str,
+    at: Option<Pos>,
+    value: &Node,
+    report: &mut Report,
+) -> Option<Item<S>> {
+    let mut item = item::<S>(file, name, value, report)?;
+    if let Some(at) = at {
+        item.pos.insert(String::new(), at);
+    }
+    Some(item)
 }
 
 fn parse_file(file: usize, text: &str, parsed: &mut Parsed, report: &mut Report) {
@@ -299,22 +316,13 @@ fn parse_file(file: usize, text: &str, parsed: &mut Parsed, report: &mut Report)
         let at = key.span().start().map(Pos::of);
         let name = key.as_str();
         match name {
-            "agent" => {
-                if let Some(mut item) = item::<AgentSpec>(file, name, value, report) {
-                    if let Some(at) = at {
-                        item.pos.insert(String::new(), at);
-                    }
-                    parsed.agents.push(item);
-                }
-            }
-            "conntrack" => {
-                if let Some(mut item) = item::<ConntrackSpec>(file, name, value, report) {
-                    if let Some(at) = at {
-                        item.pos.insert(String::new(), at);
-                    }
-                    parsed.conntracks.push(item);
-                }
-            }
+            "agent" => parsed.agents.extend(single(file, name, at, value, report)),
+            "conntrack" => parsed
+                .conntracks
+                .extend(single(file, name, at, value, report)),
+            "announce" => parsed
+                .announces
+                .extend(single(file, name, at, value, report)),
             "services" => {
                 for (i, node) in list(file, name, at, value, report).iter().enumerate() {
                     let base = index_path(name, i);

@@ -77,6 +77,9 @@ pub struct Config {
     pub conntrack: Conntrack,
     /// `vips:`: settings of virtual IPs that differ from the defaults ([`Vip`]), in file order.
     pub vips: Vec<Vip>,
+    /// `announce:`: how the agent announces its virtual IPs to a routing daemon; `None`
+    /// (no `announce:`) announces nothing.
+    pub announce: Option<Announce>,
     /// `services:`, in file order (files in name order).
     pub services: Vec<Service>,
     /// `pools:`, in file order (files in name order).
@@ -173,6 +176,50 @@ impl Default for Conntrack {
             tcp_closing: secs(FLOW_TCP_CLOSING),
             udp: secs(FLOW_UDP),
             second_chance: Duration::ZERO,
+        }
+    }
+}
+
+/// The dummy interface the agent creates for its announcement routes when `announce:` names
+/// none.
+pub const DEFAULT_ANNOUNCE_INTERFACE: &str = "switchyard0";
+
+/// The route protocol (`rtm_protocol`, `ip route ... proto N`) the agent's announcement routes
+/// carry when `announce:` gives none: 83 ('S'), unused by iproute2's `rt_protos`, the number
+/// the next-hop resolver marks its neighbour entries with.
+pub const DEFAULT_ANNOUNCE_PROTOCOL: u8 = 83;
+
+/// The routing table of the announcement routes when `announce:` gives none: `main` (254).
+pub const DEFAULT_ANNOUNCE_TABLE: u32 = 254;
+
+/// `announce:` settings: the agent adds a host route (/32, /128) for each virtual IP it
+/// announces to the dummy interface `interface`, marked with `protocol`, in `table`; a routing
+/// daemon (BIRD) exports the routes it finds there. What "announced" means is in
+/// `crate::announce`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Announce {
+    /// The dummy interface the agent owns (created if missing; default `switchyard0`), a
+    /// Linux interface name of 1 to 15 bytes.
+    pub interface: String,
+    /// The route protocol number of the routes, 5 to 255 (0 to 4 are the kernel's own;
+    /// default 83). Routes of this protocol on `interface` are the agent's: a restarted agent
+    /// removes those it does not announce.
+    pub protocol: u8,
+    /// The routing table of the routes, 1 to 2^32-1 except 253 (`default`) and 255 (`local`)
+    /// (default 254, `main`).
+    pub table: u32,
+    /// Interfaces on a shared segment where a newly announced virtual IP is advertised by a
+    /// gratuitous ARP (IPv4) or an unsolicited neighbour advertisement (IPv6), in file order.
+    pub garp: Vec<String>,
+}
+
+impl Default for Announce {
+    fn default() -> Self {
+        Self {
+            interface: DEFAULT_ANNOUNCE_INTERFACE.to_owned(),
+            protocol: DEFAULT_ANNOUNCE_PROTOCOL,
+            table: DEFAULT_ANNOUNCE_TABLE,
+            garp: Vec::new(),
         }
     }
 }

@@ -27,6 +27,16 @@ pub(crate) struct ConntrackSpec {
     pub second_chance: Option<String>,
 }
 
+/// `announce:`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct AnnounceSpec {
+    pub interface: Option<String>,
+    pub protocol: Option<String>,
+    pub table: Option<String>,
+    pub garp: Option<Vec<String>>,
+}
+
 /// `services[]`.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -269,6 +279,7 @@ pub(crate) struct SwitchSpec {
 pub(crate) const TOP_LEVEL_KEYS: &[&str] = &[
     "agent",
     "conntrack",
+    "announce",
     "services",
     "vips",
     "pools",

@@ -23,6 +23,7 @@ use super::{
     values::{self, Bad, did_you_mean},
 };
 
+mod announce;
 mod decisions;
 pub(crate) use decisions::Checked;
 mod pool;
@@ -130,6 +131,7 @@ pub(super) fn missing<S>(it: &Item<S>, report: &mut Report, parent: &str, key: &
 pub(crate) fn validate(parsed: &Parsed, report: &mut Report) -> Option<Config> {
     let agent = agents(&parsed.agents, report);
     let conntrack = conntracks(&parsed.conntracks, report);
+    let announce = announce::announces(&parsed.announces, report);
     let pools: Vec<pool::Draft> = parsed.pools.iter().map(|p| pool::pool(p, report)).collect();
     let services: Vec<ServiceDraft> = parsed.services.iter().map(|s| service(s, report)).collect();
 
@@ -178,6 +180,7 @@ pub(crate) fn validate(parsed: &Parsed, report: &mut Report) -> Option<Config> {
     let config = Config {
         agent: agent?,
         conntrack: conntrack?,
+        announce: announce?,
         vips: vips.into_iter().map(|v| v.value).collect::<Option<_>>()?,
         services: services
             .into_iter()

@@ -55,6 +55,7 @@ use tokio::task::JoinHandle;
 
 use follow::Follower;
 pub(crate) use follow::neighbour_key;
+pub(crate) use netlink::errno;
 
 /// How long a round waits after the first relevant netlink event for more of a burst.
 pub const COALESCE: Duration = Duration::from_millis(5);

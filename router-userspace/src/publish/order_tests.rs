@@ -286,6 +286,7 @@ fn config(services: Vec<CfgService>, pools: Vec<CfgPool>) -> Config {
     Config {
         agent: Agent::default(),
         conntrack: Conntrack::default(),
+        announce: None,
         vips: vec![],
         services,
         pools,

@@ -74,6 +74,7 @@ fn config(services: Vec<CfgService>, pools: Vec<CfgPool>) -> Config {
             state_dir: "/var/lib/switchyard".into(),
         },
         conntrack: Conntrack::default(),
+        announce: None,
         vips: vec![],
         services,
         pools,

@@ -70,6 +70,7 @@ pub(crate) fn web_failover(switch: SwitchPolicy) -> Config {
     Config {
         agent: Agent::default(),
         conntrack: Conntrack::default(),
+        announce: None,
         vips: vec![],
         services: vec![
             service("web", 80, Target::Decide("web-failover".into())),

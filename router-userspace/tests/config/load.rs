@@ -35,6 +35,7 @@ fn minimal_config_loads_with_every_default_applied() {
                 udp: Duration::from_mins(1),
                 second_chance: Duration::ZERO,
             },
+            announce: None,
             vips: vec![],
             services: vec![Service {
                 name: "web".into(),

@@ -26,8 +26,8 @@ use render::{
 };
 
 use super::model::{
-    Agent, Config, Conntrack, DecisionGroup, DecisionRule, HealthCheck, Pool, Service, StateSource,
-    StateVar, Vip,
+    Agent, Announce, Config, Conntrack, DecisionGroup, DecisionRule, HealthCheck, Pool, Service,
+    StateSource, StateVar, Vip,
 };
 
 /// What happened to a resource.
@@ -62,6 +62,8 @@ pub enum Kind {
     Agent,
     /// `conntrack:` timeouts (no name).
     Conntrack,
+    /// `announce:` settings (no name).
+    Announce,
     /// A service, by name.
     Service,
     /// A `vips:` entry, by address.
@@ -85,6 +87,7 @@ impl Kind {
         match self {
             Self::Agent => "agent",
             Self::Conntrack => "conntrack",
+            Self::Announce => "announce",
             Self::Service => "service",
             Self::Vip => "vip",
             Self::Pool => "pool",
@@ -186,6 +189,7 @@ impl Diff {
         let mut d = Builder::default();
         d.agent(&old.agent, &new.agent);
         d.conntrack(&old.conntrack, &new.conntrack);
+        d.announce(old.announce.as_ref(), new.announce.as_ref());
         for (name, old, new) in pair(&old.services, &new.services, |s| s.name.as_str()) {
             d.service(name, old, new);
         }
@@ -310,6 +314,24 @@ impl Builder {
             dur(new.second_chance),
         );
         self.changed(Kind::Conntrack, None, String::new(), f);
+    }
+
+    /// Each `announce:` setting; `none` on the side without `announce:`.
+    fn announce(&mut self, old: Option<&Announce>, new: Option<&Announce>) {
+        let show = |a: Option<&Announce>, f: fn(&Announce) -> String| {
+            a.map_or_else(|| "none".to_owned(), f)
+        };
+        let mut f = Fields::default();
+        let fields: [(&str, Shown); 4] = [
+            ("interface", |a| a.interface.clone()),
+            ("protocol", |a| a.protocol.to_string()),
+            ("table", |a| a.table.to_string()),
+            ("garp", |a| format!("[{}]", a.garp.join(", "))),
+        ];
+        for (name, get) in fields {
+            f.cmp(name, show(old, get), show(new, get));
+        }
+        self.changed(Kind::Announce, None, String::new(), f);
     }
 
     fn service(&mut self, name: &str, old: Option<&Service>, new: Option<&Service>) {
@@ -543,6 +565,9 @@ impl Builder {
 /// The settings that differ within one resource.
 #[derive(Default)]
 struct Fields(Vec<FieldChange>);
+
+/// One `announce:` setting as [`Fields::cmp`] compares it.
+type Shown = fn(&Announce) -> String;
 
 impl Fields {
     /// Records `field` if its two values read differently. Every value is compared as it is
@@ -853,6 +878,23 @@ decisions:
             [
                 "~ agent: api 127.0.0.1:9900 → 127.0.0.1:9901, state_dir /var/lib/switchyard → /srv/sy"
             ]
+        );
+    }
+
+    #[test]
+    fn announce_settings_are_compared() {
+        let new = format!("{BASE}announce: {{ garp: [eth0] }}\n");
+        assert_eq!(
+            lines(BASE, &new),
+            [
+                "~ announce: interface none → switchyard0, protocol none → 83, table none → 254, \
+              garp none → [eth0]"
+            ]
+        );
+        let other = format!("{BASE}announce: {{ interface: vips0, garp: [eth0] }}\n");
+        assert_eq!(
+            lines(&new, &other),
+            ["~ announce: interface switchyard0 → vips0"]
         );
     }
 

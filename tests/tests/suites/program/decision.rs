@@ -48,6 +48,7 @@ fn config() -> Config {
     Config {
         agent: Agent::default(),
         conntrack: Conntrack::default(),
+        announce: None,
         vips: vec![],
         services: vec![service("api", 80), service("ws", 443)],
         pools: vec![pool("dc1", 1), pool("dc2", 2)],

@@ -100,6 +100,7 @@ fn config() -> Config {
             state_dir: "/var/lib/switchyard".into(),
         },
         conntrack: Conntrack::default(),
+        announce: None,
         vips: vec![],
         services: vec![
             svc("web", vip4, 80, Protocol::Tcp, false, "web"),

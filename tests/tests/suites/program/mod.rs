@@ -92,6 +92,7 @@ fn fixture_config() -> Config {
             state_dir: "/var/lib/switchyard".into(),
         },
         conntrack: Conntrack::default(),
+        announce: None,
         vips: vec![],
         services: vec![
             svc("web", vip4, 80, Protocol::Tcp, Forward::DsrL2, "web"),
