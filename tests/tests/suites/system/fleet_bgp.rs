@@ -169,6 +169,28 @@ fn three_balancers_share_a_vip_by_ecmp_and_bfd_withdraws_a_killed_one() -> Resul
         .with_context(|| run.router_bird.output())?;
     println!("the router has 3 next hops to the VIP {took:?} after the agents answered");
 
+    // Identical tables: once every node has checked every backend, each reports the same
+    // fingerprint for the pool's live table.
+    for a in &agents {
+        a.wait_for(Duration::from_secs(10), |s| {
+            s.pools.iter().all(|p| p.backends.iter().all(|b| b.healthy))
+        })?;
+    }
+    let tables: Vec<Option<String>> = agents
+        .iter()
+        .map(|a| {
+            Ok(a.status()?
+                .pools
+                .into_iter()
+                .find(|p| p.name == "web")
+                .and_then(|p| p.table))
+        })
+        .collect::<Result<_>>()?;
+    ensure!(
+        tables[0].is_some() && tables.iter().all(|t| *t == tables[0]),
+        "the nodes' tables differ: {tables:?}"
+    );
+
     // Balance: every connection completes, and each node carries some.
     let before: Vec<u64> = agents.iter().map(web_packets).collect::<Result<_>>()?;
     let tally = tcp_tally(&run.fleet.client, vip(), 90)?;
