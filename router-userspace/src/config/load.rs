@@ -18,8 +18,8 @@ use super::{
     Config, ConfigError, Fragments, Problem,
     report::{Item, Pos, Report, index, index_path, key_path, quoted},
     spec::{
-        AgentSpec, ConntrackSpec, DecisionGroupSpec, PoolSpec, ServiceSpec, StateVarSpec,
-        TOP_LEVEL_KEYS, VipSpec,
+        AgentSpec, ConntrackSpec, DecisionGroupSpec, FleetSpec, PoolSpec, ServiceSpec,
+        StateVarSpec, TOP_LEVEL_KEYS, VipSpec,
     },
     validate::validate,
     values::{closest, suggest},
@@ -254,6 +254,8 @@ fn load<'a>(
 pub(crate) struct Parsed {
     /// Each `agent:` (more than one is an error).
     pub agents: Vec<Item<AgentSpec>>,
+    /// Each `fleet:` (more than one is an error).
+    pub fleets: Vec<Item<FleetSpec>>,
     /// Each `conntrack:` (more than one is an error).
     pub conntracks: Vec<Item<ConntrackSpec>>,
     /// Each `services[]` item.
@@ -305,6 +307,14 @@ fn parse_file(file: usize, text: &str, parsed: &mut Parsed, report: &mut Report)
                         item.pos.insert(String::new(), at);
                     }
                     parsed.agents.push(item);
+                }
+            }
+            "fleet" => {
+                if let Some(mut item) = item::<FleetSpec>(file, name, value, report) {
+                    if let Some(at) = at {
+                        item.pos.insert(String::new(), at);
+                    }
+                    parsed.fleets.push(item);
                 }
             }
             "conntrack" => {

@@ -40,7 +40,7 @@ pub use lint::lint;
 pub use load::{DirFragments, is_fragment, load_dir, load_files, read_dir};
 pub use model::{
     Adaptive, Agent, AgentCheck, Backend, Backoff, CheckKind, Config, Conntrack, DEFAULT_PIN_PATH,
-    FlowPolicy, Forward, HashMode, HealthCheck, MAX_HOST_PORTS, Pool, Protocol, Service,
+    Fleet, FlowPolicy, Forward, HashMode, HealthCheck, MAX_HOST_PORTS, Pool, Protocol, Service,
     SourceRange, SplitShare, Target, Vip, WhenAllDown,
 };
 

@@ -23,6 +23,7 @@ use super::{
 };
 
 mod decisions;
+mod fleet;
 pub(crate) use decisions::Checked;
 mod pool;
 mod state;
@@ -128,6 +129,7 @@ pub(super) fn missing<S>(it: &Item<S>, report: &mut Report, parent: &str, key: &
 /// Checks the merged configuration; the [`Config`] when nothing was reported.
 pub(crate) fn validate(parsed: &Parsed, report: &mut Report) -> Option<Config> {
     let agent = agents(&parsed.agents, report);
+    let fleet = fleet::fleets(&parsed.fleets, report);
     let conntrack = conntracks(&parsed.conntracks, report);
     let pools: Vec<pool::Draft> = parsed.pools.iter().map(|p| pool::pool(p, report)).collect();
     let services: Vec<ServiceDraft> = parsed.services.iter().map(|s| service(s, report)).collect();
@@ -176,6 +178,7 @@ pub(crate) fn validate(parsed: &Parsed, report: &mut Report) -> Option<Config> {
     }
     let config = Config {
         agent: agent?,
+        fleet: fleet?,
         conntrack: conntrack?,
         vips: vips.into_iter().map(|v| v.value).collect::<Option<_>>()?,
         services: services
