@@ -13,6 +13,10 @@ have nft      || need_apt+=(nftables)
 have ethtool  || need_apt+=(ethtool)
 have ip       || need_apt+=(iproute2)
 have nsenter  || need_apt+=(util-linux)
+# etcd for the fleet tests (each test starts its own members); protoc for etcd-client's build.
+have etcd     || need_apt+=(etcd-server)
+have etcdctl  || need_apt+=(etcd-client)
+have protoc   || need_apt+=(protobuf-compiler)
 [ -d /usr/lib/llvm-22/lib ] && [ -e /usr/lib/llvm-22/bin/llvm-config ] || need_apt+=(llvm-22-dev)
 if have bpf-linker; then
   # bpf-linker does not need LLVM's dev package once built.
@@ -25,6 +29,8 @@ if [ ${#pkgs[@]} -gt 0 ]; then
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
   apt-get install -y -qq "${pkgs[@]}" >/dev/null
+  # The tests start their own etcd members; the package's service is not wanted.
+  systemctl disable --now etcd 2>/dev/null || true
 fi
 
 if ! rustup toolchain list | grep '^nightly' >/dev/null; then

@@ -25,6 +25,19 @@ struct Args {
 const DEFAULT_DIR: &str = "/etc/switchyard";
 
 #[derive(Subcommand)]
+enum FleetCmd {
+    /// Show every node of the fleet and how far behind it is.
+    Status {
+        /// Directory of `*.yaml` fragments whose `fleet:` names the etcd cluster.
+        #[arg(long, default_value = DEFAULT_DIR)]
+        config_dir: PathBuf,
+        /// Print the raw JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Subcommand)]
 enum Cmd {
     /// Load the program, attach it to interfaces, apply the config and keep running (probes,
     /// metrics, local API). The program stays attached when the agent exits.
@@ -92,6 +105,12 @@ enum Cmd {
         /// Print the raw JSON.
         #[arg(long)]
         json: bool,
+    },
+    /// A fleet's convergence, read from etcd (`fleet:` of the directory): every node, the
+    /// decision revision and generation it runs, and how far behind it is.
+    Fleet {
+        #[command(subcommand)]
+        cmd: FleetCmd,
     },
     /// Operator commands over the local API: state, overrides, decisions, explain, what-if;
     /// config versions, diff, rollback, apply.
@@ -231,6 +250,23 @@ fn run(args: Args) -> Result<ExitCode> {
                 return Ok(ExitCode::FAILURE);
             }
         },
+        Cmd::Fleet {
+            cmd: FleetCmd::Status { config_dir, json },
+        } => {
+            let cfg = config::load_dir(&config_dir)?;
+            let Some(fleet) = cfg.fleet else {
+                bail!("{}: no fleet: section", config_dir.display());
+            };
+            let rt = tokio::runtime::Runtime::new().context("starting the runtime")?;
+            let view = rt
+                .block_on(switchyard::fleet::view(&fleet))
+                .map_err(anyhow::Error::msg)?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&view)?);
+            } else {
+                print!("{}", cli::fleet_text(&view));
+            }
+        }
         Cmd::Status {
             config_dir,
             api,

@@ -29,6 +29,7 @@ mod breakers;
 pub mod command;
 mod drains;
 mod failback;
+pub mod fleet;
 mod next_hops;
 mod queries;
 mod rates;
@@ -276,8 +277,15 @@ pub async fn run(opts: Options) -> Result<(), AgentError> {
     // the pins and history opened above), whatever a resumed version recorded: applies keep
     // them (`Runtime::running_agent`), and they are not a change.
     previous.agent = cfg.agent.clone();
+    previous.fleet = cfg.fleet.clone();
     let store = Store::new(&previous, publisher.health());
-    let driver = Driver::new(&previous);
+    let mut driver = Driver::new(&previous);
+    // A fleet member leads no group until etcd elects it.
+    let (fleet_tx, fleet_rx) = mpsc::channel(256);
+    let fleet = cfg.fleet.as_ref().map(|f| {
+        driver.follow_all_but(&[]);
+        fleet::FleetLink::new(f.node.clone(), fleet_tx)
+    });
     let recorder = Recorder::spawn(history).map_err(AgentError::HistoryThread)?;
     let (probe_tx, mut probe_rx) = mpsc::channel::<HealthEvent>(1024);
     let (commands, mut command_rx) = mpsc::channel::<Command>(64);
@@ -311,6 +319,7 @@ pub async fn run(opts: Options) -> Result<(), AgentError> {
         weights: crate::weights::Weights::new(),
         agent_checks: None,
         left: BTreeMap::new(),
+        fleet,
     };
     next_hops::first_round(&mut rt, &cfg, &mut hop_rx).await;
     if let Err(e) = rt.start(fragments) {
@@ -326,6 +335,15 @@ pub async fn run(opts: Options) -> Result<(), AgentError> {
     // has (removed while no agent ran, with no ledger to resume): the publisher does not know
     // them, so nothing else would ever remove them.
     remove_unknown_services(&rt.publisher, &mut rt.maps)?;
+    // The etcd side of the fleet, once the first apply has made the maps this node's.
+    let _fleet = cfg.fleet.clone().map(|f| {
+        rt.sync_fleet();
+        Aborting(tokio::spawn(crate::fleet::run(
+            f,
+            commands.clone(),
+            fleet_rx,
+        )))
+    });
     let api = tokio::spawn(api::serve(
         listener,
         api::Api {

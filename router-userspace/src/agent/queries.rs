@@ -121,6 +121,7 @@ impl Runtime {
             rejected: self.rejected.clone(),
             running: self.running.clone(),
             differs_from_files: self.differs_from_files(),
+            fleet: self.fleet_status(),
             time: now_secs(),
         }
     }

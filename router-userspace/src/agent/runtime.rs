@@ -102,6 +102,8 @@ pub struct Runtime {
     /// Pools a decision group failed back away from, by pool: the group and its
     /// `on_failback` (`agent::failback`).
     pub(super) left: BTreeMap<String, super::failback::Left>,
+    /// The fleet this node belongs to (`fleet:`), `None` when it decides on its own.
+    pub(super) fleet: Option<super::fleet::FleetLink>,
 }
 
 impl Runtime {
@@ -125,7 +127,11 @@ impl Runtime {
                 }
                 self.decide(&[], false, "timer", Instant::now());
             }
-            Command::Sample => self.sample(),
+            Command::Sample => {
+                self.sample();
+                self.sync_fleet();
+            }
+            Command::Fleet(ev) => self.on_fleet(ev),
             Command::ApplyDirectory {
                 source,
                 only_if_changed,
@@ -142,6 +148,15 @@ impl Runtime {
                 value,
                 event,
                 reply,
+            } if self.fleet.is_some() => {
+                let _ = event;
+                self.fleet_set_state(name, value, reply);
+            }
+            Command::SetState {
+                name,
+                value,
+                event,
+                reply,
             } => {
                 let answer = match self.store.set_push(&name, &value) {
                     Ok(slots) => {
@@ -153,6 +168,12 @@ impl Runtime {
                 };
                 let _ = reply.send(answer);
             }
+            Command::Override {
+                group,
+                request,
+                event: _,
+                reply,
+            } if self.fleet.is_some() => self.fleet_override(group, request, reply),
             Command::Override {
                 group,
                 request,
@@ -229,7 +250,13 @@ impl Runtime {
 
     /// Writes a group's switch (one decision-word write), then keeps its audit records with
     /// the latency from `event` to the completed write.
-    pub(super) fn publish(&mut self, d: Decided, event: Instant) -> Option<Published> {
+    pub(super) fn publish(&mut self, mut d: Decided, event: Instant) -> Option<Published> {
+        // A fleet member writes only the decisions of the groups it leads; the others come
+        // from their leader (`agent::fleet`).
+        if self.fleet.is_some() && !self.driver.leads(&d.group) {
+            d.switch_to = None;
+        }
+        let decided_ns = crate::fleet::now_ns();
         self.metrics
             .evaluation
             .get_or_create(&vec![("group", d.group.clone())])
@@ -263,6 +290,10 @@ impl Runtime {
                     self.metrics
                         .decision_latency
                         .observe(latency_us as f64 / 1e6);
+                    if let (Some(word), Some(s)) = (written, &d.switched) {
+                        let (by, cause) = (s.by.clone(), s.cause.clone());
+                        self.send_decision(&d.group, to, &by, word, &cause, Some(decided_ns));
+                    }
                     published = written.map(|word| Published {
                         group: d.group.clone(),
                         to: to.clone(),
@@ -307,7 +338,7 @@ impl Runtime {
         published
     }
 
-    fn set_override(
+    pub(super) fn set_override(
         &mut self,
         group: &str,
         request: Option<rules::engine::OverrideRequest>,
