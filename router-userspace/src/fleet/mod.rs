@@ -725,10 +725,13 @@ pub struct FleetView {
 /// etcd could not be reached or did not answer within `cfg.request_timeout`.
 pub async fn view(cfg: &Fleet) -> Result<FleetView, String> {
     let keys = Keys::new(&cfg.prefix);
+    // A one-off read, not on a decision's path: a fresh connection's first request may take
+    // longer than the agents' `request_timeout`.
+    let request = cfg.request_timeout.max(Duration::from_secs(2));
     let options = ConnectOptions::new()
         .with_connect_timeout(cfg.dial_timeout)
-        .with_timeout(cfg.request_timeout);
-    let limit = cfg.dial_timeout + cfg.request_timeout;
+        .with_timeout(request);
+    let limit = cfg.dial_timeout + request;
     let got = tokio::time::timeout(limit, async {
         let mut c = Client::connect(&cfg.endpoints, Some(options)).await?;
         c.get(keys.all(), Some(GetOptions::new().with_prefix()))

@@ -47,6 +47,7 @@ fn config() -> Config {
     };
     Config {
         agent: Agent::default(),
+        fleet: None,
         conntrack: Conntrack::default(),
         vips: vec![],
         services: vec![service("api", 80), service("ws", 443)],

@@ -90,6 +90,7 @@ fn fixture_config() -> Config {
             pin_path: "/sys/fs/bpf/x".into(),
             state_dir: "/var/lib/switchyard".into(),
         },
+        fleet: None,
         conntrack: Conntrack::default(),
         vips: vec![],
         services: vec![

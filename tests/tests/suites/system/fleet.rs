@@ -56,7 +56,7 @@ fleet:
   prefix: {prefix}
   lease_ttl: 1s
   dial_timeout: 500ms
-  request_timeout: 300ms
+  request_timeout: 1s
 services:
   - {{ name: web, vip: "{vip}", port: 80, protocol: tcp, forward: dsr-l2, to: {{ decide: {GROUP} }} }}
 pools:
@@ -150,7 +150,11 @@ impl Etcd {
             .collect::<Vec<_>>()
             .join(",");
         for i in 1..=MEMBERS {
-            let dir = temp_dir("etcd")?;
+            // On tmpfs: etcd syncs every write, and a loaded disk would stretch its lease
+            // expiry and writes far beyond what the agents do.
+            let dir = PathBuf::from(format!("/dev/shm/switchyard-etcd-{tag}-{i}"));
+            let _ = std::fs::remove_dir_all(&dir);
+            std::fs::create_dir_all(&dir)?;
             let ip = member_ip(i);
             let log = std::fs::File::create(dir.join("log"))?;
             let child = Command::new("nsenter")
@@ -286,10 +290,12 @@ impl Fleet {
 
     /// Node `i`'s `/status` fleet section.
     fn fleet_status(&self, i: usize) -> Result<Value> {
-        Ok(serde_json::from_str(&self.agent(i).api_get("/status")?)?
-            .get("fleet")
-            .cloned()
-            .unwrap_or(Value::Null))
+        Ok(
+            serde_json::from_str::<Value>(&self.agent(i).api_get("/status")?)?
+                .get("fleet")
+                .cloned()
+                .unwrap_or(Value::Null),
+        )
     }
 
     fn role(&self, i: usize) -> Result<String> {
@@ -348,6 +354,24 @@ impl Fleet {
             .agent(i)
             .cli(&["fleet", "status", "--json", "--config-dir", &dir])?;
         Ok(serde_json::from_str(&text)?)
+    }
+
+    /// Every live node's fleet status and the tail of its log.
+    fn diagnose(&self) -> String {
+        let mut o = String::new();
+        for i in self.live() {
+            let log = self.agent(i).log_text();
+            let tail: Vec<&str> = log.lines().rev().take(25).collect();
+            o += &format!(
+                "lb{}: {}\n{}\n",
+                i + 1,
+                self.fleet_status(i)
+                    .map(|v| v.to_string())
+                    .unwrap_or_default(),
+                tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+            );
+        }
+        o
     }
 
     /// Waits until every live node's words are `words` (up to `limit`).
@@ -521,7 +545,11 @@ fn fleet_decides_once_survives_leader_and_etcd_failures() -> Result<()> {
         new_leader + 1,
         took.as_millis()
     );
-    ensure!(took <= Duration::from_secs(2), "takeover took {took:?}");
+    ensure!(
+        took <= Duration::from_secs(2),
+        "takeover took {took:?}:\n{}",
+        fleet.diagnose()
+    );
     thread::sleep(Duration::from_millis(500));
     for i in fleet.live() {
         ensure!(
@@ -547,8 +575,8 @@ fn fleet_decides_once_survives_leader_and_etcd_failures() -> Result<()> {
     lb.exec_with_stdin(
         &["nft", "-f", "-"],
         Some(
-            "table inet fleetcut { chain out { type filter hook output priority 0; \
-             ip daddr 198.19.0.0/24 drop; } }\n",
+            "table inet fleetcut {\n chain out {\n  type filter hook output priority 0;\n  \
+             ip daddr 198.19.0.0/24 drop\n }\n}\n",
         ),
     )?;
     until(Duration::from_secs(5), || {
