@@ -172,6 +172,36 @@ fn default_sigpipe() {
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
 }
 
+/// `switchyard attach`: runs the agent until SIGINT or SIGTERM.
+fn attach_command(opts: Options) -> Result<()> {
+    require_root("attach")?;
+    let rt = tokio::runtime::Runtime::new().context("starting the runtime")?;
+    // The event loop runs as a task on the runtime's workers, not on this thread: a command
+    // from an API handler then wakes it on the handler's own worker, instead of waking a
+    // parked thread.
+    rt.block_on(async { tokio::spawn(agent::run(opts)).await })
+        .context("the agent's event loop stopped")??;
+    Ok(())
+}
+
+/// `switchyard fleet status`: reads the fleet's keys from the etcd that `fleet:` of `dir` names.
+fn fleet_status(dir: &Path, json: bool) -> Result<()> {
+    let cfg = config::load_dir(dir)?;
+    let Some(fleet) = cfg.fleet else {
+        bail!("{}: no fleet: section", dir.display());
+    };
+    let rt = tokio::runtime::Runtime::new().context("starting the runtime")?;
+    let view = rt
+        .block_on(switchyard::fleet::view(&fleet))
+        .map_err(anyhow::Error::msg)?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&view)?);
+    } else {
+        print!("{}", cli::fleet_text(&view));
+    }
+    Ok(())
+}
+
 fn run(args: Args) -> Result<ExitCode> {
     if !matches!(args.cmd, Cmd::Attach { .. }) {
         default_sigpipe();
@@ -181,20 +211,11 @@ fn run(args: Args) -> Result<ExitCode> {
             interfaces,
             mode,
             config_dir,
-        } => {
-            require_root("attach")?;
-            let rt = tokio::runtime::Runtime::new().context("starting the runtime")?;
-            // The event loop runs as a task on the runtime's workers, not on this thread: a
-            // command from an API handler then wakes it on the handler's own worker, instead
-            // of waking a parked thread.
-            let opts = Options {
-                interfaces,
-                mode,
-                config_dir,
-            };
-            rt.block_on(async { tokio::spawn(agent::run(opts)).await })
-                .context("the agent's event loop stopped")??;
-        }
+        } => attach_command(Options {
+            interfaces,
+            mode,
+            config_dir,
+        })?,
         Cmd::Detach {
             interfaces,
             keep_maps,
@@ -252,21 +273,7 @@ fn run(args: Args) -> Result<ExitCode> {
         },
         Cmd::Fleet {
             cmd: FleetCmd::Status { config_dir, json },
-        } => {
-            let cfg = config::load_dir(&config_dir)?;
-            let Some(fleet) = cfg.fleet else {
-                bail!("{}: no fleet: section", config_dir.display());
-            };
-            let rt = tokio::runtime::Runtime::new().context("starting the runtime")?;
-            let view = rt
-                .block_on(switchyard::fleet::view(&fleet))
-                .map_err(anyhow::Error::msg)?;
-            if json {
-                println!("{}", serde_json::to_string_pretty(&view)?);
-            } else {
-                print!("{}", cli::fleet_text(&view));
-            }
-        }
+        } => fleet_status(&config_dir, json)?,
         Cmd::Status {
             config_dir,
             api,

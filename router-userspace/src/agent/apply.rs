@@ -220,7 +220,7 @@ impl Runtime {
             warn!(
                 "fleet settings change only on restart; this agent keeps the ones it started with"
             );
-            cfg.fleet = self.config.fleet.clone();
+            cfg.fleet.clone_from(&self.config.fleet);
         }
         cfg
     }

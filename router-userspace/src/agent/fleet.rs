@@ -333,13 +333,10 @@ impl Runtime {
             return;
         }
         if let Some(f) = &self.fleet
-            && let Err(e) = f.out.try_send(FleetOut::SetState { name, value, reply })
+            && let Err(mpsc::error::TrySendError::Full(m) | mpsc::error::TrySendError::Closed(m)) =
+                f.out.try_send(FleetOut::SetState { name, value, reply })
+            && let FleetOut::SetState { reply, .. } = m
         {
-            let reply = match e {
-                mpsc::error::TrySendError::Full(FleetOut::SetState { reply, .. })
-                | mpsc::error::TrySendError::Closed(FleetOut::SetState { reply, .. }) => reply,
-                _ => return,
-            };
             let _ = reply.send(Err("the etcd task is busy; try again".into()));
         }
     }

@@ -272,6 +272,21 @@ pub(crate) struct Parsed {
     pub unparsed: Vec<usize>,
 }
 
+/// A section that is one mapping (`agent:`, `fleet:`, `conntrack:`), positioned at its key.
+fn section<S: DeserializeOwned + Default>(
+    file: usize,
+    name: &str,
+    at: Option<Pos>,
+    value: &Node,
+    report: &mut Report,
+) -> Option<Item<S>> {
+    let mut item = item::<S>(file, name, value, report)?;
+    if let Some(at) = at {
+        item.pos.insert(String::new(), at);
+    }
+    Some(item)
+}
+
 fn parse_file(file: usize, text: &str, parsed: &mut Parsed, report: &mut Report) {
     // A byte order mark may open a YAML stream (YAML 1.2 §5.2); some editors write one.
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
@@ -301,30 +316,11 @@ fn parse_file(file: usize, text: &str, parsed: &mut Parsed, report: &mut Report)
         let at = key.span().start().map(Pos::of);
         let name = key.as_str();
         match name {
-            "agent" => {
-                if let Some(mut item) = item::<AgentSpec>(file, name, value, report) {
-                    if let Some(at) = at {
-                        item.pos.insert(String::new(), at);
-                    }
-                    parsed.agents.push(item);
-                }
-            }
-            "fleet" => {
-                if let Some(mut item) = item::<FleetSpec>(file, name, value, report) {
-                    if let Some(at) = at {
-                        item.pos.insert(String::new(), at);
-                    }
-                    parsed.fleets.push(item);
-                }
-            }
-            "conntrack" => {
-                if let Some(mut item) = item::<ConntrackSpec>(file, name, value, report) {
-                    if let Some(at) = at {
-                        item.pos.insert(String::new(), at);
-                    }
-                    parsed.conntracks.push(item);
-                }
-            }
+            "agent" => parsed.agents.extend(section(file, name, at, value, report)),
+            "fleet" => parsed.fleets.extend(section(file, name, at, value, report)),
+            "conntrack" => parsed
+                .conntracks
+                .extend(section(file, name, at, value, report)),
             "services" => {
                 for (i, node) in list(file, name, at, value, report).iter().enumerate() {
                     let base = index_path(name, i);

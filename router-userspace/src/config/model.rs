@@ -135,10 +135,10 @@ pub const DEFAULT_DIAL_TIMEOUT: Duration = Duration::from_secs(2);
 /// Default `fleet.request_timeout`.
 pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(1);
 /// Bounds of `fleet.lease_ttl`: etcd counts a lease in whole seconds.
-pub const LEASE_TTL_RANGE: (Duration, Duration) = (Duration::from_secs(1), Duration::from_secs(60));
+pub const LEASE_TTL_RANGE: (Duration, Duration) = (Duration::from_secs(1), Duration::from_mins(1));
 /// Bounds of `fleet.dial_timeout` and `fleet.request_timeout`.
 pub const FLEET_TIMEOUT_RANGE: (Duration, Duration) =
-    (Duration::from_millis(100), Duration::from_secs(60));
+    (Duration::from_millis(100), Duration::from_mins(1));
 
 /// `fleet:` settings: the etcd cluster on which a fleet of balancers elects one leader per
 /// decision group and shares decisions, pushed state and overrides (`crate::fleet`). Taken when

@@ -178,7 +178,7 @@ pub(crate) fn validate(parsed: &Parsed, report: &mut Report) -> Option<Config> {
     }
     let config = Config {
         agent: agent?,
-        fleet: fleet?,
+        fleet,
         conntrack: conntrack?,
         vips: vips.into_iter().map(|v| v.value).collect::<Option<_>>()?,
         services: services

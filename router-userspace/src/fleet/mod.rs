@@ -283,7 +283,7 @@ pub async fn run(cfg: Fleet, commands: mpsc::Sender<Command>, mut out: mpsc::Rec
         leading: std::collections::BTreeMap::new(),
     };
     loop {
-        match s.run(&mut out).await {
+        match Box::pin(s.run(&mut out)).await {
             Err(SessionError::Stopped) => return,
             Err(e) => warn!("fleet: etcd session ended: {e}; keeping the last decisions"),
             Ok(()) => {}
@@ -391,14 +391,13 @@ impl Session {
                     reused = Some((k, s));
                 }
             }
-            match reused {
-                Some(ks) => ks,
-                None => {
-                    let id = self.timed(client.lease_grant(ttl, None)).await?.id();
-                    self.lease = Some(id);
-                    let mut c = client.clone();
-                    self.timed(c.lease_keep_alive(id)).await?
-                }
+            if let Some(ks) = reused {
+                ks
+            } else {
+                let id = self.timed(client.lease_grant(ttl, None)).await?.id();
+                self.lease = Some(id);
+                let mut c = client.clone();
+                self.timed(c.lease_keep_alive(id)).await?
             }
         };
         let lease = self.lease.unwrap_or_default();
@@ -709,11 +708,24 @@ pub struct NodeView {
     pub generations_behind: u64,
 }
 
+/// One group's line in `switchyard fleet status`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct GroupView {
+    /// The group.
+    pub group: String,
+    /// Its leader (`None`: no one holds the election key).
+    pub leader: Option<String>,
+    /// The revision of its published decision.
+    pub revision: Option<i64>,
+    /// The published action.
+    pub action: Option<Action>,
+}
+
 /// What `switchyard fleet status` shows, read from etcd.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct FleetView {
-    /// Per group: leader, decision revision, action.
-    pub groups: Vec<(String, Option<String>, Option<i64>, Option<Action>)>,
+    /// Every group that has a leader or a published decision.
+    pub groups: Vec<GroupView>,
     /// Every node with a live record.
     pub nodes: Vec<NodeView>,
 }
@@ -771,12 +783,12 @@ pub async fn view(cfg: &Fleet) -> Result<FleetView, String> {
         .iter()
         .map(|g| {
             let d = decisions.get(g);
-            (
-                g.clone(),
-                leaders.get(g).cloned(),
-                d.map(|(r, _)| *r),
-                d.map(|(_, d)| d.action.clone()),
-            )
+            GroupView {
+                group: g.clone(),
+                leader: leaders.get(g).cloned(),
+                revision: d.map(|(r, _)| *r),
+                action: d.map(|(_, d)| d.action.clone()),
+            }
         })
         .collect();
     let nodes = records

@@ -12,17 +12,17 @@ use crate::config::{
     values::{self, Bad},
 };
 
-/// The fleet: `None` without `fleet:`, or the one `fleet:` (more than one is an error). The
-/// outer `None` means a problem was reported.
-pub(super) fn fleets(items: &[Item<FleetSpec>], report: &mut Report) -> Option<Option<Fleet>> {
-    let mut result = Some(None);
+/// The fleet: `None` without `fleet:` or when a problem was reported (validation then builds no
+/// config), or the one `fleet:` (more than one is an error).
+pub(super) fn fleets(items: &[Item<FleetSpec>], report: &mut Report) -> Option<Fleet> {
+    let mut result = None;
     let mut first: Option<String> = None;
     for it in items {
         let fleet = fleet(it, report);
         match &first {
             None => {
                 first = Some(it.location(report, ""));
-                result = fleet.map(Some);
+                result = fleet;
             }
             Some(first) => {
                 let hint = format!("first set at {first}; set it in one file");
@@ -39,15 +39,15 @@ fn fleet(it: &Item<FleetSpec>, report: &mut Report) -> Option<Fleet> {
     let node = match leaf(it, report, s.node.as_deref(), "node", node_name) {
         Field::Ok(n) => Some(n),
         Field::Bad => None,
-        Field::Absent => match host_name() {
-            Some(h) => Some(h),
-            None => {
+        Field::Absent => {
+            let name = host_name();
+            if name.is_none() {
                 let message = "the host name cannot be read or is not a node name".to_owned();
                 let hint = Some("set fleet.node".to_owned());
                 it.err(report, "", message, hint);
-                None
             }
-        },
+            name
+        }
     };
     let endpoints = endpoints(it, report);
     let prefix =

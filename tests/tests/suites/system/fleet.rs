@@ -11,6 +11,7 @@
 //! namespace) keeps its maps and says `stale since …`; and the fleet's switch latency (leader's
 //! decision to the last node's map write) over 20 switches.
 
+use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::thread;
@@ -150,36 +151,7 @@ impl Etcd {
             .collect::<Vec<_>>()
             .join(",");
         for i in 1..=MEMBERS {
-            // On tmpfs: etcd syncs every write, and a loaded disk would stretch its lease
-            // expiry and writes far beyond what the agents do.
-            let dir = PathBuf::from(format!("/dev/shm/switchyard-etcd-{tag}-{i}"));
-            let _ = std::fs::remove_dir_all(&dir);
-            std::fs::create_dir_all(&dir)?;
-            let ip = member_ip(i);
-            let log = std::fs::File::create(dir.join("log"))?;
-            let child = Command::new("nsenter")
-                .arg(format!("--net={}", etcd.ns.path().display()))
-                .arg("etcd")
-                .args(["--name", &format!("e{i}")])
-                .arg("--data-dir")
-                .arg(dir.join("data"))
-                .args(["--listen-client-urls", &format!("http://{ip}:2379")])
-                .args(["--advertise-client-urls", &format!("http://{ip}:2379")])
-                .args(["--listen-peer-urls", &format!("http://{ip}:2380")])
-                .args([
-                    "--initial-advertise-peer-urls",
-                    &format!("http://{ip}:2380"),
-                ])
-                .args(["--initial-cluster", &cluster])
-                .args(["--initial-cluster-state", "new"])
-                .args(["--initial-cluster-token", tag])
-                // Fast elections, so that a lease of 1 s is above etcd's minimum TTL.
-                .args(["--heartbeat-interval", "50", "--election-timeout", "500"])
-                .stdin(Stdio::null())
-                .stdout(log.try_clone()?)
-                .stderr(log)
-                .spawn()
-                .context("starting etcd (apt package etcd-server, installed by xtask/setup.sh)")?;
+            let (child, dir) = etcd.spawn_member(i, &cluster, tag)?;
             etcd.members.push(Some(child));
             etcd.dirs.push(dir);
         }
@@ -202,6 +174,41 @@ impl Etcd {
             thread::sleep(Duration::from_millis(100));
         }
         Ok(etcd)
+    }
+
+    /// Starts member `i` of `cluster` in the namespace, its data on tmpfs.
+    fn spawn_member(&self, i: usize, cluster: &str, tag: &str) -> Result<(Child, PathBuf)> {
+        // On tmpfs: etcd syncs every write, and a loaded disk would stretch its lease
+        // expiry and writes far beyond what the agents do.
+        let dir = PathBuf::from(format!("/dev/shm/switchyard-etcd-{tag}-{i}"));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir)?;
+        let ip = member_ip(i);
+        let log = std::fs::File::create(dir.join("log"))?;
+        let child = Command::new("nsenter")
+            .arg(format!("--net={}", self.ns.path().display()))
+            .arg("etcd")
+            .args(["--name", &format!("e{i}")])
+            .arg("--data-dir")
+            .arg(dir.join("data"))
+            .args(["--listen-client-urls", &format!("http://{ip}:2379")])
+            .args(["--advertise-client-urls", &format!("http://{ip}:2379")])
+            .args(["--listen-peer-urls", &format!("http://{ip}:2380")])
+            .args([
+                "--initial-advertise-peer-urls",
+                &format!("http://{ip}:2380"),
+            ])
+            .args(["--initial-cluster", cluster])
+            .args(["--initial-cluster-state", "new"])
+            .args(["--initial-cluster-token", tag])
+            // Fast elections, so that a lease of 1 s is above etcd's minimum TTL.
+            .args(["--heartbeat-interval", "50", "--election-timeout", "500"])
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .spawn()
+            .context("starting etcd (apt package etcd-server, installed by xtask/setup.sh)")?;
+        Ok((child, dir))
     }
 
     fn kill(&mut self, i: usize) -> Result<()> {
@@ -362,7 +369,8 @@ impl Fleet {
         for i in self.live() {
             let log = self.agent(i).log_text();
             let tail: Vec<&str> = log.lines().rev().take(25).collect();
-            o += &format!(
+            let _ = write!(
+                o,
                 "lb{}: {}\n{}\n",
                 i + 1,
                 self.fleet_status(i)
@@ -390,7 +398,8 @@ impl Fleet {
             if start.elapsed() > limit {
                 let mut got = String::new();
                 for i in self.live() {
-                    got += &format!(
+                    let _ = write!(
+                        got,
                         "\nlb{}: {:?}\n{}",
                         i + 1,
                         self.words(i)?,
