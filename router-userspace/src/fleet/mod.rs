@@ -280,6 +280,7 @@ pub async fn run(cfg: Fleet, commands: mpsc::Sender<Command>, mut out: mpsc::Rec
         groups: Vec::new(),
         lease: None,
         record: None,
+        next: 0,
         leading: std::collections::BTreeMap::new(),
     };
     loop {
@@ -311,6 +312,34 @@ pub async fn run(cfg: Fleet, commands: mpsc::Sender<Command>, mut out: mpsc::Rec
     }
 }
 
+/// A client of one member: the first of `endpoints`, from `first` on, that answers a status
+/// request within `limit`; with the index of its endpoint. One member per session, not a
+/// client balanced over all of them: a balanced client sends some requests to a dead member
+/// and fails them, where one member's failure here ends the session and the next one starts
+/// on another member.
+async fn connect(
+    endpoints: &[String],
+    first: usize,
+    options: &ConnectOptions,
+    limit: Duration,
+) -> Result<(Client, usize), SessionError> {
+    let mut last = SessionError::Lost("no etcd endpoint".into());
+    for k in 0..endpoints.len() {
+        let at = (first + k) % endpoints.len();
+        let attempt = async {
+            let mut c = Client::connect([&endpoints[at]], Some(options.clone())).await?;
+            c.status().await?;
+            Ok::<_, etcd_client::Error>(c)
+        };
+        match tokio::time::timeout(limit * 2, attempt).await {
+            Ok(Ok(c)) => return Ok((c, at)),
+            Ok(Err(e)) => last = SessionError::Etcd(e),
+            Err(_) => last = SessionError::Timeout(limit * 2),
+        }
+    }
+    Err(last)
+}
+
 struct Session {
     cfg: Fleet,
     keys: Keys,
@@ -320,6 +349,8 @@ struct Session {
     /// member gone) keeps this node's elections.
     lease: Option<i64>,
     record: Option<NodeRecord>,
+    /// The endpoint the next session tries first.
+    next: usize,
     /// The groups this node leads, with their election revisions.
     leading: std::collections::BTreeMap<String, i64>,
 }
@@ -368,15 +399,16 @@ impl Session {
             .with_connect_timeout(self.cfg.dial_timeout)
             .with_timeout(self.cfg.request_timeout)
             .with_keep_alive(self.cfg.request_timeout, self.cfg.request_timeout);
-        let mut client = match tokio::time::timeout(
-            self.cfg.dial_timeout,
-            Client::connect(&self.cfg.endpoints, Some(options)),
+        let (mut client, at) = connect(
+            &self.cfg.endpoints,
+            self.next,
+            &options,
+            self.cfg.request_timeout,
         )
-        .await
-        {
-            Ok(c) => c?,
-            Err(_) => return Err(SessionError::Timeout(self.cfg.dial_timeout)),
-        };
+        .await?;
+        // The next session starts with the member after this one: if this one fails, it is
+        // the likely cause.
+        self.next = at + 1;
         let ttl = i64::try_from(self.cfg.lease_ttl.as_secs()).unwrap_or(60);
         // The last session's lease, while it lives; otherwise a new one.
         let (mut keeper, mut alive) = {
@@ -743,14 +775,15 @@ pub async fn view(cfg: &Fleet) -> Result<FleetView, String> {
     let options = ConnectOptions::new()
         .with_connect_timeout(cfg.dial_timeout)
         .with_timeout(request);
-    let limit = cfg.dial_timeout + request;
-    let got = tokio::time::timeout(limit, async {
-        let mut c = Client::connect(&cfg.endpoints, Some(options)).await?;
-        c.get(keys.all(), Some(GetOptions::new().with_prefix()))
-            .await
-    })
+    let (mut c, _) = connect(&cfg.endpoints, 0, &options, request)
+        .await
+        .map_err(|e| format!("etcd: {e}"))?;
+    let got = tokio::time::timeout(
+        request,
+        c.get(keys.all(), Some(GetOptions::new().with_prefix())),
+    )
     .await
-    .map_err(|_| format!("etcd did not answer within {limit:?}"))?
+    .map_err(|_| format!("etcd did not answer within {request:?}"))?
     .map_err(|e| format!("etcd: {e}"))?;
     let mut leaders = std::collections::BTreeMap::new();
     let mut decisions = std::collections::BTreeMap::new();

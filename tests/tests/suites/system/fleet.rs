@@ -480,7 +480,7 @@ fn fleet_decides_once_survives_leader_and_etcd_failures() -> Result<()> {
     for run in 0..20 {
         let words_before = fleet.words(leader)?;
         let before = fleet.view(leader)?;
-        let rev_before = before["groups"][0][2].as_i64().unwrap_or(0);
+        let rev_before = before["groups"][0]["revision"].as_i64().unwrap_or(0);
         fleet.ctl(follower, &["state", "set", &format!("use_dc2={value}")])?;
         value = !value;
         until(Duration::from_secs(5), || {
@@ -492,7 +492,7 @@ fn fleet_decides_once_survives_leader_and_etcd_failures() -> Result<()> {
         let mut worst = 0;
         until(Duration::from_secs(5), || {
             let v = fleet.view(leader)?;
-            let rev = v["groups"][0][2].as_i64().unwrap_or(0);
+            let rev = v["groups"][0]["revision"].as_i64().unwrap_or(0);
             let nodes = v["nodes"].as_array().cloned().unwrap_or_default();
             let done = rev > rev_before
                 && nodes.len() == NODES
@@ -541,7 +541,7 @@ fn fleet_decides_once_survives_leader_and_etcd_failures() -> Result<()> {
     );
 
     // The leader killed: another takes over within 2 s, and no decision changes.
-    let revision_before = fleet.view((leader + 1) % NODES)?["groups"][0][2].as_i64();
+    let revision_before = fleet.view((leader + 1) % NODES)?["groups"][0]["revision"].as_i64();
     let killed = Instant::now();
     fleet.agents[leader].as_mut().expect("leader").kill()?;
     let old = fleet.agents[leader].take();
@@ -567,7 +567,7 @@ fn fleet_decides_once_survives_leader_and_etcd_failures() -> Result<()> {
             i + 1
         );
     }
-    let revision_after = fleet.view(new_leader)?["groups"][0][2].as_i64();
+    let revision_after = fleet.view(new_leader)?["groups"][0]["revision"].as_i64();
     ensure!(
         revision_after == revision_before,
         "the new leader republished: {revision_before:?} → {revision_after:?}"
