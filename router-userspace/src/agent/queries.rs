@@ -159,7 +159,28 @@ impl Runtime {
             health: self.publisher.health(),
             now: self.now(),
         };
-        self.driver.explain(group, view).map_err(|e| e.to_string())
+        let mut e = self
+            .driver
+            .explain(group, view)
+            .map_err(|e| e.to_string())?;
+        if self.fleet.is_some() {
+            let role = if self.driver.leads(group) {
+                "leader"
+            } else {
+                "follower"
+            };
+            e.text = format!(
+                "fleet: this node is the group's {role}{}\n{}",
+                if role == "follower" {
+                    " (its maps hold the leader's decision; this is its own evaluation)"
+                } else {
+                    ""
+                },
+                e.text
+            );
+            e.fleet_role = Some(role.to_owned());
+        }
+        Ok(e)
     }
 
     /// What `/metrics` reads at scrape time: the program's counters, every backend, the state

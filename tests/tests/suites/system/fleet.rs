@@ -474,6 +474,13 @@ fn fleet_decides_once_survives_leader_and_etcd_failures() -> Result<()> {
         follower + 1
     );
 
+    // A follower still explains the group, as its follower.
+    let explained = fleet.ctl(follower, &["explain", GROUP])?;
+    ensure!(
+        explained.contains("this node is the group's follower"),
+        "explain on a follower: {explained}"
+    );
+
     // The fleet's switch latency over 20 switches, from the node records in etcd.
     let mut latencies = Vec::new();
     let mut value = false;
