@@ -36,6 +36,61 @@ fn missing(problem: impl Into<String>, fix: impl Into<String>) -> Missing {
     }
 }
 
+/// Commands checked: name, the argument that prints its version, whether it is required, and
+/// how to install it.
+const TOOLS: [(&str, &str, bool, &str); 10] = [
+    ("bpf-linker", "--version", true, SETUP),
+    (
+        "bpftool",
+        "--version",
+        false,
+        "cargo xtask setup (apt-get install bpftool); only needed to inspect maps",
+    ),
+    (
+        "ip",
+        "-V",
+        true,
+        "cargo xtask setup (apt-get install iproute2)",
+    ),
+    (
+        "nsenter",
+        "--version",
+        true,
+        "cargo xtask setup (apt-get install util-linux)",
+    ),
+    (
+        "ethtool",
+        "--version",
+        true,
+        "cargo xtask setup (apt-get install ethtool)",
+    ),
+    (
+        "nft",
+        "--version",
+        true,
+        "cargo xtask setup (apt-get install nftables)",
+    ),
+    ("sysctl", "-V", true, "apt-get install procps"),
+    (
+        "etcd",
+        "--version",
+        true,
+        "cargo xtask setup (apt-get install etcd-server); the fleet tests start their own",
+    ),
+    (
+        "etcdctl",
+        "version",
+        true,
+        "cargo xtask setup (apt-get install etcd-client)",
+    ),
+    (
+        "protoc",
+        "--version",
+        true,
+        "cargo xtask setup (apt-get install protobuf-compiler); etcd-client's build needs it",
+    ),
+];
+
 /// Runs every check, prints them, and returns failure if a required one is missing.
 pub fn run() -> ExitCode {
     let mut checks = vec![
@@ -65,40 +120,7 @@ pub fn run() -> ExitCode {
             outcome: rust_src(),
         },
     ];
-    let tools: [(&'static str, &str, bool, &str); 7] = [
-        ("bpf-linker", "--version", true, SETUP),
-        (
-            "bpftool",
-            "--version",
-            false,
-            "cargo xtask setup (apt-get install bpftool); only needed to inspect maps",
-        ),
-        (
-            "ip",
-            "-V",
-            true,
-            "cargo xtask setup (apt-get install iproute2)",
-        ),
-        (
-            "nsenter",
-            "--version",
-            true,
-            "cargo xtask setup (apt-get install util-linux)",
-        ),
-        (
-            "ethtool",
-            "--version",
-            true,
-            "cargo xtask setup (apt-get install ethtool)",
-        ),
-        (
-            "nft",
-            "--version",
-            true,
-            "cargo xtask setup (apt-get install nftables)",
-        ),
-        ("sysctl", "-V", true, "apt-get install procps"),
-    ];
+    let tools = TOOLS;
     for (name, arg, required, fix) in tools {
         checks.push(Check {
             name,
