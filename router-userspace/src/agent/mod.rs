@@ -406,6 +406,13 @@ pub async fn run(opts: Options) -> Result<(), AgentError> {
     }
     drop(watch);
     rt.stop();
+    // A fleet member resigns: its groups get a new leader now, not when its lease expires.
+    if let Some(f) = &rt.fleet {
+        let (done, resigned) = tokio::sync::oneshot::channel();
+        if f.out.try_send(crate::fleet::FleetOut::Resign(done)).is_ok() {
+            let _ = tokio::time::timeout(std::time::Duration::from_secs(1), resigned).await;
+        }
+    }
     api.abort();
     // The versions this run applied are recorded before it exits (the history's busy timeout
     // is 2 s; a record that still waits after 5 s is lost, as in a crash).

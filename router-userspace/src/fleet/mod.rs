@@ -201,6 +201,9 @@ pub enum FleetOut {
     },
     /// This node's record, to write under its lease.
     Record(NodeRecord),
+    /// The agent stops (SIGTERM, SIGINT): revoke the lease, so that its elections end now
+    /// rather than when the lease expires; answered when done (or failed).
+    Resign(tokio::sync::oneshot::Sender<()>),
 }
 
 /// The fleet's keys under `prefix`.
@@ -362,6 +365,9 @@ impl Session {
             FleetOut::Groups(g) => self.groups = g,
             FleetOut::Record(r) => self.record = Some(r),
             FleetOut::Publish { .. } => {}
+            FleetOut::Resign(done) => {
+                let _ = done.send(());
+            }
             FleetOut::SetState { reply, .. } => {
                 let _ = reply.send(Err(err()));
             }
@@ -657,6 +663,17 @@ impl Session {
             FleetOut::Record(r) => {
                 self.write_record(client, &r, lease).await?;
                 self.record = Some(r);
+            }
+            FleetOut::Resign(done) => {
+                let revoked = self.timed(client.lease_revoke(lease)).await;
+                if let Err(e) = &revoked {
+                    warn!("fleet: revoking the lease on exit: {e}; it expires by itself");
+                } else {
+                    info!("fleet: lease revoked; this node's elections are over");
+                }
+                self.lease = None;
+                let _ = done.send(());
+                return Err(SessionError::Stopped);
             }
             FleetOut::Publish { group, decision } => {
                 let leader = self.keys.leader(&group);

@@ -619,5 +619,25 @@ fn fleet_decides_once_survives_leader_and_etcd_failures() -> Result<()> {
     let target = fleet.words(new_leader)?;
     fleet.wait_words(&target, Duration::from_secs(10))?;
     println!("lb{} healed: caught up", cut + 1);
+
+    // The leader stopped (SIGTERM) resigns: the other node takes over at once, well before
+    // its lease would have expired.
+    let leader = fleet.leaders()?[0];
+    let stopped = Instant::now();
+    fleet.agents[leader].as_mut().expect("leader").stop()?;
+    let old = fleet.agents[leader].take();
+    until(Duration::from_secs(5), || Ok(fleet.leaders()?.len() == 1))?;
+    let took = stopped.elapsed();
+    println!(
+        "leader lb{} stopped (SIGTERM): took over in {} ms",
+        leader + 1,
+        took.as_millis()
+    );
+    ensure!(
+        took < Duration::from_millis(800),
+        "a stopped leader's successor took {took:?}:\n{}",
+        fleet.diagnose()
+    );
+    drop(old);
     Ok(())
 }
