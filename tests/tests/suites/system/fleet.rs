@@ -363,6 +363,16 @@ impl Fleet {
         Ok(serde_json::from_str(&text)?)
     }
 
+    /// Waits until `leader`'s word names the pool `like` names (its fallback may differ: it is
+    /// the pool switched from), then until every live node holds that word.
+    fn settle_on_pool_of(&self, leader: usize, like: &[String]) -> Result<()> {
+        until(Duration::from_secs(5), || {
+            Ok(pool_of(&self.words(leader)?) == pool_of(like))
+        })?;
+        self.wait_words(&self.words(leader)?, Duration::from_secs(5))?;
+        Ok(())
+    }
+
     /// Every live node's fleet status and the tail of its log.
     fn diagnose(&self) -> String {
         let mut o = String::new();
@@ -411,6 +421,15 @@ impl Fleet {
             thread::sleep(Duration::from_millis(5));
         }
     }
+}
+
+/// The first pool of a decision word as [`Fleet::words`] shows it (its first two bytes).
+fn pool_of(words: &[String]) -> String {
+    words
+        .first()
+        .and_then(|w| w.split('=').nth(1))
+        .map(|v| v.split(',').take(2).collect::<Vec<_>>().join(","))
+        .unwrap_or_default()
 }
 
 /// Waits until `f` holds (up to `limit`).
@@ -479,6 +498,27 @@ fn fleet_decides_once_survives_leader_and_etcd_failures() -> Result<()> {
     ensure!(
         explained.contains("this node is the group's follower"),
         "explain on a follower: {explained}"
+    );
+
+    // An override set on a follower acts on every node; cleared, the rules' choice is back.
+    fleet.ctl(
+        follower,
+        &[
+            "override",
+            "set",
+            GROUP,
+            "--to",
+            "pool=dc1",
+            "--reason",
+            "fleet test",
+        ],
+    )?;
+    fleet.settle_on_pool_of(leader, &dc1)?;
+    fleet.ctl(follower, &["override", "clear", GROUP])?;
+    fleet.settle_on_pool_of(leader, &dc2)?;
+    println!(
+        "override set and cleared on follower lb{}: every node followed",
+        follower + 1
     );
 
     // The fleet's switch latency over 20 switches, from the node records in etcd.
