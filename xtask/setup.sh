@@ -15,6 +15,10 @@ have ip       || need_apt+=(iproute2)
 have nsenter  || need_apt+=(util-linux)
 # BIRD 2 (bird, birdc): the BGP daemon of the announcement tests; the tests start their own.
 have bird     || need_apt+=(bird2)
+# etcd for the fleet tests (each test starts its own members); protoc for etcd-client's build.
+have etcd     || need_apt+=(etcd-server)
+have etcdctl  || need_apt+=(etcd-client)
+have protoc   || need_apt+=(protobuf-compiler)
 [ -d /usr/lib/llvm-22/lib ] && [ -e /usr/lib/llvm-22/bin/llvm-config ] || need_apt+=(llvm-22-dev)
 if have bpf-linker; then
   # bpf-linker does not need LLVM's dev package once built.
@@ -27,6 +31,8 @@ if [ ${#pkgs[@]} -gt 0 ]; then
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
   apt-get install -y -qq "${pkgs[@]}" >/dev/null
+  # The tests start their own etcd members; the package's service is not wanted.
+  systemctl disable --now etcd 2>/dev/null || true
 fi
 # The package starts a system BIRD; the tests run their own in namespaces, and a balancer's
 # operator starts it with the configuration the README gives.

@@ -9,6 +9,7 @@ pub mod cli;
 pub mod config;
 pub mod dataplane;
 pub mod decision;
+pub mod fleet;
 pub mod health;
 pub mod history;
 pub mod maglev;

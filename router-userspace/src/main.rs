@@ -25,6 +25,19 @@ struct Args {
 const DEFAULT_DIR: &str = "/etc/switchyard";
 
 #[derive(Subcommand)]
+enum FleetCmd {
+    /// Show every node of the fleet and how far behind it is.
+    Status {
+        /// Directory of `*.yaml` fragments whose `fleet:` names the etcd cluster.
+        #[arg(long, default_value = DEFAULT_DIR)]
+        config_dir: PathBuf,
+        /// Print the raw JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Subcommand)]
 enum Cmd {
     /// Load the program, attach it to interfaces, apply the config and keep running (probes,
     /// metrics, local API). The program stays attached when the agent exits.
@@ -93,6 +106,12 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
+    /// A fleet's convergence, read from etcd (`fleet:` of the directory): every node, the
+    /// decision revision and generation it runs, and how far behind it is.
+    Fleet {
+        #[command(subcommand)]
+        cmd: FleetCmd,
+    },
     /// Operator commands over the local API: state, overrides, decisions, explain, what-if;
     /// config versions, diff, rollback, apply.
     Ctl {
@@ -153,6 +172,36 @@ fn default_sigpipe() {
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
 }
 
+/// `switchyard attach`: runs the agent until SIGINT or SIGTERM.
+fn attach_command(opts: Options) -> Result<()> {
+    require_root("attach")?;
+    let rt = tokio::runtime::Runtime::new().context("starting the runtime")?;
+    // The event loop runs as a task on the runtime's workers, not on this thread: a command
+    // from an API handler then wakes it on the handler's own worker, instead of waking a
+    // parked thread.
+    rt.block_on(async { tokio::spawn(agent::run(opts)).await })
+        .context("the agent's event loop stopped")??;
+    Ok(())
+}
+
+/// `switchyard fleet status`: reads the fleet's keys from the etcd that `fleet:` of `dir` names.
+fn fleet_status(dir: &Path, json: bool) -> Result<()> {
+    let cfg = config::load_dir(dir)?;
+    let Some(fleet) = cfg.fleet else {
+        bail!("{}: no fleet: section", dir.display());
+    };
+    let rt = tokio::runtime::Runtime::new().context("starting the runtime")?;
+    let view = rt
+        .block_on(switchyard::fleet::view(&fleet))
+        .map_err(anyhow::Error::msg)?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&view)?);
+    } else {
+        print!("{}", cli::fleet_text(&view));
+    }
+    Ok(())
+}
+
 fn run(args: Args) -> Result<ExitCode> {
     if !matches!(args.cmd, Cmd::Attach { .. }) {
         default_sigpipe();
@@ -162,20 +211,11 @@ fn run(args: Args) -> Result<ExitCode> {
             interfaces,
             mode,
             config_dir,
-        } => {
-            require_root("attach")?;
-            let rt = tokio::runtime::Runtime::new().context("starting the runtime")?;
-            // The event loop runs as a task on the runtime's workers, not on this thread: a
-            // command from an API handler then wakes it on the handler's own worker, instead
-            // of waking a parked thread.
-            let opts = Options {
-                interfaces,
-                mode,
-                config_dir,
-            };
-            rt.block_on(async { tokio::spawn(agent::run(opts)).await })
-                .context("the agent's event loop stopped")??;
-        }
+        } => attach_command(Options {
+            interfaces,
+            mode,
+            config_dir,
+        })?,
         Cmd::Detach {
             interfaces,
             keep_maps,
@@ -213,6 +253,9 @@ fn run(args: Args) -> Result<ExitCode> {
                 return Ok(ExitCode::FAILURE);
             }
         },
+        Cmd::Fleet {
+            cmd: FleetCmd::Status { config_dir, json },
+        } => fleet_status(&config_dir, json)?,
         Cmd::Status {
             config_dir,
             api,

@@ -402,3 +402,39 @@ fn malformed_groups_are_rejected() {
         Err(EngineError::NothingToDecide { .. })
     ));
 }
+
+#[test]
+fn a_followed_action_keeps_its_rank_and_the_cooldown_from_its_switch() {
+    let mut h = Harness::new(three_rules(reference_policy()));
+    h.truths(&[true, true, true]);
+    // Another evaluator (a fleet's leader) switched to dc1 by `primary` at 1 s.
+    h.group
+        .follow(
+            pool("dc1"),
+            By::Rule("primary".into()),
+            Some(ms(1_000)),
+            ms(1_000),
+        )
+        .expect("valid");
+    assert_eq!(h.active(), pool("dc1"));
+    assert!(h.at(1_000).switched.is_none(), "the followed action holds");
+    // The secondary holds past stable_for, but the cooldown counts from the leader's switch.
+    h.truths(&[false, true, true]);
+    assert!(h.at(1_010).switched.is_none());
+    assert!(h.at(1_100).switched.is_none(), "cooldown until 4 s");
+    let d = h.at(4_000);
+    assert_eq!(d.switched.expect("after the cooldown").to, pool("dc2"));
+}
+
+#[test]
+fn following_keeps_an_override_in_force() {
+    let mut h = settled_on_primary();
+    h.set_override(10, rules::engine::OverrideRequest::new(pool("dc3"), "test"))
+        .expect("override");
+    h.group
+        .follow(pool("dc3"), By::Override, Some(ms(10)), ms(20))
+        .expect("valid");
+    assert!(h.group.current_override().is_some());
+    assert!(h.at(30).switched.is_none());
+    assert_eq!(h.active(), pool("dc3"));
+}

@@ -87,6 +87,7 @@ fn config() -> Result<Config> {
             pin_path: "/sys/fs/bpf/unused".into(),
             state_dir: "/var/lib/switchyard".into(),
         },
+        fleet: None,
         conntrack: Conntrack::default(),
         announce: None,
         vips: vec![],

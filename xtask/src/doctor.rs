@@ -36,9 +36,9 @@ fn missing(problem: impl Into<String>, fix: impl Into<String>) -> Missing {
     }
 }
 
-/// The commands checked: name, the argument that makes it print its version, whether the suite
-/// needs it, and how to get it.
-const TOOLS: [(&str, &str, bool, &str); 8] = [
+/// Commands checked: name, the argument that prints its version, whether it is required, and
+/// how to install it.
+const TOOLS: [(&str, &str, bool, &str); 11] = [
     ("bpf-linker", "--version", true, SETUP),
     (
         "bpftool",
@@ -77,6 +77,24 @@ const TOOLS: [(&str, &str, bool, &str); 8] = [
         "cargo xtask setup (apt-get install bird2)",
     ),
     ("sysctl", "-V", true, "apt-get install procps"),
+    (
+        "etcd",
+        "--version",
+        true,
+        "cargo xtask setup (apt-get install etcd-server); the fleet tests start their own",
+    ),
+    (
+        "etcdctl",
+        "version",
+        true,
+        "cargo xtask setup (apt-get install etcd-client)",
+    ),
+    (
+        "protoc",
+        "--version",
+        true,
+        "cargo xtask setup (apt-get install protobuf-compiler); etcd-client's build needs it",
+    ),
 ];
 
 /// Runs every check, prints them, and returns failure if a required one is missing.
@@ -108,7 +126,8 @@ pub fn run() -> ExitCode {
             outcome: rust_src(),
         },
     ];
-    for (name, arg, required, fix) in TOOLS {
+    let tools = TOOLS;
+    for (name, arg, required, fix) in tools {
         checks.push(Check {
             name,
             required,

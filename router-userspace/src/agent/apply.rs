@@ -216,6 +216,12 @@ impl Runtime {
             );
             cfg.agent = self.config.agent.clone();
         }
+        if cfg.fleet != self.config.fleet {
+            warn!(
+                "fleet settings change only on restart; this agent keeps the ones it started with"
+            );
+            cfg.fleet.clone_from(&self.config.fleet);
+        }
         cfg
     }
 
@@ -226,6 +232,9 @@ impl Runtime {
         store.carry_over(&self.store);
         let mut driver = Driver::new(cfg);
         driver.resume(cfg, &self.publisher, self.now());
+        if self.fleet.is_some() {
+            driver.follow_all_but(&self.driver.leading());
+        }
         (store, driver)
     }
 

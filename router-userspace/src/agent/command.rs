@@ -118,6 +118,8 @@ pub enum Command {
     },
     /// An agent-check's answer (or why there was none).
     AgentCheck(AgentRead),
+    /// What the fleet's etcd task learned (`crate::fleet`).
+    Fleet(crate::fleet::FleetEvent),
     /// A read.
     Query(Query),
 }

@@ -31,6 +31,7 @@ mod breakers;
 pub mod command;
 mod drains;
 mod failback;
+pub mod fleet;
 mod next_hops;
 mod queries;
 mod rates;
@@ -278,8 +279,15 @@ pub async fn run(opts: Options) -> Result<(), AgentError> {
     // the pins and history opened above), whatever a resumed version recorded: applies keep
     // them (`Runtime::running_agent`), and they are not a change.
     previous.agent = cfg.agent.clone();
+    previous.fleet = cfg.fleet.clone();
     let store = Store::new(&previous, publisher.health());
-    let driver = Driver::new(&previous);
+    let mut driver = Driver::new(&previous);
+    // A fleet member leads no group until etcd elects it.
+    let (fleet_tx, fleet_rx) = mpsc::channel(256);
+    let fleet = cfg.fleet.as_ref().map(|f| {
+        driver.follow_all_but(&[]);
+        fleet::FleetLink::new(f.node.clone(), fleet_tx)
+    });
     let recorder = Recorder::spawn(history).map_err(AgentError::HistoryThread)?;
     let (probe_tx, mut probe_rx) = mpsc::channel::<HealthEvent>(1024);
     let (commands, mut command_rx) = mpsc::channel::<Command>(64);
@@ -314,6 +322,7 @@ pub async fn run(opts: Options) -> Result<(), AgentError> {
         agent_checks: None,
         left: BTreeMap::new(),
         announced: None,
+        fleet,
     };
     next_hops::first_round(&mut rt, &cfg, &mut hop_rx).await;
     if let Err(e) = rt.start(fragments) {
@@ -332,6 +341,15 @@ pub async fn run(opts: Options) -> Result<(), AgentError> {
     // Announced only now: the first apply and the removals above have written the maps.
     let mut announcer = announcer::Announcer::default();
     announcer.follow(&mut rt, false).await;
+    // The etcd side of the fleet, once the first apply has made the maps this node's.
+    let _fleet = cfg.fleet.clone().map(|f| {
+        rt.sync_fleet();
+        Aborting(tokio::spawn(crate::fleet::run(
+            f,
+            commands.clone(),
+            fleet_rx,
+        )))
+    });
     let api = tokio::spawn(api::serve(
         listener,
         api::Api {
@@ -399,6 +417,13 @@ pub async fn run(opts: Options) -> Result<(), AgentError> {
     announcer.withdraw(&mut rt).await;
     drop(watch);
     rt.stop();
+    // A fleet member resigns: its groups get a new leader now, not when its lease expires.
+    if let Some(f) = &rt.fleet {
+        let (done, resigned) = tokio::sync::oneshot::channel();
+        if f.out.try_send(crate::fleet::FleetOut::Resign(done)).is_ok() {
+            let _ = tokio::time::timeout(std::time::Duration::from_secs(1), resigned).await;
+        }
+    }
     api.abort();
     // The versions this run applied are recorded before it exits (the history's busy timeout
     // is 2 s; a record that still waits after 5 s is lost, as in a crash).

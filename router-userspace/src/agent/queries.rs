@@ -36,6 +36,64 @@ impl Runtime {
             .collect()
     }
 
+    /// Every pool in `/status`: its table's fingerprint, backends, drains and breakers.
+    fn pool_statuses(&self) -> Vec<PoolStatus> {
+        self.publisher
+            .pools()
+            .iter()
+            .map(|(name, p)| PoolStatus {
+                name: name.clone(),
+                table: p.table_digest().map(|d| format!("{d:016x}")),
+                second_chance: p.second_chance_until().is_some(),
+                left: self.left.get(name).map(|l| LeftStatus {
+                    group: l.group.clone(),
+                    policy: l.policy.name().to_owned(),
+                    slots: p.backends.iter().map(|b| b.slot).collect(),
+                    open_flows: None,
+                }),
+                backends: p
+                    .backends
+                    .iter()
+                    .map(|b| BackendStatus {
+                        address: b.address.to_string(),
+                        weight: b.weight,
+                        effective_weight: b.ramp.and_then(|_| p.weight_in_table(b.slot)),
+                        healthy: self.publisher.health().usable(name, b.address),
+                        reason: self
+                            .publisher
+                            .health()
+                            .get(name, b.address)
+                            .map_or(Some("not in the health table"), |h| h.reason())
+                            .map(str::to_owned),
+                        probe: self.probes.get(&(name.clone(), b.address)).cloned(),
+                        next_hop: Some(
+                            self.next_hops
+                                .get(&b.address)
+                                .cloned()
+                                .unwrap_or_else(|| NextHopStatus::resolving("resolving".into())),
+                        ),
+                        drain: self
+                            .drains
+                            .get(&(name.clone(), b.address))
+                            .map(|d| DrainStatus {
+                                since: d.since,
+                                until: d.until.map(|(_, secs)| secs),
+                                evicted: self.evicted(name, b.address),
+                                slot: b.slot,
+                                open_flows: None,
+                            }),
+                        breaker: self.breakers.get(name, b.address).map(|(phase, since)| {
+                            BreakerStatus {
+                                phase,
+                                for_secs: self.now().saturating_sub(since).as_secs(),
+                            }
+                        }),
+                    })
+                    .collect(),
+            })
+            .collect()
+    }
+
     /// The status document.
     pub(super) fn status(&self) -> Status {
         let services = self
@@ -64,59 +122,7 @@ impl Runtime {
                 },
             })
             .collect();
-        let pools =
-            self.publisher
-                .pools()
-                .iter()
-                .map(|(name, p)| PoolStatus {
-                    name: name.clone(),
-                    table: p.table_digest().map(|d| format!("{d:016x}")),
-                    second_chance: p.second_chance_until().is_some(),
-                    left: self.left.get(name).map(|l| LeftStatus {
-                        group: l.group.clone(),
-                        policy: l.policy.name().to_owned(),
-                        slots: p.backends.iter().map(|b| b.slot).collect(),
-                        open_flows: None,
-                    }),
-                    backends: p
-                        .backends
-                        .iter()
-                        .map(|b| BackendStatus {
-                            address: b.address.to_string(),
-                            weight: b.weight,
-                            effective_weight: b.ramp.and_then(|_| p.weight_in_table(b.slot)),
-                            healthy: self.publisher.health().usable(name, b.address),
-                            reason: self
-                                .publisher
-                                .health()
-                                .get(name, b.address)
-                                .map_or(Some("not in the health table"), |h| h.reason())
-                                .map(str::to_owned),
-                            probe: self.probes.get(&(name.clone(), b.address)).cloned(),
-                            next_hop: Some(
-                                self.next_hops.get(&b.address).cloned().unwrap_or_else(|| {
-                                    NextHopStatus::resolving("resolving".into())
-                                }),
-                            ),
-                            drain: self.drains.get(&(name.clone(), b.address)).map(|d| {
-                                DrainStatus {
-                                    since: d.since,
-                                    until: d.until.map(|(_, secs)| secs),
-                                    evicted: self.evicted(name, b.address),
-                                    slot: b.slot,
-                                    open_flows: None,
-                                }
-                            }),
-                            breaker: self.breakers.get(name, b.address).map(|(phase, since)| {
-                                BreakerStatus {
-                                    phase,
-                                    for_secs: self.now().saturating_sub(since).as_secs(),
-                                }
-                            }),
-                        })
-                        .collect(),
-                })
-                .collect();
+        let pools = self.pool_statuses();
         // The pinned link says which program runs now (it follows `switchyard upgrade` and
         // adopted links), whether it still runs on the interface, and the interface in which
         // mode: read from the kernel each time, never the mode asked for.
@@ -139,6 +145,7 @@ impl Runtime {
             running: self.running.clone(),
             vips: self.vip_statuses(),
             differs_from_files: self.differs_from_files(),
+            fleet: self.fleet_status(),
             time: now_secs(),
         }
     }
@@ -176,7 +183,28 @@ impl Runtime {
             health: self.publisher.health(),
             now: self.now(),
         };
-        self.driver.explain(group, view).map_err(|e| e.to_string())
+        let mut e = self
+            .driver
+            .explain(group, view)
+            .map_err(|e| e.to_string())?;
+        if self.fleet.is_some() {
+            let role = if self.driver.leads(group) {
+                "leader"
+            } else {
+                "follower"
+            };
+            e.text = format!(
+                "fleet: this node is the group's {role}{}\n{}",
+                if role == "follower" {
+                    " (its maps hold the leader's decision; this is its own evaluation)"
+                } else {
+                    ""
+                },
+                e.text
+            );
+            e.fleet_role = Some(role.to_owned());
+        }
+        Ok(e)
     }
 
     /// What `/metrics` reads at scrape time: the program's counters, every backend, the state

@@ -105,6 +105,8 @@ pub struct Runtime {
     /// The virtual IPs announced (routes on the announcement interface), as the event loop
     /// last made them; `None` without `announce:` (`crate::announce`).
     pub(super) announced: Option<std::collections::BTreeSet<IpAddr>>,
+    /// The fleet this node belongs to (`fleet:`), `None` when it decides on its own.
+    pub(super) fleet: Option<super::fleet::FleetLink>,
 }
 
 impl Runtime {
@@ -127,34 +129,12 @@ impl Runtime {
         match command {
             Command::Health(ev) => self.on_health(&ev),
             Command::NextHops(events) => self.on_next_hops(events),
-            Command::Deadline => {
-                self.expire_drains();
-                self.expire_breakers();
-                let now = self.now();
-                if self.publisher.next_ramp_step().is_some_and(|at| at <= now) {
-                    self.advance_ramps();
-                }
-                if self
-                    .publisher
-                    .next_second_chance_end()
-                    .is_some_and(|at| at <= now)
-                {
-                    match self.publisher.end_second_chances(&mut self.maps) {
-                        Ok(pools) if !pools.is_empty() => {
-                            info!("second chance over in pools {}", pools.join(", "));
-                        }
-                        Ok(_) => {}
-                        Err(e) => error!("ending a second chance failed: {e}"),
-                    }
-                }
-                if self.weights.next_due().is_some_and(|at| at <= now) {
-                    for pool in self.weights.compute_due(now) {
-                        self.give_weights(&pool);
-                    }
-                }
-                self.decide(&[], false, "timer", Instant::now());
+            Command::Deadline => self.on_deadline(),
+            Command::Sample => {
+                self.sample();
+                self.sync_fleet();
             }
-            Command::Sample => self.sample(),
+            Command::Fleet(ev) => self.on_fleet(ev),
             Command::ApplyDirectory {
                 source,
                 only_if_changed,
@@ -171,6 +151,15 @@ impl Runtime {
                 value,
                 event,
                 reply,
+            } if self.fleet.is_some() => {
+                let _ = event;
+                self.fleet_set_state(name, value, reply);
+            }
+            Command::SetState {
+                name,
+                value,
+                event,
+                reply,
             } => {
                 let answer = match self.store.set_push(&name, &value) {
                     Ok(slots) => {
@@ -182,6 +171,12 @@ impl Runtime {
                 };
                 let _ = reply.send(answer);
             }
+            Command::Override {
+                group,
+                request,
+                event: _,
+                reply,
+            } if self.fleet.is_some() => self.fleet_override(group, request, reply),
             Command::Override {
                 group,
                 request,
@@ -209,6 +204,36 @@ impl Runtime {
             }
             Command::Query(q) => self.answer(q),
         }
+    }
+
+    /// A deadline: drains and breakers that expire, slow-start steps, second chances that
+    /// end, adaptive weights that are due, then the decision groups' timers.
+    fn on_deadline(&mut self) {
+        self.expire_drains();
+        self.expire_breakers();
+        let now = self.now();
+        if self.publisher.next_ramp_step().is_some_and(|at| at <= now) {
+            self.advance_ramps();
+        }
+        if self
+            .publisher
+            .next_second_chance_end()
+            .is_some_and(|at| at <= now)
+        {
+            match self.publisher.end_second_chances(&mut self.maps) {
+                Ok(pools) if !pools.is_empty() => {
+                    info!("second chance over in pools {}", pools.join(", "));
+                }
+                Ok(_) => {}
+                Err(e) => error!("ending a second chance failed: {e}"),
+            }
+        }
+        if self.weights.next_due().is_some_and(|at| at <= now) {
+            for pool in self.weights.compute_due(now) {
+                self.give_weights(&pool);
+            }
+        }
+        self.decide(&[], false, "timer", Instant::now());
     }
 
     /// When the next decision deadline falls, as an instant (`None`: none pending, or too far
@@ -269,7 +294,13 @@ impl Runtime {
 
     /// Writes a group's switch (one decision-word write), then keeps its audit records with
     /// the latency from `event` to the completed write.
-    pub(super) fn publish(&mut self, d: Decided, event: Instant) -> Option<Published> {
+    pub(super) fn publish(&mut self, mut d: Decided, event: Instant) -> Option<Published> {
+        // A fleet member writes only the decisions of the groups it leads; the others come
+        // from their leader (`agent::fleet`).
+        if self.fleet.is_some() && !self.driver.leads(&d.group) {
+            d.switch_to = None;
+        }
+        let decided_ns = crate::fleet::now_ns();
         self.metrics
             .evaluation
             .get_or_create(&vec![("group", d.group.clone())])
@@ -303,6 +334,10 @@ impl Runtime {
                     self.metrics
                         .decision_latency
                         .observe(latency_us as f64 / 1e6);
+                    if let (Some(word), Some(s)) = (written, &d.switched) {
+                        let (by, cause) = (s.by.clone(), s.cause.clone());
+                        self.send_decision(&d.group, to, &by, word, &cause, Some(decided_ns));
+                    }
                     published = written.map(|word| Published {
                         group: d.group.clone(),
                         to: to.clone(),
@@ -347,7 +382,7 @@ impl Runtime {
         published
     }
 
-    fn set_override(
+    pub(super) fn set_override(
         &mut self,
         group: &str,
         request: Option<rules::engine::OverrideRequest>,

@@ -79,6 +79,11 @@ pub struct Metrics {
     /// Open flows on a pool a decision group failed back away from, as `/status` last counted
     /// them (the count is taken with each `/status`, off the event loop).
     pub failback_open_flows: Family<Labels, Gauge>,
+    /// 1 while this fleet member's etcd does not answer (it keeps the last decisions), else 0.
+    pub fleet_stale: Gauge,
+    /// From a fleet leader's decision (its timestamp) to this node's write of it into the
+    /// maps, seconds; the slowest node's is the fleet's switch latency.
+    pub fleet_switch_latency: Histogram,
 }
 
 impl Metrics {
@@ -113,6 +118,8 @@ impl Default for Metrics {
             vetoes: Family::default(),
             breaker_transitions: Family::default(),
             failback_open_flows: Family::default(),
+            fleet_stale: Gauge::default(),
+            fleet_switch_latency: Histogram::new(exponential_buckets(0.000_05, 2.0, 18)),
         }
     }
 }
@@ -178,6 +185,16 @@ pub fn registry(metrics: &Metrics, scrape: Scrape) -> Registry {
         "map_write_duration_seconds",
         "Time to write one change into the maps",
         metrics.map_write.clone(),
+    );
+    r.register(
+        "fleet_stale",
+        "1 while etcd does not answer this fleet member (it keeps the last decisions)",
+        metrics.fleet_stale.clone(),
+    );
+    r.register(
+        "fleet_switch_latency_seconds",
+        "From the fleet leader's decision to this node's map write",
+        metrics.fleet_switch_latency.clone(),
     );
     r.register(
         "config_generation",

@@ -91,6 +91,10 @@ pub struct Status {
     /// rollback, or while a change is rejected); `None` when the directory cannot be read.
     #[serde(default)]
     pub differs_from_files: Option<bool>,
+    /// The fleet (`fleet:`): etcd's state (`connected` or `stale since …`) and each group's
+    /// role here; `None` for a node on its own.
+    #[serde(default)]
+    pub fleet: Option<crate::agent::fleet::FleetStatus>,
     /// Seconds since the Unix epoch when this was taken.
     pub time: u64,
 }

@@ -237,6 +237,7 @@ pub fn render(s: &Status) -> String {
         r.hash.get(..12).unwrap_or(&r.hash)
     );
     interfaces_text(&mut o, s);
+    fleet_line(&mut o, s);
     if let Some(r) = &s.rejected {
         let _ = writeln!(
             o,
@@ -303,6 +304,33 @@ pub fn render(s: &Status) -> String {
         }
     }
     o
+}
+
+/// The `fleet:` line of `status`: this node, its etcd session and each group's leader.
+fn fleet_line(o: &mut String, s: &Status) {
+    use std::fmt::Write as _;
+    if let Some(f) = &s.fleet {
+        let groups: Vec<String> = f
+            .groups
+            .iter()
+            .map(|g| {
+                format!(
+                    "{} {} (decision {} by {})",
+                    g.group,
+                    g.role,
+                    g.revision.map_or("none".to_owned(), |r| r.to_string()),
+                    g.leader.as_deref().unwrap_or("nobody")
+                )
+            })
+            .collect();
+        let _ = writeln!(
+            o,
+            "fleet: node {}, etcd {}; {}",
+            f.node,
+            f.etcd,
+            groups.join("; ")
+        );
+    }
 }
 
 /// A backend's lines in `status`, as seen at `now` (seconds since the Unix epoch): address,
@@ -503,6 +531,66 @@ pub fn maps_text(pin_dir: &Path) -> String {
     o
 }
 
+/// The text of `switchyard fleet status`: the groups (leader, decision revision, action), then
+/// one line per node (generation, the decision revisions it runs, when it wrote the last one,
+/// its latency from the decision, and what it is behind on).
+#[must_use]
+pub fn fleet_text(v: &crate::fleet::FleetView) -> String {
+    use std::fmt::Write as _;
+    let mut o = String::new();
+    for g in &v.groups {
+        let _ = writeln!(
+            o,
+            "group {}: leader {}, decision revision {}, {}",
+            g.group,
+            g.leader.as_deref().unwrap_or("none"),
+            g.revision.map_or("none".to_owned(), |r| r.to_string()),
+            g.action
+                .as_ref()
+                .map_or("no action".to_owned(), ToString::to_string)
+        );
+    }
+    for n in &v.nodes {
+        let runs: Vec<String> = n
+            .record
+            .decisions
+            .iter()
+            .map(|(g, r)| format!("{g}@{r}"))
+            .collect();
+        let behind = if n.behind.is_empty() && n.generations_behind == 0 {
+            "up to date".to_owned()
+        } else {
+            format!(
+                "BEHIND: {} decision(s) ({}), {} generation(s)",
+                n.behind.len(),
+                n.behind.join(", "),
+                n.generations_behind
+            )
+        };
+        let _ = writeln!(
+            o,
+            "node {}: generation {}, runs {}, applied at {}, latency {}, {behind}",
+            n.node,
+            n.record.generation,
+            if runs.is_empty() {
+                "nothing".to_owned()
+            } else {
+                runs.join(" ")
+            },
+            humantime::format_rfc3339_millis(
+                std::time::UNIX_EPOCH + std::time::Duration::from_nanos(n.record.applied_at_ns)
+            ),
+            n.record
+                .latency_us
+                .map_or("-".to_owned(), |us| format!("{us} µs")),
+        );
+    }
+    if v.nodes.is_empty() {
+        o.push_str("no node has recorded itself\n");
+    }
+    o
+}
+
 #[cfg(test)]
 mod tests {
     #[test]
@@ -548,6 +636,7 @@ mod tests {
             running: crate::agent::Running::default(),
             vips: Vec::new(),
             differs_from_files: None,
+            fleet: None,
             time: 0,
         };
         let text = super::render(&status);

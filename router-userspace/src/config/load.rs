@@ -18,8 +18,8 @@ use super::{
     Config, ConfigError, Fragments, Problem,
     report::{Item, Pos, Report, index, index_path, key_path, quoted},
     spec::{
-        AgentSpec, AnnounceSpec, ConntrackSpec, DecisionGroupSpec, PoolSpec, ServiceSpec,
-        StateVarSpec, TOP_LEVEL_KEYS, VipSpec,
+        AgentSpec, AnnounceSpec, ConntrackSpec, DecisionGroupSpec, FleetSpec, PoolSpec,
+        ServiceSpec, StateVarSpec, TOP_LEVEL_KEYS, VipSpec,
     },
     validate::validate,
     values::{closest, suggest},
@@ -254,6 +254,8 @@ fn load<'a>(
 pub(crate) struct Parsed {
     /// Each `agent:` (more than one is an error).
     pub agents: Vec<Item<AgentSpec>>,
+    /// Each `fleet:` (more than one is an error).
+    pub fleets: Vec<Item<FleetSpec>>,
     /// Each `conntrack:` (more than one is an error).
     pub conntracks: Vec<Item<ConntrackSpec>>,
     /// Each `announce:` (more than one is an error).
@@ -272,8 +274,9 @@ pub(crate) struct Parsed {
     pub unparsed: Vec<usize>,
 }
 
-/// The one mapping of the top-level key `name`, located at the key (`at`).
-fn single<S: DeserializeOwned + Default>(
+/// A section that is one mapping (`agent:`, `fleet:`, `conntrack:`, `announce:`), positioned at
+/// its key.
+fn section<S: DeserializeOwned + Default>(
     file: usize,
     name: &str,
     at: Option<Pos>,
@@ -316,13 +319,14 @@ fn parse_file(file: usize, text: &str, parsed: &mut Parsed, report: &mut Report)
         let at = key.span().start().map(Pos::of);
         let name = key.as_str();
         match name {
-            "agent" => parsed.agents.extend(single(file, name, at, value, report)),
+            "agent" => parsed.agents.extend(section(file, name, at, value, report)),
+            "fleet" => parsed.fleets.extend(section(file, name, at, value, report)),
             "conntrack" => parsed
                 .conntracks
-                .extend(single(file, name, at, value, report)),
+                .extend(section(file, name, at, value, report)),
             "announce" => parsed
                 .announces
-                .extend(single(file, name, at, value, report)),
+                .extend(section(file, name, at, value, report)),
             "services" => {
                 for (i, node) in list(file, name, at, value, report).iter().enumerate() {
                     let base = index_path(name, i);

@@ -73,6 +73,8 @@ pub struct Vip {
 pub struct Config {
     /// `agent:`.
     pub agent: Agent,
+    /// `fleet:`: `None` when the node decides on its own (no etcd).
+    pub fleet: Option<Fleet>,
     /// `conntrack:`.
     pub conntrack: Conntrack,
     /// `vips:`: settings of virtual IPs that differ from the defaults ([`Vip`]), in file order.
@@ -127,6 +129,43 @@ impl Default for Agent {
             state_dir: PathBuf::from(DEFAULT_STATE_DIR),
         }
     }
+}
+
+/// Default `fleet.prefix`.
+pub const DEFAULT_FLEET_PREFIX: &str = "/switchyard";
+/// Default `fleet.lease_ttl`.
+pub const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(2);
+/// Default `fleet.dial_timeout`.
+pub const DEFAULT_DIAL_TIMEOUT: Duration = Duration::from_secs(2);
+/// Default `fleet.request_timeout`.
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(1);
+/// Bounds of `fleet.lease_ttl`: etcd counts a lease in whole seconds.
+pub const LEASE_TTL_RANGE: (Duration, Duration) = (Duration::from_secs(1), Duration::from_mins(1));
+/// Bounds of `fleet.dial_timeout` and `fleet.request_timeout`.
+pub const FLEET_TIMEOUT_RANGE: (Duration, Duration) =
+    (Duration::from_millis(100), Duration::from_mins(1));
+
+/// `fleet:` settings: the etcd cluster on which a fleet of balancers elects one leader per
+/// decision group and shares decisions, pushed state and overrides (`crate::fleet`). Taken when
+/// the agent starts; a reload that changes them is refused until a restart.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Fleet {
+    /// This node's name, unique in the fleet (default: the host name); letters, digits, `.`,
+    /// `_`, `-`, at most 63 bytes.
+    pub node: String,
+    /// etcd client endpoints, `HOST:PORT` or `http://HOST:PORT` (at least one).
+    pub endpoints: Vec<String>,
+    /// Prefix of every key the fleet writes (default `/switchyard`): starts with `/`, no
+    /// trailing `/`.
+    pub prefix: String,
+    /// TTL of the node's lease, whole seconds, 1 s to 60 s (default 2 s): a dead leader's groups
+    /// are taken over at most this long after its last keep-alive.
+    pub lease_ttl: Duration,
+    /// How long a connection to an endpoint may take, 100 ms to 60 s (default 2 s).
+    pub dial_timeout: Duration,
+    /// How long one etcd request may take, 100 ms to 60 s (default 1 s); past it etcd counts as
+    /// unreachable.
+    pub request_timeout: Duration,
 }
 
 /// `conntrack:` settings: how long a tracked flow may stay idle in each state before it is a

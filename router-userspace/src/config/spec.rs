@@ -16,6 +16,18 @@ pub(crate) struct AgentSpec {
     pub state_dir: Option<String>,
 }
 
+/// `fleet:`: the etcd cluster a fleet of balancers makes its decisions on.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct FleetSpec {
+    pub node: Option<String>,
+    pub endpoints: Option<Vec<String>>,
+    pub prefix: Option<String>,
+    pub lease_ttl: Option<String>,
+    pub dial_timeout: Option<String>,
+    pub request_timeout: Option<String>,
+}
+
 /// `conntrack:`.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -278,6 +290,7 @@ pub(crate) struct SwitchSpec {
 /// The top-level keys a fragment may have, in the order the docs list them.
 pub(crate) const TOP_LEVEL_KEYS: &[&str] = &[
     "agent",
+    "fleet",
     "conntrack",
     "announce",
     "services",

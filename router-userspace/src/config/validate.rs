@@ -25,6 +25,7 @@ use super::{
 
 mod announce;
 mod decisions;
+mod fleet;
 pub(crate) use decisions::Checked;
 mod pool;
 mod state;
@@ -130,6 +131,7 @@ pub(super) fn missing<S>(it: &Item<S>, report: &mut Report, parent: &str, key: &
 /// Checks the merged configuration; the [`Config`] when nothing was reported.
 pub(crate) fn validate(parsed: &Parsed, report: &mut Report) -> Option<Config> {
     let agent = agents(&parsed.agents, report);
+    let fleet = fleet::fleets(&parsed.fleets, report);
     let conntrack = conntracks(&parsed.conntracks, report);
     let announce = announce::announces(&parsed.announces, report);
     let pools: Vec<pool::Draft> = parsed.pools.iter().map(|p| pool::pool(p, report)).collect();
@@ -179,6 +181,7 @@ pub(crate) fn validate(parsed: &Parsed, report: &mut Report) -> Option<Config> {
     }
     let config = Config {
         agent: agent?,
+        fleet,
         conntrack: conntrack?,
         announce: announce?,
         vips: vips.into_iter().map(|v| v.value).collect::<Option<_>>()?,

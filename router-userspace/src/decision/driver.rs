@@ -62,6 +62,9 @@ pub struct Decided {
 struct Running {
     group: Group,
     deadline: Option<Duration>,
+    /// The group's decisions are made elsewhere (a fleet's leader) and handed in with
+    /// [`Driver::follow`]: it is not evaluated on changes nor on deadlines.
+    following: bool,
 }
 
 enum Op {
@@ -141,6 +144,7 @@ impl Driver {
             .map(|g| Running {
                 group: g.engine.clone(),
                 deadline: None,
+                following: false,
             })
             .collect();
         Self {
@@ -152,7 +156,85 @@ impl Driver {
     /// The earliest pending deadline of any group.
     #[must_use]
     pub fn next_deadline(&self) -> Option<Duration> {
-        self.groups.iter().filter_map(|g| g.deadline).min()
+        self.groups
+            .iter()
+            .filter(|g| !g.following)
+            .filter_map(|g| g.deadline)
+            .min()
+    }
+
+    /// Makes every group a follower except those named in `leading`: a fleet member decides
+    /// only the groups it leads.
+    pub fn follow_all_but(&mut self, leading: &[String]) {
+        for g in &mut self.groups {
+            g.following = !leading.iter().any(|l| l == g.group.name());
+            if g.following {
+                g.deadline = None;
+            }
+        }
+    }
+
+    /// The groups this driver decides (all of them outside a fleet).
+    #[must_use]
+    pub fn leading(&self) -> Vec<String> {
+        self.groups
+            .iter()
+            .filter(|g| !g.following)
+            .map(|g| g.group.name().to_owned())
+            .collect()
+    }
+
+    /// Whether `group` is decided here (not following a fleet's leader); `false` for an
+    /// unknown group.
+    #[must_use]
+    pub fn leads(&self, group: &str) -> bool {
+        self.groups
+            .iter()
+            .any(|g| !g.following && g.group.name() == group)
+    }
+
+    /// The active action of `group` (`None` for an unknown group or before its first
+    /// decision).
+    #[must_use]
+    pub fn active(&self, group: &str) -> Option<&rules::engine::Active> {
+        self.groups
+            .iter()
+            .find(|g| g.group.name() == group)?
+            .group
+            .active()
+    }
+
+    /// Starts (`true`) or stops deciding `group` here. A group that starts leading goes on
+    /// from the action it follows (its hysteresis and cooldown as [`Driver::follow`] set
+    /// them); the caller evaluates it next. Returns whether the group is known.
+    pub fn set_leading(&mut self, group: &str, lead: bool) -> bool {
+        let Some(g) = self.groups.iter_mut().find(|g| g.group.name() == group) else {
+            return false;
+        };
+        g.following = !lead;
+        if !lead {
+            g.deadline = None;
+        }
+        true
+    }
+
+    /// Makes `action` the active action of `group`, as a fleet's leader decided it (see
+    /// [`Group::follow`]), when every pool it names is in the running config.
+    ///
+    /// # Errors
+    ///
+    /// [`DriverError::UnknownGroup`], or the engine's refusal of a malformed action.
+    pub fn follow(
+        &mut self,
+        group: &str,
+        action: Action,
+        by: By,
+        switched_at: Option<Duration>,
+        now: Duration,
+    ) -> Result<(), DriverError> {
+        let i = self.index(group)?;
+        self.groups[i].group.follow(action, by, switched_at, now)?;
+        Ok(())
     }
 
     /// Resumes each group from the action `publisher` has in the maps for it (an agent
@@ -228,8 +310,10 @@ impl Driver {
         let due: Vec<usize> = (0..self.groups.len())
             .filter(|&i| {
                 let reads = &rules.groups[i].reads;
-                all || changed.iter().any(|s| reads.contains(s))
-                    || self.groups[i].deadline.is_some_and(|d| d <= view.now)
+                !self.groups[i].following
+                    && (all
+                        || changed.iter().any(|s| reads.contains(s))
+                        || self.groups[i].deadline.is_some_and(|d| d <= view.now))
             })
             .collect();
         let mut out = Vec::new();
@@ -259,7 +343,7 @@ impl Driver {
         self.evaluate(i, view, cause, op)
     }
 
-    pub(super) fn index(&self, group: &str) -> Result<usize, DriverError> {
+    pub(crate) fn index(&self, group: &str) -> Result<usize, DriverError> {
         self.groups
             .iter()
             .position(|g| g.group.name() == group)

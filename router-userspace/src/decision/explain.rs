@@ -20,6 +20,10 @@ pub struct GroupExplanation {
     pub conditions: Vec<Condition>,
     /// The text form.
     pub text: String,
+    /// In a fleet: `leader` when this node decides the group, `follower` when it applies its
+    /// leader's decisions (the explanation then is this node's own evaluation, not what its
+    /// maps hold); `None` outside a fleet.
+    pub fleet_role: Option<String>,
 }
 
 /// One rule's expression and the values it read.
@@ -85,6 +89,7 @@ impl Driver {
             explanation,
             conditions,
             text,
+            fleet_role: None,
         })
     }
 }

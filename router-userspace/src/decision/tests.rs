@@ -274,3 +274,37 @@ fn overrides_are_vetoed_by_require_unless_forced_and_the_gate_freezes() {
     assert_eq!(w.word().pool_a, w.pool("dc1"));
     let _ = &w.cfg;
 }
+
+#[test]
+fn a_followed_group_is_not_evaluated_until_it_leads_and_then_goes_on_from_the_followed_action() {
+    let mut w = world(SwitchPolicy::default());
+    w.driver.follow_all_but(&[]);
+    assert!(!w.driver.leads("web-failover"));
+    assert_eq!(w.driver.leading(), Vec::<String>::new());
+    let changed = w.store.set_push("maintenance_mode", "true").expect("set");
+    assert!(
+        w.change(&changed, ms(10)).is_empty(),
+        "a follower decides nothing"
+    );
+    assert!(w.run(&[], true, ms(20)).is_empty());
+    assert_eq!(w.driver.next_deadline(), None);
+    // The leader's decision arrives: the driver takes it as its active action.
+    w.driver
+        .follow(
+            "web-failover",
+            Action::pool("dc2"),
+            rules::engine::By::Rule("failover-dc2".into()),
+            Some(ms(15)),
+            ms(30),
+        )
+        .expect("follow");
+    assert_eq!(
+        w.driver.active("web-failover").map(|a| a.action.clone()),
+        Some(Action::pool("dc2"))
+    );
+    // Elected: the same inputs choose the same action, so nothing switches.
+    assert!(w.driver.set_leading("web-failover", true));
+    assert!(w.driver.leads("web-failover"));
+    assert!(w.run(&[], true, ms(40)).is_empty(), "no flap on takeover");
+    assert!(!w.driver.set_leading("no-such-group", true));
+}

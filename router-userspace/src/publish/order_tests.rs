@@ -285,6 +285,7 @@ fn service(name: &str, port: u16, to: &str) -> CfgService {
 fn config(services: Vec<CfgService>, pools: Vec<CfgPool>) -> Config {
     Config {
         agent: Agent::default(),
+        fleet: None,
         conntrack: Conntrack::default(),
         announce: None,
         vips: vec![],

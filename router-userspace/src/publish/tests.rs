@@ -73,6 +73,7 @@ fn config(services: Vec<CfgService>, pools: Vec<CfgPool>) -> Config {
             pin_path: "/sys/fs/bpf/switchyard".into(),
             state_dir: "/var/lib/switchyard".into(),
         },
+        fleet: None,
         conntrack: Conntrack::default(),
         announce: None,
         vips: vec![],

@@ -236,7 +236,19 @@ impl Store {
     /// [`StateError::NotPush`] for a variable of another source (or a built-in),
     /// [`StateError::WrongType`] for a value not of its type.
     pub fn set_push(&mut self, name: &str, text: &str) -> Result<Vec<Slot>, StateError> {
+        self.check_push(name, text)?;
         let (slot, _) = self.lookup(name)?;
+        let value = self.parse_value(name, text)?;
+        Ok(self.set_and_derive(slot, value))
+    }
+
+    /// Whether [`Store::set_push`] would take `text` for `name`; changes nothing.
+    ///
+    /// # Errors
+    ///
+    /// As [`Store::set_push`].
+    pub fn check_push(&self, name: &str, text: &str) -> Result<(), StateError> {
+        self.lookup(name)?;
         let kind = self.source_of(name);
         if kind != "push" {
             return Err(StateError::NotPush {
@@ -244,8 +256,8 @@ impl Store {
                 kind,
             });
         }
-        let value = self.parse_value(name, text)?;
-        Ok(self.set_and_derive(slot, value))
+        self.parse_value(name, text)?;
+        Ok(())
     }
 
     /// Takes over from `old` (the store of the configuration being replaced) the values that

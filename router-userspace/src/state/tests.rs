@@ -69,6 +69,7 @@ pub(crate) fn web_failover(switch: SwitchPolicy) -> Config {
     use rules::engine::Action;
     Config {
         agent: Agent::default(),
+        fleet: None,
         conntrack: Conntrack::default(),
         announce: None,
         vips: vec![],

@@ -28,6 +28,7 @@ fn minimal_config_loads_with_every_default_applied() {
                 pin_path: PathBuf::from("/sys/fs/bpf/switchyard"),
                 state_dir: PathBuf::from("/var/lib/switchyard"),
             },
+            fleet: None,
             conntrack: Conntrack {
                 tcp_syn: Duration::from_mins(1),
                 tcp_established: Duration::from_mins(15),

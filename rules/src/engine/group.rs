@@ -281,6 +281,47 @@ impl Group {
         Ok(group)
     }
 
+    /// Makes `action` active as another evaluator (a fleet's leader) decided it: chosen `by`
+    /// (a rule, the default, an override or kept), switched to at `switched_at` (engine time;
+    /// `None` when unknown). The group then goes on from there as if it had made that switch
+    /// itself: a rule's or the default's action keeps its rank, so the cooldown counts from
+    /// `switched_at`, and a different candidate must hold for `stable_for` from `now` before the
+    /// group switches away. An override in force is kept. Nothing is audited.
+    ///
+    /// # Errors
+    ///
+    /// [`EngineError::InvalidAction`] when `action` is malformed ([`Action::problem`]); nothing
+    /// changes.
+    pub fn follow(
+        &mut self,
+        action: Action,
+        by: By,
+        switched_at: Option<Time>,
+        now: Time,
+    ) -> Result<(), EngineError> {
+        if let Some(problem) = action.problem() {
+            return Err(invalid(&self.config.name, "followed action", problem));
+        }
+        let rank = match &by {
+            By::Rule(id) => self
+                .order
+                .iter()
+                .position(|&i| &self.config.rules[i].id == id),
+            By::Default if self.config.default.is_some() => Some(self.order.len()),
+            _ => None,
+        };
+        self.active_rank = rank;
+        self.last_switch = switched_at.map(|t| t.min(now));
+        self.active = Some(Active {
+            action,
+            by,
+            since: switched_at.map_or(now, |t| t.min(now)),
+        });
+        self.tracked = None;
+        self.freeze_noted = None;
+        Ok(())
+    }
+
     /// The group's name.
     #[must_use]
     pub fn name(&self) -> &str {

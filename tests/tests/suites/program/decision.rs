@@ -47,6 +47,7 @@ fn config() -> Config {
     };
     Config {
         agent: Agent::default(),
+        fleet: None,
         conntrack: Conntrack::default(),
         announce: None,
         vips: vec![],

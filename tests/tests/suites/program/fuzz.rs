@@ -99,6 +99,7 @@ fn config() -> Config {
             pin_path: "/sys/fs/bpf/x".into(),
             state_dir: "/var/lib/switchyard".into(),
         },
+        fleet: None,
         conntrack: Conntrack::default(),
         announce: None,
         vips: vec![],

@@ -91,6 +91,7 @@ fn fixture_config() -> Config {
             pin_path: "/sys/fs/bpf/x".into(),
             state_dir: "/var/lib/switchyard".into(),
         },
+        fleet: None,
         conntrack: Conntrack::default(),
         announce: None,
         vips: vec![],

@@ -11,6 +11,7 @@ mod breaker;
 mod drain;
 mod failover;
 mod first_check;
+mod fleet;
 mod fleet_bgp;
 mod flow_state;
 mod health;

@@ -1,0 +1,406 @@
+//! The runtime's side of a fleet (`crate::fleet`): what the etcd task reports becomes changes
+//! through [`Runtime::execute`], like every other change.
+//!
+//! A node decides only the groups it leads; it follows the others: a published decision is
+//! written into its maps as it comes ([`Runtime::on_fleet`]) and its driver goes on from it, so
+//! a node elected later starts from the published action with the hysteresis and cooldown it
+//! implies. While etcd is unreachable the node leads nothing and keeps every map as it is.
+
+use std::{collections::BTreeMap, time::Instant};
+
+use log::{info, warn};
+use rules::engine::{Action, OverrideRequest};
+use serde::{Deserialize, Serialize};
+use tokio::sync::mpsc;
+
+use super::{
+    command::{Published, Reply},
+    runtime::Runtime,
+};
+use crate::fleet::{FleetEvent, FleetOut, NodeRecord, OverrideDoc, PublishedDecision, now_ns};
+
+/// The fleet as one node runs it.
+pub struct FleetLink {
+    /// This node's name.
+    pub node: String,
+    /// To the etcd task.
+    pub out: mpsc::Sender<FleetOut>,
+    /// Since when (ns since the epoch) etcd has not answered; `None` while it does.
+    pub stale_since: Option<u64>,
+    /// Whether etcd answered at least once.
+    pub connected: bool,
+    /// The groups this node leads, with their election revisions.
+    pub leading: BTreeMap<String, i64>,
+    /// The last published decision of each group, with its revision.
+    pub published: BTreeMap<String, (i64, PublishedDecision)>,
+    /// What this node last asked to publish per group (not yet seen back).
+    pub sent: BTreeMap<String, Action>,
+    /// What this node recorded last.
+    pub record: NodeRecord,
+    /// The decision groups last handed to the etcd task.
+    pub groups: Vec<String>,
+}
+
+impl FleetLink {
+    /// A link to the etcd task through `out`, nothing known yet (stale from `now`).
+    #[must_use]
+    pub fn new(node: String, out: mpsc::Sender<FleetOut>) -> Self {
+        Self {
+            node,
+            out,
+            stale_since: Some(now_ns()),
+            connected: false,
+            leading: BTreeMap::new(),
+            published: BTreeMap::new(),
+            sent: BTreeMap::new(),
+            record: NodeRecord::default(),
+            groups: Vec::new(),
+        }
+    }
+}
+
+/// The fleet in `/status`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct FleetStatus {
+    /// This node.
+    pub node: String,
+    /// `connected`, or `stale since <RFC 3339 time>` while etcd does not answer (the node keeps
+    /// the last decisions and maps).
+    pub etcd: String,
+    /// Since when etcd has not answered, s since the epoch.
+    pub stale_since: Option<u64>,
+    /// Per decision group.
+    pub groups: Vec<FleetGroupStatus>,
+}
+
+/// One group in [`FleetStatus`].
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct FleetGroupStatus {
+    /// The group.
+    pub group: String,
+    /// `leader` or `follower`.
+    pub role: String,
+    /// The node that published the last decision.
+    pub leader: Option<String>,
+    /// The revision of the published decision this node's maps hold.
+    pub revision: Option<i64>,
+}
+
+/// The text form of a time in ns since the epoch.
+fn rfc3339(ns: u64) -> String {
+    humantime::format_rfc3339_millis(std::time::UNIX_EPOCH + std::time::Duration::from_nanos(ns))
+        .to_string()
+}
+
+impl Runtime {
+    /// Handles what the etcd task reported.
+    pub(super) fn on_fleet(&mut self, ev: FleetEvent) {
+        if self.fleet.is_none() {
+            return;
+        }
+        match ev {
+            FleetEvent::Reachable(true) => {
+                if let Some(f) = &mut self.fleet {
+                    f.stale_since = None;
+                    f.connected = true;
+                }
+                self.metrics.fleet_stale.set(0);
+                self.sync_fleet();
+            }
+            FleetEvent::Reachable(false) => {
+                let newly = self.fleet.as_ref().is_some_and(|f| f.stale_since.is_none());
+                if let Some(f) = &mut self.fleet {
+                    f.stale_since.get_or_insert_with(now_ns);
+                    f.leading.clear();
+                }
+                // Lead nothing: the maps keep the last decisions until etcd answers again.
+                self.driver.follow_all_but(&[]);
+                self.metrics.fleet_stale.set(1);
+                if newly {
+                    warn!("fleet: etcd unreachable; keeping the last decisions and maps");
+                }
+            }
+            FleetEvent::Leading { group, revision } => {
+                if let Some(f) = &mut self.fleet {
+                    f.leading.insert(group.clone(), revision);
+                    f.sent.remove(&group);
+                }
+                self.driver.set_leading(&group, true);
+                info!("decision group {group}: this node leads it (revision {revision})");
+                self.decide(&[], true, "leader elected", Instant::now());
+                self.republish(&group);
+            }
+            FleetEvent::NotLeading(group) => {
+                if let Some(f) = &mut self.fleet {
+                    f.leading.remove(&group);
+                }
+                self.driver.set_leading(&group, false);
+            }
+            FleetEvent::Decision {
+                group,
+                revision,
+                decision,
+            } => self.follow_published(&group, revision, decision),
+            FleetEvent::State { name, value } => match self.store.set_push(&name, &value) {
+                Ok(slots) => {
+                    let cause = format!("state set {name}={value}");
+                    self.decide(&slots, false, &cause, Instant::now());
+                }
+                Err(e) => warn!("fleet: pushed state {name}={value} not taken: {e}"),
+            },
+            FleetEvent::Override { group, doc } => {
+                let request = match doc {
+                    None => None,
+                    Some(d) => {
+                        let now = now_ns();
+                        let ttl = match d.expires_at_ns {
+                            Some(at) if at <= now => return,
+                            Some(at) => Some(std::time::Duration::from_nanos(at - now)),
+                            None => None,
+                        };
+                        let mut r = OverrideRequest::new(d.action, d.reason);
+                        if let Some(t) = ttl {
+                            r = r.ttl(t);
+                        }
+                        if d.force {
+                            r = r.force();
+                        }
+                        Some(r)
+                    }
+                };
+                if let Err(e) = self.set_override(&group, request, Instant::now()) {
+                    warn!("fleet: override of group {group} not taken: {e}");
+                }
+            }
+        }
+    }
+
+    /// Tells the etcd task the groups of the running config and this node's record, when
+    /// they changed (after an apply, on the one-second tick).
+    pub(super) fn sync_fleet(&mut self) {
+        let groups: Vec<String> = self
+            .config
+            .decisions
+            .iter()
+            .map(|g| g.name.clone())
+            .collect();
+        let generation = self.publisher.generation();
+        let Some(f) = &mut self.fleet else { return };
+        if f.groups != groups {
+            f.groups.clone_from(&groups);
+            let _ = f.out.try_send(FleetOut::Groups(groups));
+        }
+        if f.record.generation != generation {
+            f.record.generation = generation;
+            let _ = f.out.try_send(FleetOut::Record(f.record.clone()));
+        }
+    }
+
+    /// Publishes the active action of `group`, which this node leads, unless it is what etcd
+    /// already holds (a new leader republishes only what it changed).
+    fn republish(&mut self, group: &str) {
+        let Some(active) = self.driver.active(group).cloned() else {
+            return;
+        };
+        let Some(f) = &self.fleet else { return };
+        let same = f
+            .published
+            .get(group)
+            .is_some_and(|(_, d)| d.action == active.action);
+        if !same && f.sent.get(group) != Some(&active.action) {
+            let word = self.publisher.action_word(Some(&active.action), None);
+            self.send_decision(
+                group,
+                &active.action,
+                &active.by,
+                word,
+                "leader elected",
+                None,
+            );
+        }
+    }
+
+    /// After this node (leading `group`) wrote a switch into its maps: publish it.
+    pub(super) fn send_decision(
+        &mut self,
+        group: &str,
+        action: &Action,
+        by: &rules::engine::By,
+        word: u64,
+        cause: &str,
+        switched_now: Option<u64>,
+    ) {
+        let generation = self.publisher.generation();
+        let Some(f) = &mut self.fleet else { return };
+        let Some(&revision) = f.leading.get(group) else {
+            return;
+        };
+        let now = now_ns();
+        let decision = PublishedDecision {
+            action: action.clone(),
+            word,
+            by: by.into(),
+            cause: cause.to_owned(),
+            leader: f.node.clone(),
+            election_revision: revision,
+            decided_at_ns: switched_now.unwrap_or(now),
+            switched_at_ns: switched_now.unwrap_or_else(|| {
+                f.published
+                    .get(group)
+                    .filter(|(_, d)| &d.action == action)
+                    .map_or(now, |(_, d)| d.switched_at_ns)
+            }),
+            generation,
+        };
+        f.sent.insert(group.to_owned(), action.clone());
+        if f.out
+            .try_send(FleetOut::Publish {
+                group: group.to_owned(),
+                decision,
+            })
+            .is_err()
+        {
+            warn!("fleet: the etcd task is behind; decision of {group} not published");
+        }
+    }
+
+    /// A group's published decision: written into the maps unless this node leads the group,
+    /// then recorded under this node's lease with the latency from the leader's decision.
+    fn follow_published(&mut self, group: &str, revision: i64, d: PublishedDecision) {
+        let leads = self.driver.leads(group);
+        let mut latency_us = None;
+        if !leads {
+            let now = self.now();
+            let wall = now_ns();
+            let switched_at = now.checked_sub(std::time::Duration::from_nanos(
+                wall.saturating_sub(d.switched_at_ns),
+            ));
+            if let Err(e) =
+                self.driver
+                    .follow(group, d.action.clone(), (&d.by).into(), switched_at, now)
+            {
+                warn!("fleet: decision of group {group} not followed: {e}");
+                return;
+            }
+            match self
+                .publisher
+                .publish_decision(&mut self.maps, group, &d.action)
+            {
+                Ok(written) => {
+                    let us = now_ns().saturating_sub(d.decided_at_ns) / 1000;
+                    if written.is_some() {
+                        #[expect(
+                            clippy::cast_precision_loss,
+                            reason = "a latency in µs, far below 2^52, as seconds"
+                        )]
+                        self.metrics.fleet_switch_latency.observe(us as f64 / 1e6);
+                        info!(
+                            "decision group {group}: {} published by {} (revision {revision}) \
+                             written {us} µs after its decision",
+                            d.action, d.leader
+                        );
+                    }
+                    latency_us = Some(us);
+                }
+                Err(e) => {
+                    warn!("decision group {group}: writing the published switch failed: {e}");
+                    return;
+                }
+            }
+        }
+        let generation = self.publisher.generation();
+        let Some(f) = &mut self.fleet else { return };
+        if leads {
+            // Written into this node's maps when it decided.
+            latency_us = Some(0);
+        }
+        if f.sent.get(group) == Some(&d.action) {
+            f.sent.remove(group);
+        }
+        f.published.insert(group.to_owned(), (revision, d));
+        f.record.generation = generation;
+        f.record.decisions.insert(group.to_owned(), revision);
+        f.record.applied_at_ns = now_ns();
+        f.record.latency_us = latency_us;
+        let _ = f.out.try_send(FleetOut::Record(f.record.clone()));
+    }
+
+    /// `ctl state set` on a fleet member: checked here, then written to etcd; every node
+    /// (this one too) takes it from there.
+    pub(super) fn fleet_set_state(&mut self, name: String, value: String, reply: Reply<bool>) {
+        if let Err(e) = self.store.check_push(&name, &value) {
+            let _ = reply.send(Err(e.to_string()));
+            return;
+        }
+        if let Some(f) = &self.fleet
+            && let Err(mpsc::error::TrySendError::Full(m) | mpsc::error::TrySendError::Closed(m)) =
+                f.out.try_send(FleetOut::SetState { name, value, reply })
+            && let FleetOut::SetState { reply, .. } = m
+        {
+            let _ = reply.send(Err("the etcd task is busy; try again".into()));
+        }
+    }
+
+    /// `ctl override set/clear` on a fleet member: checked here, then written to etcd.
+    pub(super) fn fleet_override(
+        &mut self,
+        group: String,
+        request: Option<OverrideRequest>,
+        reply: Reply<Option<Published>>,
+    ) {
+        if let Err(e) = self.driver.index(&group) {
+            let _ = reply.send(Err(e.to_string()));
+            return;
+        }
+        if let Some(r) = &request {
+            let known = |p: &str| self.publisher.pools().contains_key(p);
+            if let Some(p) = r.action.live_pools().find(|p| !known(p)) {
+                let _ = reply.send(Err(format!("unknown pool {p:?}")));
+                return;
+            }
+            if r.reason.trim().is_empty() {
+                let _ = reply.send(Err("an override needs a reason".into()));
+                return;
+            }
+        }
+        let doc = request.map(|r| OverrideDoc {
+            expires_at_ns: r
+                .ttl
+                .map(|t| now_ns().saturating_add(u64::try_from(t.as_nanos()).unwrap_or(u64::MAX))),
+            action: r.action,
+            reason: r.reason,
+            force: r.force,
+        });
+        if let Some(f) = &self.fleet {
+            let _ = f.out.try_send(FleetOut::Override { group, doc, reply });
+        }
+    }
+
+    /// The fleet in `/status`.
+    pub(super) fn fleet_status(&self) -> Option<FleetStatus> {
+        let f = self.fleet.as_ref()?;
+        Some(FleetStatus {
+            node: f.node.clone(),
+            etcd: match f.stale_since {
+                None => "connected".into(),
+                Some(ns) => format!("stale since {}", rfc3339(ns)),
+            },
+            stale_since: f.stale_since.map(|ns| ns / 1_000_000_000),
+            groups: self
+                .config
+                .decisions
+                .iter()
+                .map(|g| FleetGroupStatus {
+                    group: g.name.clone(),
+                    role: if self.driver.leads(&g.name) {
+                        "leader".into()
+                    } else {
+                        "follower".into()
+                    },
+                    leader: f.published.get(&g.name).map(|(_, d)| d.leader.clone()),
+                    revision: f.record.decisions.get(&g.name).copied(),
+                })
+                .collect(),
+        })
+    }
+}
