@@ -196,6 +196,11 @@ impl Publisher {
                     trial_weight: trial_weight(p),
                     marks,
                     second_chance: cfg.conntrack.second_chance,
+                    // A grace under way never outlasts the new setting: one turned off (or
+                    // shortened) ends at once (in step 2) rather than at the old deadline.
+                    chance_until: o
+                        .chance_until
+                        .map(|t| t.min(self.now.saturating_add(cfg.conntrack.second_chance))),
                     ..o
                 },
                 None => PoolState {

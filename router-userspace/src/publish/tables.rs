@@ -87,6 +87,11 @@ pub(super) fn publish(
     flags_changed: bool,
     now: Duration,
 ) -> Result<(), PublishError> {
+    // A second chance whose time is up ends here, not only at the deadline timer: an apply
+    // that shortened or turned off `conntrack.second_chance` clears the flag at once.
+    if pool.chance_until.is_some_and(|t| t <= now) {
+        end_second_chance(dp, pool)?;
+    }
     ramps(name, pool, health, now);
     let slow_start = pool.slow_start.unwrap_or_default();
     let input: Vec<(u32, std::net::IpAddr, u32)> = pool

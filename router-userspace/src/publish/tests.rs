@@ -1035,6 +1035,46 @@ fn a_flip_gives_the_previous_table_a_second_chance_until_its_deadline() {
     assert!(!flagged(&dp));
 }
 
+/// A config that shortens `conntrack.second_chance` during a grace shortens the grace from the
+/// apply on; one that turns it off clears `POOL_F_SECOND_CHANCE` in that apply, not at the
+/// deadline the earlier setting gave (up to an hour later).
+#[test]
+fn an_apply_that_turns_the_second_chance_off_ends_the_grace_under_way() {
+    use router_common::POOL_F_SECOND_CHANCE;
+    let mut dp = MemoryDataplane::default();
+    let mut p = Publisher::new();
+    let mut cfg = config(
+        vec![service("web", 80, Target::Pool("dc1".into()))],
+        vec![pool("dc1", &[("198.18.1.11", 100), ("198.18.1.12", 100)])],
+    );
+    cfg.conntrack.second_chance = Duration::from_hours(1);
+    p.apply(&mut dp, &cfg).unwrap();
+    let slot = p.pools()["dc1"].slot;
+    let flagged = |dp: &MemoryDataplane| dp.pools[&slot].flags & POOL_F_SECOND_CHANCE != 0;
+    p.set_now(Duration::from_secs(10));
+    p.set_health(&mut dp, "dc1", "198.18.1.11".parse().unwrap(), false)
+        .unwrap();
+    assert!(flagged(&dp));
+    assert_eq!(p.next_second_chance_end(), Some(Duration::from_secs(3610)));
+
+    p.set_now(Duration::from_secs(20));
+    cfg.conntrack.second_chance = Duration::from_secs(5);
+    p.apply(&mut dp, &cfg).unwrap();
+    assert!(flagged(&dp), "shortened, not over");
+    assert_eq!(p.next_second_chance_end(), Some(Duration::from_secs(25)));
+
+    p.set_now(Duration::from_secs(21));
+    cfg.conntrack.second_chance = Duration::ZERO;
+    let active = dp.pools[&slot].active;
+    p.apply(&mut dp, &cfg).unwrap();
+    assert!(
+        !flagged(&dp),
+        "turned off: the previous table is read no more"
+    );
+    assert_eq!(dp.pools[&slot].active, active);
+    assert_eq!(p.next_second_chance_end(), None);
+}
+
 /// Two nodes with the same members and weights build the same table, whatever slots their
 /// histories gave the backends: the fingerprint compares addresses, not slots. Another weight
 /// gives another fingerprint.
