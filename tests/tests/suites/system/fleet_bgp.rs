@@ -153,25 +153,10 @@ fn node_of(run: &Running, sport: u16, nodes: usize) -> Result<Option<usize>> {
     Ok((1..=nodes).find(|&k| text.contains(&format!("via {} ", bird::balancer_up(k)))))
 }
 
-#[test]
-fn three_balancers_share_a_vip_by_ecmp_and_bfd_withdraws_a_killed_one() -> Result<()> {
-    if privileged::require("three_balancers_share_a_vip_by_ecmp", &["bird", "nft"]).is_err() {
-        return Ok(());
-    }
-    let run = fleet(3)?;
-    let mut agents = (1..=3)
-        .map(|k| start_agent(&run, k))
-        .collect::<Result<Vec<_>>>()?;
-    let all: Vec<Ipv4Addr> = (1..=3).map(bird::balancer_up).collect();
-    let (_, took) = run
-        .fleet
-        .wait_router(VIP_V4, Duration::from_mins(1), |h| h.len() == 3)
-        .with_context(|| run.router_bird.output())?;
-    println!("the router has 3 next hops to the VIP {took:?} after the agents answered");
-
-    // Identical tables: once every node has checked every backend, each reports the same
-    // fingerprint for the pool's live table.
-    for a in &agents {
+/// Identical tables: once every node has checked every backend, each reports the same
+/// fingerprint for the pool's live table.
+fn same_tables(agents: &[Agent]) -> Result<()> {
+    for a in agents {
         a.wait_for(Duration::from_secs(10), |s| {
             s.pools.iter().all(|p| p.backends.iter().all(|b| b.healthy))
         })?;
@@ -190,6 +175,26 @@ fn three_balancers_share_a_vip_by_ecmp_and_bfd_withdraws_a_killed_one() -> Resul
         tables[0].is_some() && tables.iter().all(|t| *t == tables[0]),
         "the nodes' tables differ: {tables:?}"
     );
+    Ok(())
+}
+
+#[test]
+fn three_balancers_share_a_vip_by_ecmp_and_bfd_withdraws_a_killed_one() -> Result<()> {
+    if privileged::require("three_balancers_share_a_vip_by_ecmp", &["bird", "nft"]).is_err() {
+        return Ok(());
+    }
+    let run = fleet(3)?;
+    let mut agents = (1..=3)
+        .map(|k| start_agent(&run, k))
+        .collect::<Result<Vec<_>>>()?;
+    let all: Vec<Ipv4Addr> = (1..=3).map(bird::balancer_up).collect();
+    let (_, took) = run
+        .fleet
+        .wait_router(VIP_V4, Duration::from_mins(1), |h| h.len() == 3)
+        .with_context(|| run.router_bird.output())?;
+    println!("the router has 3 next hops to the VIP {took:?} after the agents answered");
+
+    same_tables(&agents)?;
 
     // Balance: every connection completes, and each node carries some.
     let before: Vec<u64> = agents.iter().map(web_packets).collect::<Result<_>>()?;
