@@ -280,6 +280,9 @@ pub async fn run(opts: Options) -> Result<(), AgentError> {
     // them (`Runtime::running_agent`), and they are not a change.
     previous.agent = cfg.agent.clone();
     previous.fleet = cfg.fleet.clone();
+    // The announcement settings the earlier agent ran with: killed (its routes stay, decision
+    // 0026), it may have left routes under settings this config no longer has.
+    let announced_before = previous.announce.clone();
     let store = Store::new(&previous, publisher.health());
     let mut driver = Driver::new(&previous);
     // A fleet member leads no group until etcd elects it.
@@ -338,6 +341,22 @@ pub async fn run(opts: Options) -> Result<(), AgentError> {
     // has (removed while no agent ran, with no ledger to resume): the publisher does not know
     // them, so nothing else would ever remove them.
     remove_unknown_services(&rt.publisher, &mut rt.maps)?;
+    // Routes an earlier agent left under other settings (another interface, protocol or
+    // table, or `announce:` removed) are this agent's to withdraw: it never looks there again,
+    // and `switchyard detach` follows the directory's settings, so they would stay forever.
+    if let Some(old) = announced_before.filter(|old| rt.config.announce.as_ref() != Some(old)) {
+        match crate::announce::withdraw(&old).await {
+            Ok(0) => {}
+            Ok(n) => info!(
+                "withdrew {n} routes an earlier agent left on {}",
+                old.interface
+            ),
+            Err(e) => warn!(
+                "withdrawing the routes an earlier agent left on {}: {e}",
+                old.interface
+            ),
+        }
+    }
     // Announced only now: the first apply and the removals above have written the maps.
     let mut announcer = announcer::Announcer::default();
     announcer.follow(&mut rt, false).await;

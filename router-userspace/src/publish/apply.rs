@@ -196,6 +196,11 @@ impl Publisher {
                     trial_weight: trial_weight(p),
                     marks,
                     second_chance: cfg.conntrack.second_chance,
+                    // A grace under way never outlasts the new setting: one turned off (or
+                    // shortened) ends at once (in step 2) rather than at the old deadline.
+                    chance_until: o
+                        .chance_until
+                        .map(|t| t.min(self.now.saturating_add(cfg.conntrack.second_chance))),
                     ..o
                 },
                 None => PoolState {
@@ -251,12 +256,24 @@ impl Publisher {
         mut pools: BTreeMap<String, (PoolState, bool)>,
         retired: Vec<BackendState>,
     ) -> Result<BTreeMap<String, PoolState>, PublishError> {
+        let mut chances = Vec::new();
         for (name, (pool, flags_changed)) in &mut pools {
-            tables::publish(dp, name, pool, &self.health, *flags_changed, self.now)?;
+            let (health, now) = (&self.health, self.now);
+            if tables::publish_deferring(dp, name, pool, health, *flags_changed, now, true)? {
+                chances.push(name.clone());
+            }
         }
-        let pools = pools.into_iter().map(|(n, (p, _))| (n, p)).collect();
+        let pools: BTreeMap<String, PoolState> =
+            pools.into_iter().map(|(n, (p, _))| (n, p)).collect();
         for gone in retired {
             self.retire(dp, gone)?;
+        }
+        // A replaced table that named a retired backend is a second chance only once that
+        // backend's entry is down.
+        for name in &chances {
+            if let Some(pool) = pools.get(name) {
+                tables::begin_second_chance(dp, pool)?;
+            }
         }
         Ok(std::mem::replace(&mut self.pools, pools))
     }

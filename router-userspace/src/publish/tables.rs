@@ -24,9 +24,10 @@ pub(super) fn refresh(
     health: &Health,
     now: Duration,
 ) -> Result<(), PublishError> {
+    let mut chance = false;
     for up in [true, false] {
         if !up {
-            publish(dp, name, pool, health, false, now)?;
+            chance = publish_deferring(dp, name, pool, health, false, now, true)?;
         }
         let marks = pool.marks;
         for b in &mut pool.backends {
@@ -36,6 +37,11 @@ pub(super) fn refresh(
                 b.written = Some(entry);
             }
         }
+    }
+    // The replaced table names the backends that just went down: it becomes a second chance
+    // only once their entries say so, or a flow could be sent (and kept) there in between.
+    if chance {
+        begin_second_chance(dp, pool)?;
     }
     Ok(())
 }
@@ -87,6 +93,27 @@ pub(super) fn publish(
     flags_changed: bool,
     now: Duration,
 ) -> Result<(), PublishError> {
+    publish_deferring(dp, name, pool, health, flags_changed, now, false).map(|_| ())
+}
+
+/// [`publish`]; with `defer`, a flip that begins a second chance is written without
+/// `POOL_F_SECOND_CHANCE`, and `true` is returned: the caller marks the backends that stop
+/// taking flows first (the replaced table still names them), then calls
+/// [`begin_second_chance`].
+pub(super) fn publish_deferring(
+    dp: &mut dyn Dataplane,
+    name: &str,
+    pool: &mut PoolState,
+    health: &Health,
+    flags_changed: bool,
+    now: Duration,
+    defer: bool,
+) -> Result<bool, PublishError> {
+    // A second chance whose time is up ends here, not only at the deadline timer: an apply
+    // that shortened or turned off `conntrack.second_chance` clears the flag at once.
+    if pool.chance_until.is_some_and(|t| t <= now) {
+        end_second_chance(dp, pool)?;
+    }
     ramps(name, pool, health, now);
     let slow_start = pool.slow_start.unwrap_or_default();
     let input: Vec<(u32, std::net::IpAddr, u32)> = pool
@@ -135,17 +162,22 @@ pub(super) fn publish(
             dp.write_table(pool.slot, half, &table)?;
             // A pool's first table replaces none; later, the replaced one gets the chance.
             let chance = pool.live.is_some() && !pool.second_chance.is_zero();
+            let flag = if chance && !defer {
+                POOL_F_SECOND_CHANCE
+            } else {
+                0
+            };
             dp.set_pool(
                 pool.slot,
                 Pool {
                     active: half,
-                    flags: pool.flags | if chance { POOL_F_SECOND_CHANCE } else { 0 },
+                    flags: pool.flags | flag,
                 },
             )?;
             pool.active = half;
             pool.live = Some(table);
             pool.chance_until = chance.then(|| now.saturating_add(pool.second_chance));
-            return Ok(());
+            return Ok(chance && defer);
         }
     }
     if flags_changed {
@@ -162,6 +194,22 @@ pub(super) fn publish(
             },
         )?;
     }
+    Ok(false)
+}
+
+/// Begins the second chance a deferred flip of `pool` ([`publish_deferring`]) left pending:
+/// its `POOLS` entry with `POOL_F_SECOND_CHANCE`.
+pub(super) fn begin_second_chance(
+    dp: &mut dyn Dataplane,
+    pool: &PoolState,
+) -> Result<(), PublishError> {
+    dp.set_pool(
+        pool.slot,
+        Pool {
+            active: pool.active,
+            flags: pool.flags | POOL_F_SECOND_CHANCE,
+        },
+    )?;
     Ok(())
 }
 

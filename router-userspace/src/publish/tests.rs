@@ -996,8 +996,10 @@ fn a_flip_gives_the_previous_table_a_second_chance_until_its_deadline() {
     assert!(
         matches!(
             writes.as_slice(),
-            [Write::Pool(_, off), Write::Table(..), Write::Pool(_, on)]
-                if off.flags & POOL_F_SECOND_CHANCE == 0 && on.flags & POOL_F_SECOND_CHANCE != 0
+            [Write::Pool(_, off), Write::Table(..), Write::Pool(_, flip), Write::Pool(_, on)]
+                if off.flags & POOL_F_SECOND_CHANCE == 0
+                    && flip.flags & POOL_F_SECOND_CHANCE == 0
+                    && on.flags & POOL_F_SECOND_CHANCE != 0
         ),
         "{writes:?}"
     );
@@ -1034,6 +1036,113 @@ fn a_flip_gives_the_previous_table_a_second_chance_until_its_deadline() {
     r.set_health(&mut dp, "dc1", "198.18.1.12".parse().unwrap(), true)
         .unwrap();
     assert!(!flagged(&dp));
+}
+
+/// A backend that goes down (or leaves the config) is named by the table its flip replaces:
+/// that table becomes a second chance only after the backend's entry says down, so the program
+/// never sends (and tracks) a flow there in between.
+#[test]
+fn the_replaced_table_is_a_second_chance_only_once_its_lost_backend_is_marked() {
+    use router_common::POOL_F_SECOND_CHANCE;
+    let mut dp = MemoryDataplane::default();
+    let mut p = Publisher::new();
+    let mut cfg = config(
+        vec![service("web", 80, Target::Pool("dc1".into()))],
+        vec![pool(
+            "dc1",
+            &[
+                ("198.18.1.11", 100),
+                ("198.18.1.12", 100),
+                ("198.18.1.13", 100),
+            ],
+        )],
+    );
+    cfg.conntrack.second_chance = Duration::from_mins(1);
+    p.apply(&mut dp, &cfg).unwrap();
+    let slot = p.pools()["dc1"].slot;
+    let slot_of = |p: &Publisher, a: &str| {
+        let a: IpAddr = a.parse().unwrap();
+        p.pools()["dc1"]
+            .backends
+            .iter()
+            .find(|b| b.address == a)
+            .unwrap()
+            .slot
+    };
+    // The position of the backend write of `gone` and of the first pool write with the flag.
+    let order = |dp: &MemoryDataplane, gone: u32| {
+        let down = dp
+            .log
+            .iter()
+            .position(|w| matches!(w, Write::Backend(s, _) if *s == gone));
+        let flag = dp.log.iter().position(
+            |w| matches!(w, Write::Pool(s, v) if *s == slot && v.flags & POOL_F_SECOND_CHANCE != 0),
+        );
+        (
+            down.expect("the lost backend is written"),
+            flag.expect("the flag is set"),
+        )
+    };
+
+    let gone = slot_of(&p, "198.18.1.11");
+    p.set_now(Duration::from_secs(10));
+    dp.log.clear();
+    p.set_health(&mut dp, "dc1", "198.18.1.11".parse().unwrap(), false)
+        .unwrap();
+    let (down, flag) = order(&dp, gone);
+    assert!(down < flag, "health: {:?}", dp.log);
+
+    // Past the grace, a backend removed from the config.
+    p.set_now(Duration::from_secs(100));
+    p.end_second_chances(&mut dp).unwrap();
+    let gone = slot_of(&p, "198.18.1.12");
+    cfg.pools[0]
+        .backends
+        .retain(|b| b.address.to_string() != "198.18.1.12");
+    dp.log.clear();
+    p.apply(&mut dp, &cfg).unwrap();
+    let (down, flag) = order(&dp, gone);
+    assert!(down < flag, "retired: {:?}", dp.log);
+}
+
+/// A config that shortens `conntrack.second_chance` during a grace shortens the grace from the
+/// apply on; one that turns it off clears `POOL_F_SECOND_CHANCE` in that apply, not at the
+/// deadline the earlier setting gave (up to an hour later).
+#[test]
+fn an_apply_that_turns_the_second_chance_off_ends_the_grace_under_way() {
+    use router_common::POOL_F_SECOND_CHANCE;
+    let mut dp = MemoryDataplane::default();
+    let mut p = Publisher::new();
+    let mut cfg = config(
+        vec![service("web", 80, Target::Pool("dc1".into()))],
+        vec![pool("dc1", &[("198.18.1.11", 100), ("198.18.1.12", 100)])],
+    );
+    cfg.conntrack.second_chance = Duration::from_hours(1);
+    p.apply(&mut dp, &cfg).unwrap();
+    let slot = p.pools()["dc1"].slot;
+    let flagged = |dp: &MemoryDataplane| dp.pools[&slot].flags & POOL_F_SECOND_CHANCE != 0;
+    p.set_now(Duration::from_secs(10));
+    p.set_health(&mut dp, "dc1", "198.18.1.11".parse().unwrap(), false)
+        .unwrap();
+    assert!(flagged(&dp));
+    assert_eq!(p.next_second_chance_end(), Some(Duration::from_secs(3610)));
+
+    p.set_now(Duration::from_secs(20));
+    cfg.conntrack.second_chance = Duration::from_secs(5);
+    p.apply(&mut dp, &cfg).unwrap();
+    assert!(flagged(&dp), "shortened, not over");
+    assert_eq!(p.next_second_chance_end(), Some(Duration::from_secs(25)));
+
+    p.set_now(Duration::from_secs(21));
+    cfg.conntrack.second_chance = Duration::ZERO;
+    let active = dp.pools[&slot].active;
+    p.apply(&mut dp, &cfg).unwrap();
+    assert!(
+        !flagged(&dp),
+        "turned off: the previous table is read no more"
+    );
+    assert_eq!(dp.pools[&slot].active, active);
+    assert_eq!(p.next_second_chance_end(), None);
 }
 
 /// Two nodes with the same members and weights build the same table, whatever slots their

@@ -430,6 +430,43 @@ fn an_agent_announces_after_publishing_and_withdraws_first_on_sigterm_and_detach
     Ok(())
 }
 
+/// An agent killed while announcing leaves its routes (decision 0026); restarted with
+/// `announce:` removed, it withdraws them: nothing else ever would (`switchyard detach`
+/// follows the directory's settings).
+#[test]
+fn a_restart_without_announce_withdraws_the_routes_a_killed_agent_left() -> Result<()> {
+    if privileged::require("a_restart_without_announce_withdraws", &["bird"]).is_err() {
+        return Ok(());
+    }
+    let run = fleet(1)?;
+    let mut agent = start_agent(&run, 1)?;
+    let start = Instant::now();
+    while routes_on_dummy(&run, 1)?.is_empty() {
+        ensure!(
+            start.elapsed() < Duration::from_secs(30),
+            "no announcement route: {}",
+            agent.log_text()
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    agent.kill()?;
+    ensure!(!routes_on_dummy(&run, 1)?.is_empty(), "SIGKILL keeps them");
+    // The same file (its pin path included) without its `announce:`.
+    let text = std::fs::read_to_string(agent.dir().join("base.yaml"))?;
+    let without = text.split("announce:").next().context("a config")?;
+    agent.write_file("base.yaml", without)?;
+    agent.relaunch()?;
+    agent.wait_answering()?;
+    let routes = routes_on_dummy(&run, 1)?;
+    ensure!(
+        routes.is_empty(),
+        "routes left by the killed agent: {routes}\n{}",
+        agent.log_text()
+    );
+    drop(run.birds);
+    Ok(())
+}
+
 #[test]
 fn a_node_joining_and_a_rolling_restart_under_traffic_fail_no_connection() -> Result<()> {
     if privileged::require("a_node_joining_and_a_rolling_restart", &["bird"]).is_err() {
