@@ -48,11 +48,20 @@ impl Announcer {
                 }
             }
         }
+        if refresh
+            && let Some(routes) = &mut self.routes
+            && !routes.refresh().await
+        {
+            warn!(
+                "the announcement interface {} is gone or was replaced; opening it again",
+                routes.settings().interface
+            );
+            self.routes = None;
+            rt.announced = settings.as_ref().map(|_| BTreeSet::new());
+            return;
+        }
         match &mut self.routes {
             Some(routes) => {
-                if refresh {
-                    routes.refresh().await;
-                }
                 let attached = match self.attached {
                     Some(a) if !refresh => a,
                     _ => *self.attached.insert(rt.attached()),

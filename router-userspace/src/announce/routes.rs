@@ -7,7 +7,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use futures::StreamExt as _;
 use log::{info, warn};
 use netlink_packet_route::{
-    link::LinkAttribute,
+    link::{InfoKind, LinkAttribute, LinkInfo},
     route::{RouteAddress, RouteAttribute, RouteMessage, RouteProtocol, RouteScope},
 };
 use rtnetlink::{Handle, LinkDummy, LinkIfb, LinkUnspec, RouteMessageBuilder};
@@ -32,6 +32,18 @@ pub enum AnnounceError {
     /// The dummy interface does not exist after it was created.
     #[error("the interface {0} is missing after it was created")]
     NoInterface(String),
+    /// `announce.interface` names an interface that is not a dummy (or `ifb`) one: routes on
+    /// it would steer real traffic, and the agent's clean-up would remove routes it did not add.
+    #[error(
+        "announce.interface {name} is a {kind} interface, not a dummy one: name an interface \
+         the agent may own (it creates a dummy one when none exists)"
+    )]
+    NotDummy {
+        /// The interface.
+        name: String,
+        /// Its kind as the kernel reports it (`veth`, `bridge`, … or `device` without one).
+        kind: String,
+    },
 }
 
 fn failed(what: impl Into<String>) -> impl FnOnce(rtnetlink::Error) -> AnnounceError {
@@ -63,6 +75,24 @@ pub(super) async fn link(
             });
             Ok(Some((link.header.index, mac)))
         }
+        Some(Err(e)) if crate::nexthop::errno(&e) == Some(libc::ENODEV) => Ok(None),
+        Some(Err(e)) => Err(failed(format!("looking up interface {name}"))(e)),
+        None => Ok(None),
+    }
+}
+
+/// The kind of the interface `name` (`IFLA_INFO_KIND`), `None` for a device without one (a
+/// physical NIC) or when there is no such interface.
+async fn kind(handle: &Handle, name: &str) -> Result<Option<InfoKind>, AnnounceError> {
+    let mut links = handle.link().get().match_name(name.to_owned()).execute();
+    match links.next().await {
+        Some(Ok(link)) => Ok(link.attributes.iter().find_map(|a| match a {
+            LinkAttribute::LinkInfo(infos) => infos.iter().find_map(|i| match i {
+                LinkInfo::Kind(k) => Some(k.clone()),
+                _ => None,
+            }),
+            _ => None,
+        })),
         Some(Err(e)) if crate::nexthop::errno(&e) == Some(libc::ENODEV) => Ok(None),
         Some(Err(e)) => Err(failed(format!("looking up interface {name}"))(e)),
         None => Ok(None),
@@ -115,6 +145,15 @@ impl Routes {
         let name = settings.interface.clone();
         if link(&handle, &name).await?.is_none() {
             create(&handle, &name).await?;
+        }
+        match kind(&handle, &name).await? {
+            Some(InfoKind::Dummy | InfoKind::Ifb) => {}
+            other => {
+                return Err(AnnounceError::NotDummy {
+                    kind: other.map_or_else(|| "device".to_owned(), |k| k.to_string()),
+                    name,
+                });
+            }
         }
         let (index, _) = link(&handle, &name)
             .await?
@@ -216,11 +255,20 @@ impl Routes {
     /// detach`, an operator) are added again by the next [`Routes::sync`] if still wanted,
     /// and routes of the agent's protocol added by hand are removed. A failure is logged and
     /// keeps what this process knows.
-    pub async fn refresh(&mut self) {
+    ///
+    /// Returns `false` when the interface is gone or was replaced (another index): these
+    /// routes are then void, and the caller opens the interface again.
+    pub async fn refresh(&mut self) -> bool {
+        match link(&self.handle, &self.settings.interface).await {
+            Ok(Some((index, _))) if index == self.index => {}
+            Ok(_) => return false,
+            Err(e) => warn!("looking up the announcement interface: {e}"),
+        }
         match self.held().await {
             Ok(held) => self.announced = held,
             Err(e) => warn!("re-reading the announcement routes: {e}"),
         }
+        true
     }
 
     /// Makes the announced set `wanted`: withdraws first what is no longer wanted, then adds

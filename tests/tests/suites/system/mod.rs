@@ -5,6 +5,7 @@
 //! configures real ones.
 
 mod adaptive_weights;
+mod announce_interface;
 mod backend_down;
 mod balance;
 mod breaker;
