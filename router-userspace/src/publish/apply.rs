@@ -214,6 +214,7 @@ impl Publisher {
                     chance_until: None,
                     active: 1,
                     live: None,
+                    digest: None,
                     built_from: None,
                 },
             };

@@ -267,6 +267,8 @@ impl Publisher {
                     adaptive: None,
                 });
             }
+            let live = maps.read_table(lp.slot, pool.active & 1);
+            let digest = live.as_deref().map(|t| super::fingerprint(t, &backends));
             p.pools.insert(
                 name.clone(),
                 PoolState {
@@ -283,7 +285,8 @@ impl Publisher {
                     chance_until: (pool.flags & router_common::POOL_F_SECOND_CHANCE != 0)
                         .then_some(std::time::Duration::ZERO),
                     active: pool.active & 1,
-                    live: maps.read_table(lp.slot, pool.active & 1),
+                    live,
+                    digest,
                     // Unknown: the first apply builds each table once and finds it equal.
                     built_from: None,
                 },

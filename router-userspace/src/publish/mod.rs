@@ -238,6 +238,8 @@ pub struct PoolState {
     active: u32,
     /// The live table (None before the first write).
     live: Option<Vec<u32>>,
+    /// [`fingerprint`] of `live`, taken when it is written or read back.
+    digest: Option<u64>,
     /// The Maglev input `live` was built from (slot, address, weight of each member), so an
     /// apply that leaves a pool's members alone skips building its table (1 ms per pool).
     built_from: Option<Vec<(u32, IpAddr, u32)>>,
@@ -262,23 +264,7 @@ impl PoolState {
     /// size have the same fingerprint (Maglev paper §3.3). `None` before the first write.
     #[must_use]
     pub fn table_digest(&self) -> Option<u64> {
-        let live = self.live.as_ref()?;
-        let address: HashMap<u32, [u8; 16]> = self
-            .backends
-            .iter()
-            .map(|b| {
-                let v6 = match b.address {
-                    IpAddr::V4(a) => a.to_ipv6_mapped(),
-                    IpAddr::V6(a) => a,
-                };
-                (b.slot, v6.octets())
-            })
-            .collect();
-        let mut hash = xxhash_rust::xxh64::Xxh64::new(0);
-        for id in live {
-            hash.update(address.get(id).unwrap_or(&[0xff; 16]));
-        }
-        Some(hash.digest())
+        self.digest
     }
 
     /// Engine time the pool's second chance ends (`POOL_F_SECOND_CHANCE` set), if it has one.
@@ -286,6 +272,27 @@ impl PoolState {
     pub fn second_chance_until(&self) -> Option<Duration> {
         self.chance_until
     }
+}
+
+/// XXH64 (seed 0) over `table`'s entries in order, each as the 16 bytes of its backend's
+/// address (IPv4 mapped into IPv6, RFC 4291 §2.5.5.2), or 16 bytes of `0xff` for an entry no
+/// backend of `backends` holds ([`PoolState::table_digest`]).
+fn fingerprint(table: &[u32], backends: &[BackendState]) -> u64 {
+    let address: HashMap<u32, [u8; 16]> = backends
+        .iter()
+        .map(|b| {
+            let v6 = match b.address {
+                IpAddr::V4(a) => a.to_ipv6_mapped(),
+                IpAddr::V6(a) => a,
+            };
+            (b.slot, v6.octets())
+        })
+        .collect();
+    let mut hash = xxhash_rust::xxh64::Xxh64::new(0);
+    for id in table {
+        hash.update(address.get(id).unwrap_or(&[0xff; 16]));
+    }
+    hash.digest()
 }
 
 /// One service, as published.

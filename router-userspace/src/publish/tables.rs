@@ -175,6 +175,7 @@ pub(super) fn publish_deferring(
                 },
             )?;
             pool.active = half;
+            pool.digest = Some(super::fingerprint(&table, &pool.backends));
             pool.live = Some(table);
             pool.chance_until = chance.then(|| now.saturating_add(pool.second_chance));
             return Ok(chance && defer);
