@@ -576,6 +576,26 @@ impl Agent {
         &self.config_dir
     }
 
+    /// The `switchyard` binary the next launch runs ([`binary`] unless set).
+    #[must_use]
+    pub fn bin(&self) -> &Path {
+        &self.bin
+    }
+
+    /// Makes the next launch run `bin`: a new build installed while the agent is stopped.
+    pub fn set_bin(&mut self, bin: PathBuf) {
+        self.bin = bin;
+    }
+
+    /// The executable the running agent's process runs (`/proc/PID/exe`), `None` when it is
+    /// not running.
+    #[must_use]
+    pub fn running_exe(&self) -> Option<PathBuf> {
+        let pid = self.child.as_ref()?.id();
+        // `nsenter` execs the agent, so the child's pid is the agent's.
+        fs::read_link(format!("/proc/{pid}/exe")).ok()
+    }
+
     /// The agent's `state_dir` (history store, audit log), beside the config directory.
     #[must_use]
     pub fn state_dir(&self) -> PathBuf {

@@ -22,13 +22,12 @@ use std::fs;
 use std::net::Ipv4Addr;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, bail};
 
 use crate::agent::temp_dir;
-use crate::netns::{NAME_PREFIX, Netns, sweep_stale};
+use crate::netns::{Netns, unique_tag};
 use crate::xdp_pass;
 
 /// The router's AS.
@@ -267,8 +266,6 @@ impl Drop for Bird {
     }
 }
 
-static COUNTER: AtomicU32 = AtomicU32::new(0);
-
 /// The fleet topology (see the module documentation); dropping it deletes its namespaces.
 #[derive(Debug)]
 pub struct Fleet {
@@ -293,9 +290,7 @@ impl Fleet {
     ///
     /// When a command fails.
     pub fn build(nodes: usize, backends: usize) -> Result<Self> {
-        let _ = sweep_stale();
-        let n = COUNTER.fetch_add(1, Ordering::Relaxed) % 0x100;
-        let tag = format!("{NAME_PREFIX}{:x}-{n:x}", std::process::id());
+        let tag = unique_tag();
         let ns = |role: &str| Netns::new(format!("{tag}-{role}"));
         let mut fleet = Self {
             router: ns("rt"),

@@ -355,6 +355,17 @@ pub fn sweep_stale() -> Result<Vec<String>> {
 
 static COUNTER: AtomicU32 = AtomicU32::new(0);
 
+/// A fresh tag for a set of namespaces, `sy<pid hex>-<counter hex>`, after sweeping what dead
+/// harness processes left. Every harness that names namespaces takes its tag here, so two
+/// topologies of one process never share a name (whatever their kind).
+#[must_use]
+pub fn unique_tag() -> String {
+    // Best effort: a sweep failure must not stop this test.
+    let _ = sweep_stale();
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed) % 0x100;
+    format!("{NAME_PREFIX}{:x}-{n:x}", std::process::id())
+}
+
 /// How long [`TopologyBuilder::build`] waits for duplicate address detection to finish.
 const LINK_LOCAL_LIMIT: Duration = Duration::from_secs(10);
 
@@ -436,12 +447,7 @@ impl TopologyBuilder {
         if self.router_return && self.routed == 0 {
             bail!("a router return link needs a routed backend");
         }
-        let tag = self.tag.unwrap_or_else(|| {
-            // Best effort: a sweep failure must not stop this test.
-            let _ = sweep_stale();
-            let n = COUNTER.fetch_add(1, Ordering::Relaxed) % 0x100;
-            format!("{NAME_PREFIX}{:x}-{n:x}", std::process::id())
-        });
+        let tag = self.tag.unwrap_or_else(unique_tag);
         let ns = |role: &str| Netns::new(format!("{tag}-{role}"));
         let mut topo = Topology {
             client: ns("c"),

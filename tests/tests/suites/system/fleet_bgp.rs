@@ -6,16 +6,18 @@
 //! an agent announces a VIP only once its maps are written and withdraws it first on SIGTERM
 //! and on `switchyard detach`, and its gratuitous ARP moves a neighbour's entry for the VIP
 //! to it; a restarted agent removes routes it does not announce; a node
-//! joining and a rolling restart of the agents under traffic fail no connection; an IPv6 VIP
+//! joining and a rolling upgrade (each node stopped, its program swapped by a new build,
+//! the new build started) under traffic fail no connection; an IPv6 VIP
 //! gets a /128 route and an unsolicited neighbour advertisement.
 
+use std::fmt::Write as _;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, ensure};
 use router_tests::{
     addrs::{TCP_ECHO_PORT, VIP_V4},
-    agent::Agent,
+    agent::{Agent, temp_dir},
     bird::{self, Bird, DOWN_IF, Fleet, UP_IF},
     client::{TcpSession, payload, tcp_tally},
     config_text::{ConfigText, FAST_HTTP_CHECK},
@@ -58,6 +60,40 @@ struct Running {
     router_bird: Bird,
     birds: Vec<Bird>,
     servers: Vec<BackendServers>,
+}
+
+impl Running {
+    /// [`Fleet::wait_router`]; a timeout carries what every BIRD says of its sessions and
+    /// routes, so a session that did not come up is named.
+    fn wait_router(
+        &self,
+        limit: Duration,
+        pred: impl Fn(&[Ipv4Addr]) -> bool,
+    ) -> Result<(Vec<Ipv4Addr>, Duration)> {
+        self.fleet
+            .wait_router(VIP_V4, limit, pred)
+            .with_context(|| self.bird_report())
+    }
+
+    fn bird_report(&self) -> String {
+        let mut text = String::new();
+        let birds = std::iter::once(("router", &self.router_bird))
+            .chain(self.birds.iter().map(|bird| ("balancer", bird)));
+        for (role, bird) in birds {
+            for command in [&["show", "protocols", "all"][..], &["show", "route"][..]] {
+                let out = bird
+                    .birdc(command)
+                    .unwrap_or_else(|e| format!("birdc failed: {e:#}"));
+                let _ = writeln!(text, "--- {role}: birdc {}\n{out}", command.join(" "));
+            }
+            let _ = writeln!(text, "--- {role}: output\n{}", bird.output());
+        }
+        for k in 1..=self.birds.len() {
+            let routes = routes_on_dummy(self, k).unwrap_or_else(|e| format!("{e:#}"));
+            let _ = writeln!(text, "--- balancer {k}: announcement routes\n{routes}");
+        }
+        text
+    }
 }
 
 fn fleet(nodes: usize) -> Result<Running> {
@@ -189,8 +225,7 @@ fn three_balancers_share_a_vip_by_ecmp_and_bfd_withdraws_a_killed_one() -> Resul
         .collect::<Result<Vec<_>>>()?;
     let all: Vec<Ipv4Addr> = (1..=3).map(bird::balancer_up).collect();
     let (_, took) = run
-        .fleet
-        .wait_router(VIP_V4, Duration::from_mins(1), |h| h.len() == 3)
+        .wait_router(Duration::from_mins(1), |h| h.len() == 3)
         .with_context(|| run.router_bird.output())?;
     println!("the router has 3 next hops to the VIP {took:?} after the agents answered");
 
@@ -234,9 +269,9 @@ fn three_balancers_share_a_vip_by_ecmp_and_bfd_withdraws_a_killed_one() -> Resul
     let killed = Instant::now();
     run.fleet.silence(3)?;
     agents[2].kill()?;
-    let mut birds = run.birds;
-    birds[2].kill();
-    let (hops, _) = run.fleet.wait_router(VIP_V4, Duration::from_secs(5), |h| {
+    let mut run = run;
+    run.birds[2].kill();
+    let (hops, _) = run.wait_router(Duration::from_secs(5), |h| {
         !h.contains(&bird::balancer_up(3))
     })?;
     let withdrawn = killed.elapsed();
@@ -274,7 +309,7 @@ fn three_balancers_share_a_vip_by_ecmp_and_bfd_withdraws_a_killed_one() -> Resul
     );
     drop(sessions);
     drop(agents);
-    drop(birds);
+    drop(run.birds);
     drop(run.servers);
     Ok(())
 }
@@ -347,8 +382,7 @@ fn an_agent_announces_after_publishing_and_withdraws_first_on_sigterm_and_detach
         "stale",
     ])?;
     let mut agent = announced_after_publishing(&run)?;
-    run.fleet
-        .wait_router(VIP_V4, Duration::from_mins(1), |h| h.len() == 1)?;
+    run.wait_router(Duration::from_mins(1), |h| h.len() == 1)?;
     let uplink_mac = run.fleet.balancers[0].ip(&["-br", "link", "show", UP_IF])?;
     let uplink_mac = uplink_mac
         .split_whitespace()
@@ -368,14 +402,12 @@ fn an_agent_announces_after_publishing_and_withdraws_first_on_sigterm_and_detach
     for s in &run.servers {
         s.set_healthy(false);
     }
-    run.fleet
-        .wait_router(VIP_V4, Duration::from_secs(10), <[_]>::is_empty)?;
+    run.wait_router(Duration::from_secs(10), <[_]>::is_empty)?;
     ensure!(routes_on_dummy(&run, 1)?.is_empty());
     for s in &run.servers {
         s.set_healthy(true);
     }
-    run.fleet
-        .wait_router(VIP_V4, Duration::from_secs(10), |h| h.len() == 1)?;
+    run.wait_router(Duration::from_secs(10), |h| h.len() == 1)?;
 
     // SIGTERM: the route is gone when the agent has exited, and the router follows.
     let stopping = Instant::now();
@@ -384,8 +416,7 @@ fn an_agent_announces_after_publishing_and_withdraws_first_on_sigterm_and_detach
         routes_on_dummy(&run, 1)?.is_empty(),
         "the route outlived the agent"
     );
-    run.fleet
-        .wait_router(VIP_V4, Duration::from_secs(5), <[_]>::is_empty)?;
+    run.wait_router(Duration::from_secs(5), <[_]>::is_empty)?;
     println!(
         "SIGTERM: the router dropped the VIP {} ms after the signal",
         stopping.elapsed().as_millis()
@@ -398,8 +429,7 @@ fn an_agent_announces_after_publishing_and_withdraws_first_on_sigterm_and_detach
         "route", "add", stale, "dev", DUMMY, "proto", "83", "scope", "link",
     ])?;
     agent.relaunch()?;
-    run.fleet
-        .wait_router(VIP_V4, Duration::from_mins(1), |h| h.len() == 1)?;
+    run.wait_router(Duration::from_mins(1), |h| h.len() == 1)?;
     let routes = routes_on_dummy(&run, 1)?;
     ensure!(
         !routes.contains("198.18.0.99"),
@@ -424,8 +454,7 @@ fn an_agent_announces_after_publishing_and_withdraws_first_on_sigterm_and_detach
         routes_on_dummy(&run, 1)?.is_empty(),
         "announced again after the detach"
     );
-    run.fleet
-        .wait_router(VIP_V4, Duration::from_secs(5), <[_]>::is_empty)?;
+    run.wait_router(Duration::from_secs(5), <[_]>::is_empty)?;
     drop(run.birds);
     Ok(())
 }
@@ -468,16 +497,15 @@ fn a_restart_without_announce_withdraws_the_routes_a_killed_agent_left() -> Resu
 }
 
 #[test]
-fn a_node_joining_and_a_rolling_restart_under_traffic_fail_no_connection() -> Result<()> {
-    if privileged::require("a_node_joining_and_a_rolling_restart", &["bird"]).is_err() {
+fn a_node_joining_and_a_rolling_upgrade_under_traffic_fail_no_connection() -> Result<()> {
+    if privileged::require("a_node_joining_and_a_rolling_upgrade", &["bird"]).is_err() {
         return Ok(());
     }
     let run = fleet(3)?;
     let mut agents = (1..=2)
         .map(|k| start_agent(&run, k))
         .collect::<Result<Vec<_>>>()?;
-    run.fleet
-        .wait_router(VIP_V4, Duration::from_mins(1), |h| h.len() == 2)?;
+    run.wait_router(Duration::from_mins(1), |h| h.len() == 2)?;
     let load = Load::start(
         &run.fleet.client,
         LoadSpec {
@@ -496,20 +524,60 @@ fn a_node_joining_and_a_rolling_restart_under_traffic_fail_no_connection() -> Re
     // them; its tables are the others', so they reach the same backends.
     load.set_phase(1);
     agents.push(start_agent(&run, 3)?);
-    let (_, took) = run
-        .fleet
-        .wait_router(VIP_V4, Duration::from_mins(1), |h| h.len() == 3)?;
+    let (_, took) = run.wait_router(Duration::from_mins(1), |h| h.len() == 3)?;
     println!("node 3 joined the router's route {took:?} after its agent answered");
     std::thread::sleep(Duration::from_secs(1));
     let joined = web_packets(&agents[2])?;
     ensure!(joined > 0, "node 3 took no packet of the load");
 
-    // A rolling restart: each agent in turn is stopped (withdrawn first), started again and
-    // announced again before the next.
+    // A rolling upgrade: each node in turn is stopped (withdrawn first), its new build
+    // installed, its program swapped in place by the new build (`switchyard upgrade`, maps and
+    // flows kept), and the new build started and announced again before the next node. A copy
+    // of this build stands for the new one: the steps and what they keep are an operator's;
+    // what a real new build may change, the map layout, is refused by `upgrade` (decision 0007).
     load.set_phase(2);
+    let release = temp_dir("release")?;
+    let new_build = release.join("switchyard");
+    std::fs::copy(router_tests::agent::binary()?, &new_build)?;
     for (k, agent) in agents.iter_mut().enumerate() {
-        agent.restart()?;
-        run.fleet.wait_router(VIP_V4, Duration::from_mins(1), |h| {
+        let lb = &run.fleet.balancers[k];
+        agent.stop()?;
+        let before = [program_id(lb, UP_IF)?, program_id(lb, DOWN_IF)?];
+        for iface in [UP_IF, DOWN_IF] {
+            // nsenter keeps the host's /sys (and its bpffs); `ip netns exec` mounts its own.
+            let out = std::process::Command::new("nsenter")
+                .arg(format!("--net={}", lb.path().display()))
+                .arg(&new_build)
+                .args(["upgrade", "--iface", iface, "--config-dir"])
+                .arg(agent.dir())
+                .stdin(std::process::Stdio::null())
+                .output()?;
+            ensure!(
+                out.status.success(),
+                "node {}: upgrade {iface}: {}\n{}",
+                k + 1,
+                out.status,
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        let after = [program_id(lb, UP_IF)?, program_id(lb, DOWN_IF)?];
+        ensure!(
+            after
+                .iter()
+                .zip(&before)
+                .all(|(a, b)| a.is_some() && a != b),
+            "node {}: programs {before:?} after the upgrade are {after:?}",
+            k + 1
+        );
+        agent.set_bin(new_build.clone());
+        agent.relaunch()?;
+        ensure!(
+            agent.running_exe().as_deref() == Some(new_build.as_path()),
+            "node {} runs {:?}",
+            k + 1,
+            agent.running_exe()
+        );
+        run.wait_router(Duration::from_mins(1), |h| {
             h.contains(&bird::balancer_up(k + 1)) && h.len() == 3
         })?;
     }
@@ -517,7 +585,7 @@ fn a_node_joining_and_a_rolling_restart_under_traffic_fail_no_connection() -> Re
     let report = load.stop();
     let total = report.total();
     println!(
-        "join and rolling restart: {} exchanges, {} short connections, {} failures, per \
+        "join and rolling upgrade: {} exchanges, {} short connections, {} failures, per \
          phase {:?}",
         total.exchanges,
         total.short_ok,
@@ -536,7 +604,15 @@ fn a_node_joining_and_a_rolling_restart_under_traffic_fail_no_connection() -> Re
     ensure!(report.phases.iter().take(3).all(|p| p.short_ok > 0));
     drop(agents);
     drop(run.birds);
+    let _ = std::fs::remove_dir_all(release);
     Ok(())
+}
+
+/// The kernel id of the XDP program on `iface` in `lb`.
+fn program_id(lb: &router_tests::netns::Netns, iface: &str) -> Result<Option<u32>> {
+    Ok(lb
+        .xdp_program(iface)?
+        .and_then(|p| p.split_whitespace().nth(1).and_then(|id| id.parse().ok())))
 }
 
 #[test]
