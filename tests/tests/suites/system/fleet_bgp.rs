@@ -36,6 +36,12 @@ fn vip() -> SocketAddr {
 
 /// The same config for every node: one DSR service on the VIP over both backends (health
 /// checked), and `announce:` with its defaults.
+/// How long a wait for BGP sessions to carry an announcement may take: BIRD connects 5 s
+/// after it starts, and a session that failed on the way (a BFD flap on a loaded machine)
+/// is retried after BIRD's `error wait time`, 60 s by default. A liveness bound, not a
+/// measurement.
+const SESSIONS_UP: Duration = Duration::from_mins(2);
+
 fn config() -> String {
     config_with_garp(&[])
 }
@@ -225,7 +231,7 @@ fn three_balancers_share_a_vip_by_ecmp_and_bfd_withdraws_a_killed_one() -> Resul
         .collect::<Result<Vec<_>>>()?;
     let all: Vec<Ipv4Addr> = (1..=3).map(bird::balancer_up).collect();
     let (_, took) = run
-        .wait_router(Duration::from_mins(1), |h| h.len() == 3)
+        .wait_router(SESSIONS_UP, |h| h.len() == 3)
         .with_context(|| run.router_bird.output())?;
     println!("the router has 3 next hops to the VIP {took:?} after the agents answered");
 
@@ -382,7 +388,7 @@ fn an_agent_announces_after_publishing_and_withdraws_first_on_sigterm_and_detach
         "stale",
     ])?;
     let mut agent = announced_after_publishing(&run)?;
-    run.wait_router(Duration::from_mins(1), |h| h.len() == 1)?;
+    run.wait_router(SESSIONS_UP, |h| h.len() == 1)?;
     let uplink_mac = run.fleet.balancers[0].ip(&["-br", "link", "show", UP_IF])?;
     let uplink_mac = uplink_mac
         .split_whitespace()
@@ -429,7 +435,7 @@ fn an_agent_announces_after_publishing_and_withdraws_first_on_sigterm_and_detach
         "route", "add", stale, "dev", DUMMY, "proto", "83", "scope", "link",
     ])?;
     agent.relaunch()?;
-    run.wait_router(Duration::from_mins(1), |h| h.len() == 1)?;
+    run.wait_router(SESSIONS_UP, |h| h.len() == 1)?;
     let routes = routes_on_dummy(&run, 1)?;
     ensure!(
         !routes.contains("198.18.0.99"),
@@ -505,7 +511,7 @@ fn a_node_joining_and_a_rolling_upgrade_under_traffic_fail_no_connection() -> Re
     let mut agents = (1..=2)
         .map(|k| start_agent(&run, k))
         .collect::<Result<Vec<_>>>()?;
-    run.wait_router(Duration::from_mins(1), |h| h.len() == 2)?;
+    run.wait_router(SESSIONS_UP, |h| h.len() == 2)?;
     let load = Load::start(
         &run.fleet.client,
         LoadSpec {
@@ -524,7 +530,7 @@ fn a_node_joining_and_a_rolling_upgrade_under_traffic_fail_no_connection() -> Re
     // them; its tables are the others', so they reach the same backends.
     load.set_phase(1);
     agents.push(start_agent(&run, 3)?);
-    let (_, took) = run.wait_router(Duration::from_mins(1), |h| h.len() == 3)?;
+    let (_, took) = run.wait_router(SESSIONS_UP, |h| h.len() == 3)?;
     println!("node 3 joined the router's route {took:?} after its agent answered");
     std::thread::sleep(Duration::from_secs(1));
     let joined = web_packets(&agents[2])?;
@@ -577,7 +583,7 @@ fn a_node_joining_and_a_rolling_upgrade_under_traffic_fail_no_connection() -> Re
             k + 1,
             agent.running_exe()
         );
-        run.wait_router(Duration::from_mins(1), |h| {
+        run.wait_router(SESSIONS_UP, |h| {
             h.contains(&bird::balancer_up(k + 1)) && h.len() == 3
         })?;
     }
