@@ -18,6 +18,7 @@ have bird     || need_apt+=(bird2)
 # etcd for the fleet tests (each test starts its own members); protoc for etcd-client's build.
 have etcd     || need_apt+=(etcd-server)
 have etcdctl  || need_apt+=(etcd-client)
+have openssl  || need_apt+=(openssl)
 have protoc   || need_apt+=(protobuf-compiler)
 [ -d /usr/lib/llvm-22/lib ] && [ -e /usr/lib/llvm-22/bin/llvm-config ] || need_apt+=(llvm-22-dev)
 if have bpf-linker; then

@@ -105,7 +105,7 @@ fn probe(extra_tools: &[&str]) -> Result<(), String> {
 fn tool_runs(tool: &str) -> bool {
     let arg = match tool {
         "ip" | "sysctl" => "-V",
-        "etcdctl" => "version",
+        "etcdctl" | "openssl" => "version",
         _ => "--version",
     };
     Command::new(tool)

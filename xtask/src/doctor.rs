@@ -38,7 +38,7 @@ fn missing(problem: impl Into<String>, fix: impl Into<String>) -> Missing {
 
 /// Commands checked: name, the argument that prints its version, whether it is required, and
 /// how to install it.
-const TOOLS: [(&str, &str, bool, &str); 11] = [
+const TOOLS: [(&str, &str, bool, &str); 12] = [
     ("bpf-linker", "--version", true, SETUP),
     (
         "bpftool",
@@ -88,6 +88,12 @@ const TOOLS: [(&str, &str, bool, &str); 11] = [
         "version",
         true,
         "cargo xtask setup (apt-get install etcd-client)",
+    ),
+    (
+        "openssl",
+        "version",
+        true,
+        "cargo xtask setup (apt-get install openssl); the etcd TLS test makes its certificates",
     ),
     (
         "protoc",

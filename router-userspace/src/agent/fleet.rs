@@ -64,8 +64,8 @@ impl FleetLink {
 pub struct FleetStatus {
     /// This node.
     pub node: String,
-    /// `connected`, or `stale since <RFC 3339 time>` while etcd does not answer (the node keeps
-    /// the last decisions and maps).
+    /// `connecting` until the first session with etcd, `connected`, or `stale since <RFC 3339
+    /// time>` while etcd does not answer (the node keeps the last decisions and maps).
     pub etcd: String,
     /// Since when etcd has not answered, s since the epoch.
     pub stale_since: Option<u64>,
@@ -381,9 +381,10 @@ impl Runtime {
         let f = self.fleet.as_ref()?;
         Some(FleetStatus {
             node: f.node.clone(),
-            etcd: match f.stale_since {
-                None => "connected".into(),
-                Some(ns) => format!("stale since {}", rfc3339(ns)),
+            etcd: match (f.stale_since, f.connected) {
+                (Some(ns), _) => format!("stale since {}", rfc3339(ns)),
+                (None, true) => "connected".into(),
+                (None, false) => "connecting".into(),
             },
             stale_since: f.stale_since.map(|ns| ns / 1_000_000_000),
             groups: self

@@ -323,13 +323,11 @@ fn fleet_line(o: &mut String, s: &Status) {
                 )
             })
             .collect();
-        let _ = writeln!(
-            o,
-            "fleet: node {}, etcd {}; {}",
-            f.node,
-            f.etcd,
-            groups.join("; ")
-        );
+        let _ = write!(o, "fleet: node {}, etcd {}", f.node, f.etcd);
+        if !groups.is_empty() {
+            let _ = write!(o, "; {}", groups.join("; "));
+        }
+        o.push('\n');
     }
 }
 

@@ -153,7 +153,8 @@ pub struct Fleet {
     /// This node's name, unique in the fleet (default: the host name); letters, digits, `.`,
     /// `_`, `-`, at most 63 bytes.
     pub node: String,
-    /// etcd client endpoints, `HOST:PORT` or `http://HOST:PORT` (at least one).
+    /// etcd client endpoints, `http://HOST:PORT`, or `https://HOST:PORT` with [`Fleet::tls`]
+    /// (at least one, no duplicates; `HOST:PORT` in the file takes the scheme `tls` implies).
     pub endpoints: Vec<String>,
     /// Prefix of every key the fleet writes (default `/switchyard`): starts with `/`, no
     /// trailing `/`.
@@ -166,6 +167,23 @@ pub struct Fleet {
     /// How long one etcd request may take, 100 ms to 60 s (default 1 s); past it etcd counts as
     /// unreachable.
     pub request_timeout: Duration,
+    /// TLS to etcd (`https://` endpoints), `None` for plain HTTP.
+    pub tls: Option<FleetTls>,
+}
+
+/// `fleet.tls:`: TLS to etcd (etcd's `--cert-file`/`--key-file`, and `--client-cert-auth`
+/// with `--trusted-ca-file` when the agent shows a client certificate). The files are PEM, read
+/// again at each connection to etcd, so certificates renewed in place are taken at the next
+/// reconnection; validation reads them once to report a missing or malformed file.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FleetTls {
+    /// The CA certificate(s) the agent verifies etcd's server certificate against (absolute path).
+    pub ca: PathBuf,
+    /// The client certificate and its private key (absolute paths), `None` without client
+    /// authentication.
+    pub identity: Option<(PathBuf, PathBuf)>,
+    /// The name etcd's certificate must carry, `None` for each endpoint's host.
+    pub server_name: Option<String>,
 }
 
 /// `conntrack:` settings: how long a tracked flow may stay idle in each state before it is a

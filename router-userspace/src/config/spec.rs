@@ -26,6 +26,17 @@ pub(crate) struct FleetSpec {
     pub lease_ttl: Option<String>,
     pub dial_timeout: Option<String>,
     pub request_timeout: Option<String>,
+    pub tls: Option<FleetTlsSpec>,
+}
+
+/// `fleet.tls:`: how the agent verifies etcd and, optionally, proves who it is.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct FleetTlsSpec {
+    pub ca: Option<String>,
+    pub cert: Option<String>,
+    pub key: Option<String>,
+    pub server_name: Option<String>,
 }
 
 /// `conntrack:`.

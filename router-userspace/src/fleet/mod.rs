@@ -22,8 +22,8 @@
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use etcd_client::{
-    Client, Compare, CompareOp, ConnectOptions, EventType, GetOptions, PutOptions, Txn, TxnOp,
-    TxnOpResponse, WatchOptions,
+    Certificate, Client, Compare, CompareOp, ConnectOptions, EventType, GetOptions, Identity,
+    PutOptions, TlsOptions, Txn, TxnOp, TxnOpResponse, WatchOptions,
 };
 use log::{info, warn};
 use rules::engine::{Action, By};
@@ -315,6 +315,33 @@ pub async fn run(cfg: Fleet, commands: mpsc::Sender<Command>, mut out: mpsc::Rec
     }
 }
 
+/// The client options of `cfg`: its dial timeout, `request` per request, and its TLS, whose
+/// files are read here (so a certificate renewed in place is taken at the next connection).
+///
+/// # Errors
+///
+/// A TLS file cannot be read (the error names it).
+fn options(cfg: &Fleet, request: Duration) -> Result<ConnectOptions, String> {
+    let options = ConnectOptions::new()
+        .with_connect_timeout(cfg.dial_timeout)
+        .with_timeout(request);
+    let Some(tls) = &cfg.tls else {
+        return Ok(options);
+    };
+    let read = |path: &std::path::Path| {
+        std::fs::read(path)
+            .map_err(|e| format!("fleet.tls: {} cannot be read: {e}", path.display()))
+    };
+    let mut config = TlsOptions::new().ca_certificate(Certificate::from_pem(read(&tls.ca)?));
+    if let Some((cert, key)) = &tls.identity {
+        config = config.identity(Identity::from_pem(read(cert)?, read(key)?));
+    }
+    if let Some(name) = &tls.server_name {
+        config = config.domain_name(name.clone());
+    }
+    Ok(options.with_tls(config))
+}
+
 /// A client of one member: the first of `endpoints`, from `first` on, that answers a status
 /// request within `limit`; with the index of its endpoint. One member per session, not a
 /// client balanced over all of them: a balanced client sends some requests to a dead member
@@ -401,9 +428,8 @@ impl Session {
                   watch, the writes and the keep-alives"
     )]
     async fn run(&mut self, out: &mut mpsc::Receiver<FleetOut>) -> Result<(), SessionError> {
-        let options = ConnectOptions::new()
-            .with_connect_timeout(self.cfg.dial_timeout)
-            .with_timeout(self.cfg.request_timeout)
+        let options = options(&self.cfg, self.cfg.request_timeout)
+            .map_err(SessionError::Lost)?
             .with_keep_alive(self.cfg.request_timeout, self.cfg.request_timeout);
         let (mut client, at) = connect(
             &self.cfg.endpoints,
@@ -789,9 +815,7 @@ pub async fn view(cfg: &Fleet) -> Result<FleetView, String> {
     // A one-off read, not on a decision's path: a fresh connection's first request may take
     // longer than the agents' `request_timeout`.
     let request = cfg.request_timeout.max(Duration::from_secs(2));
-    let options = ConnectOptions::new()
-        .with_connect_timeout(cfg.dial_timeout)
-        .with_timeout(request);
+    let options = options(cfg, request)?;
     let (mut c, _) = connect(&cfg.endpoints, 0, &options, request)
         .await
         .map_err(|e| format!("etcd: {e}"))?;
