@@ -315,6 +315,39 @@ pub async fn run(cfg: Fleet, commands: mpsc::Sender<Command>, mut out: mpsc::Rec
     }
 }
 
+/// The election of `node` for `group`: a transaction that creates `P/leader/GROUP` = `node`
+/// under `lease` if no one holds it (`create_revision == 0`). It succeeded when this node leads;
+/// the response header's revision is then its fencing token.
+#[must_use]
+pub fn campaign_txn(keys: &Keys, node: &str, group: &str, lease: i64) -> Txn {
+    let key = keys.leader(group);
+    Txn::new()
+        .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
+        .and_then([TxnOp::put(
+            key,
+            node.to_owned(),
+            Some(PutOptions::new().with_lease(lease)),
+        )])
+}
+
+/// The publication of `decision` by `node`, fenced: `P/decision/GROUP` is written only while
+/// `P/leader/GROUP` is the key this node's election created (its create revision is
+/// `decision.election_revision`, and it names `node`). A leader whose lease expired fails the
+/// comparison even once it is elected again (a new election has a new create revision); the
+/// response then carries the election key as it is (the leader now, if any).
+#[must_use]
+pub fn publish_txn(keys: &Keys, node: &str, group: &str, decision: &PublishedDecision) -> Txn {
+    let leader = keys.leader(group);
+    let json = serde_json::to_string(decision).unwrap_or_default();
+    Txn::new()
+        .when([
+            Compare::create_revision(leader.clone(), CompareOp::Equal, decision.election_revision),
+            Compare::value(leader.clone(), CompareOp::Equal, node.to_owned()),
+        ])
+        .and_then([TxnOp::put(keys.decision(group), json, None)])
+        .or_else([TxnOp::get(leader, None)])
+}
+
 /// The client options of `cfg`: its dial timeout, `request` per request, and its TLS, whose
 /// files are read here (so a certificate renewed in place is taken at the next connection).
 ///
@@ -589,14 +622,7 @@ impl Session {
         group: &str,
         lease: i64,
     ) -> Result<(), SessionError> {
-        let key = self.keys.leader(group);
-        let txn = Txn::new()
-            .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
-            .and_then([TxnOp::put(
-                key.clone(),
-                self.cfg.node.clone(),
-                Some(PutOptions::new().with_lease(lease)),
-            )]);
+        let txn = campaign_txn(&self.keys, &self.cfg.node, group, lease);
         let resp = self.timed(client.txn(txn)).await?;
         if resp.succeeded() {
             let revision = resp
@@ -702,20 +728,7 @@ impl Session {
                 return Err(SessionError::Stopped);
             }
             FleetOut::Publish { group, decision } => {
-                let leader = self.keys.leader(&group);
-                let json = serde_json::to_string(&decision).unwrap_or_default();
-                // Fenced: only while the election key is still the one this node created.
-                let txn = Txn::new()
-                    .when([
-                        Compare::create_revision(
-                            leader.clone(),
-                            CompareOp::Equal,
-                            decision.election_revision,
-                        ),
-                        Compare::value(leader, CompareOp::Equal, self.cfg.node.clone()),
-                    ])
-                    .and_then([TxnOp::put(self.keys.decision(&group), json, None)])
-                    .or_else([TxnOp::get(self.keys.leader(&group), None)]);
+                let txn = publish_txn(&self.keys, &self.cfg.node, &group, &decision);
                 let resp = self.timed(client.txn(txn)).await?;
                 if !resp.succeeded() {
                     let holder = resp.op_responses().into_iter().find_map(|r| match r {

@@ -14,7 +14,7 @@ mod failover;
 mod first_check;
 mod fleet;
 mod fleet_bgp;
-mod fleet_tls;
+mod fleet_etcd;
 mod flow_state;
 mod health;
 mod hitless;
