@@ -83,9 +83,8 @@ fn service(name: &str, vip: std::net::IpAddr, pool: &str) -> Service {
 fn config() -> Result<Config> {
     Ok(Config {
         agent: Agent {
-            api: "127.0.0.1:9900".parse()?,
             pin_path: "/sys/fs/bpf/unused".into(),
-            state_dir: "/var/lib/switchyard".into(),
+            ..Agent::default()
         },
         fleet: None,
         conntrack: Conntrack::default(),

@@ -208,8 +208,8 @@ impl Runtime {
     fn running_agent(&self, mut cfg: Config) -> Config {
         if cfg.agent != self.config.agent {
             warn!(
-                "agent settings (api, pin_path, state_dir) change only on restart; this agent \
-                 keeps api {}, pin_path {}, state_dir {}",
+                "agent settings (api and its token, pin_path, state_dir) change only on \
+                 restart; this agent keeps api {}, pin_path {}, state_dir {}",
                 self.config.agent.api,
                 self.config.agent.pin_path.display(),
                 self.config.agent.state_dir.display()

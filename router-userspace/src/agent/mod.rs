@@ -109,7 +109,7 @@ pub enum AgentError {
     #[error("starting the history store's thread: {0}")]
     HistoryThread(#[source] std::io::Error),
     /// The API socket could not be bound.
-    #[error("binding the local API on {addr}: {source}")]
+    #[error("binding the API on {addr}: {source}")]
     Api {
         /// Address from `agent.api`.
         addr: std::net::SocketAddr,
@@ -117,6 +117,9 @@ pub enum AgentError {
         #[source]
         source: std::io::Error,
     },
+    /// `agent.api_token_file` could not be read (it was readable when validated).
+    #[error("agent.api_token_file: {0}")]
+    Token(String),
 }
 
 pub(crate) fn now_secs() -> u64 {
@@ -177,6 +180,14 @@ pub async fn run(opts: Options) -> Result<(), AgentError> {
     let (fragments, cfg) = config::read_dir(&opts.config_dir)?.load()?;
     let history = History::open(&cfg.agent.state_dir)?;
     let (mut watch, mut watch_rx) = watch::Watch::new(&opts.config_dir)?;
+    // The token as the file holds it now; a changed file is taken at the next start.
+    let auth = api::Auth {
+        token: match &cfg.agent.api_token_file {
+            Some(path) => Some(config::api_token(path).map_err(AgentError::Token)?.into()),
+            None => None,
+        },
+        open_read: cfg.agent.api_open_read,
+    };
     let listener = tokio::net::TcpListener::bind(cfg.agent.api)
         .await
         .map_err(|source| AgentError::Api {
@@ -376,6 +387,7 @@ pub async fn run(opts: Options) -> Result<(), AgentError> {
             recorder,
             metrics,
             pin_dir: pin_dir.clone(),
+            auth,
         },
     ));
     let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));

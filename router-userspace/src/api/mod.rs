@@ -1,5 +1,6 @@
-//! The local HTTP API on `agent.api` (loopback): `GET /status` (JSON), `GET /metrics`
-//! (Prometheus text format), and the operator endpoints of [`ctl`] and [`versions`].
+//! The HTTP API on `agent.api`: `GET /status` (JSON), `GET /metrics` (Prometheus text format),
+//! and the operator endpoints of [`ctl`] and [`versions`]. With `agent.api_token_file` every
+//! request needs its bearer token ([`Auth`]); that is what lets it listen beyond loopback.
 //!
 //! Handlers change nothing themselves: a change is a [`Command`] for the agent's event loop,
 //! a read a [`Query`] answered there between two commands, and the history's versions are read
@@ -37,6 +38,65 @@ pub struct Api {
     /// Where the maps are pinned (read off the event loop: the tracked flows of drained
     /// backends).
     pub pin_dir: std::path::PathBuf,
+    /// Who may ask.
+    pub auth: Auth,
+}
+
+/// The API's access rule (`agent.api_token_file`, `agent.api_open_read`).
+#[derive(Clone, Debug, Default)]
+pub struct Auth {
+    /// The bearer token every request must carry; `None`: none is asked (a loopback API).
+    pub token: Option<std::sync::Arc<str>>,
+    /// `GET` requests are answered without the token.
+    pub open_read: bool,
+}
+
+impl Auth {
+    /// Whether a request with `method` and `authorization` (the header's value) may be
+    /// answered: no token set, an open read, or `Bearer TOKEN` (RFC 6750 §2.1) with the token,
+    /// compared in time independent of where it differs.
+    #[must_use]
+    pub fn allows(&self, method: &axum::http::Method, authorization: Option<&[u8]>) -> bool {
+        let Some(token) = &self.token else {
+            return true;
+        };
+        if self.open_read && method == axum::http::Method::GET {
+            return true;
+        }
+        let Some(given) = authorization.and_then(|h| h.strip_prefix(b"Bearer ")) else {
+            return false;
+        };
+        let want = token.as_bytes();
+        given.len() == want.len()
+            && given
+                .iter()
+                .zip(want)
+                .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+                == 0
+    }
+}
+
+/// Answers `401` to a request [`Auth::allows`] refuses, before any handler runs.
+async fn authorize(
+    State(auth): State<Auth>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let header = request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .map(axum::http::HeaderValue::as_bytes);
+    if auth.allows(request.method(), header) {
+        return next.run(request).await;
+    }
+    (
+        StatusCode::UNAUTHORIZED,
+        [(header::WWW_AUTHENTICATE, "Bearer")],
+        Json(
+            serde_json::json!({ "error": "missing or wrong bearer token (agent.api_token_file)" }),
+        ),
+    )
+        .into_response()
 }
 
 impl Api {
@@ -100,9 +160,13 @@ pub async fn serve(listener: tokio::net::TcpListener, api: Api) {
         .route("/diff/{a}/{b}", get(versions::diff))
         .route("/weights/{pool}", get(weights::get))
         .route("/metrics", get(scrape))
+        .layer(axum::middleware::from_fn_with_state(
+            api.auth.clone(),
+            authorize,
+        ))
         .with_state(api);
     if let Err(e) = axum::serve(listener, app).await {
-        log::error!("local API stopped: {e}");
+        log::error!("API stopped: {e}");
     }
 }
 
@@ -203,5 +267,44 @@ async fn scrape(State(api): State<Api>) -> Response {
         )
             .into_response(),
         Err(_) => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use axum::http::Method;
+
+    use super::Auth;
+
+    fn auth(open_read: bool) -> Auth {
+        Auth {
+            token: Some("0123456789abcdef0123".into()),
+            open_read,
+        }
+    }
+
+    #[test]
+    fn without_a_token_every_request_is_answered() {
+        assert!(Auth::default().allows(&Method::POST, None));
+    }
+
+    #[test]
+    fn with_a_token_only_its_bearer_is_answered() {
+        let a = auth(false);
+        assert!(a.allows(&Method::POST, Some(b"Bearer 0123456789abcdef0123")));
+        assert!(!a.allows(&Method::GET, None));
+        assert!(!a.allows(&Method::GET, Some(b"Bearer 0123456789abcdef012")));
+        assert!(!a.allows(&Method::GET, Some(b"Bearer 0123456789abcdef01234")));
+        assert!(!a.allows(&Method::GET, Some(b"Bearer 0123456789abcdef0124")));
+        assert!(!a.allows(&Method::GET, Some(b"Basic 0123456789abcdef0123")));
+        assert!(!a.allows(&Method::GET, Some(b"0123456789abcdef0123")));
+    }
+
+    #[test]
+    fn open_reads_answer_gets_only() {
+        let a = auth(true);
+        assert!(a.allows(&Method::GET, None));
+        assert!(!a.allows(&Method::POST, None));
+        assert!(!a.allows(&Method::DELETE, Some(b"Bearer wrong")));
     }
 }

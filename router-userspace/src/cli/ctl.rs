@@ -139,7 +139,9 @@ pub enum BackendOp {
 }
 
 async fn call(target: &super::Target, req: reqwest::RequestBuilder) -> Result<Value> {
-    let resp = req
+    let resp = target
+        .authorize(req)
+        .map_err(anyhow::Error::msg)?
         .send()
         .await
         .with_context(|| format!("no agent answers at {} (from {})", target.base, target.from))?;

@@ -40,6 +40,25 @@ pub struct Target {
     pub from: String,
     /// Its `agent.pin_path` (the record's, else the directory's, else the default).
     pub pin_path: PathBuf,
+    /// The directory's `agent.api_token_file`, whose token every request carries.
+    pub token_file: Option<PathBuf>,
+}
+
+impl Target {
+    /// `req` with the API token as `Authorization: Bearer …` when the directory sets one.
+    ///
+    /// # Errors
+    ///
+    /// The token file cannot be read (it is usually readable by root only).
+    pub fn authorize(
+        &self,
+        req: reqwest::RequestBuilder,
+    ) -> Result<reqwest::RequestBuilder, String> {
+        match &self.token_file {
+            None => Ok(req),
+            Some(path) => Ok(req.bearer_auth(config::api_token(path)?)),
+        }
+    }
 }
 
 /// Why the agent of a config directory cannot be asked from here.
@@ -74,6 +93,9 @@ pub enum LocateError {
 /// [`LocateError::OtherNamespace`] when, without `api`, the record names an agent of another
 /// network namespace than this process's.
 pub fn locate(dir: &Path, api: Option<&str>, run_dir: &Path) -> Result<Target, LocateError> {
+    let token_file = config::load_dir(dir)
+        .ok()
+        .and_then(|c| c.agent.api_token_file);
     let from_config = || {
         if let Ok(c) = config::load_dir(dir) {
             (
@@ -99,6 +121,7 @@ pub fn locate(dir: &Path, api: Option<&str>, run_dir: &Path) -> Result<Target, L
             base: api.trim_end_matches('/').to_owned(),
             from: "--api".into(),
             pin_path: from_config().2,
+            token_file,
         });
     }
     if let Some(r) = record::find(run_dir, dir) {
@@ -120,6 +143,7 @@ pub fn locate(dir: &Path, api: Option<&str>, run_dir: &Path) -> Result<Target, L
                 record::record_path(run_dir, dir).display()
             ),
             pin_path: r.pin_path,
+            token_file,
         });
     }
     let (api, from, pin_path) = from_config();
@@ -127,6 +151,7 @@ pub fn locate(dir: &Path, api: Option<&str>, run_dir: &Path) -> Result<Target, L
         base: format!("http://{api}"),
         from,
         pin_path,
+        token_file,
     })
 }
 
@@ -152,6 +177,12 @@ pub enum StatusError {
         /// Interfaces with a pinned link.
         pinned: String,
     },
+    /// The directory's `agent.api_token_file` cannot be read.
+    #[error("agent.api_token_file: {0}")]
+    Token(String),
+    /// The agent refused the request (`401`: no token, or not its token).
+    #[error("the agent refused the request: {0}")]
+    Refused(String),
 }
 
 /// Prints the status of the agent serving `dir` (found by [`locate`]; `api` overrides).
@@ -160,7 +191,8 @@ pub enum StatusError {
 ///
 /// [`StatusError::Locate`] when the agent cannot be asked from here; [`StatusError::Unreachable`]
 /// when no agent answers at the address found, or its answer cannot be read (or, without
-/// `json`, is not a status document).
+/// `json`, is not a status document); [`StatusError::Token`] and [`StatusError::Refused`] when
+/// the directory's API token cannot be read or is not the agent's.
 pub async fn status(dir: &Path, api: Option<&str>, json: bool) -> Result<(), StatusError> {
     let target = locate(dir, api, Path::new(record::RUN_DIR))?;
     let url = format!("{}/status", target.base);
@@ -177,7 +209,13 @@ pub async fn status(dir: &Path, api: Option<&str>, json: bool) -> Result<(), Sta
             },
         }
     };
-    let resp = reqwest::get(&url).await.map_err(unreachable)?;
+    let request = target
+        .authorize(reqwest::Client::new().get(&url))
+        .map_err(StatusError::Token)?;
+    let resp = request.send().await.map_err(unreachable)?;
+    if resp.status() == reqwest::StatusCode::UNAUTHORIZED {
+        return Err(StatusError::Refused(resp.text().await.unwrap_or_default()));
+    }
     if json {
         let text = resp.text().await.map_err(unreachable)?;
         println!("{text}");

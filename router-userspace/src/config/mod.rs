@@ -30,6 +30,19 @@ mod load;
 mod report;
 mod spec;
 mod validate;
+
+/// The API token in `agent.api_token_file` (`path`), as the agent and the CLI read it.
+///
+/// # Errors
+///
+/// The file cannot be read or holds no usable token (the message says which, and what a token
+/// looks like).
+pub fn api_token(path: &std::path::Path) -> Result<String, String> {
+    validate::read_token(path).map_err(|(message, hint)| match hint {
+        Some(h) => format!("{message}; {h}"),
+        None => message,
+    })
+}
 mod values;
 
 use std::fmt;

@@ -110,9 +110,16 @@ impl Config {
 /// `agent:` settings.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Agent {
-    /// Local HTTP API and `/metrics` (default `127.0.0.1:9900`); a loopback address (remote
-    /// access needs a token, which is not supported yet).
+    /// HTTP API and `/metrics` (default `127.0.0.1:9900`); an address other than a loopback
+    /// one only with [`Agent::api_token_file`].
     pub api: SocketAddr,
+    /// A file holding the API's bearer token (absolute path; one line of at least
+    /// [`MIN_API_TOKEN_LEN`] printable characters, no spaces). With it every request needs
+    /// `Authorization: Bearer TOKEN` (RFC 6750 §2.1), else `401`; `status` and `ctl` read it.
+    pub api_token_file: Option<PathBuf>,
+    /// With a token, `GET` requests (status, metrics, versions, decisions, explain, weights:
+    /// nothing that changes the agent) are answered without one (default `false`).
+    pub api_open_read: bool,
     /// bpffs directory the maps and the XDP link are pinned under, absolute (default
     /// `/sys/fs/bpf/switchyard`).
     pub pin_path: PathBuf,
@@ -125,11 +132,16 @@ impl Default for Agent {
     fn default() -> Self {
         Self {
             api: DEFAULT_API,
+            api_token_file: None,
+            api_open_read: false,
             pin_path: PathBuf::from(DEFAULT_PIN_PATH),
             state_dir: PathBuf::from(DEFAULT_STATE_DIR),
         }
     }
 }
+
+/// The shortest API token `agent.api_token_file` may hold, in bytes.
+pub const MIN_API_TOKEN_LEN: usize = 16;
 
 /// Default `fleet.prefix`.
 pub const DEFAULT_FLEET_PREFIX: &str = "/switchyard";

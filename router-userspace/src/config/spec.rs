@@ -12,6 +12,8 @@ use serde::Deserialize;
 #[serde(deny_unknown_fields)]
 pub(crate) struct AgentSpec {
     pub api: Option<String>,
+    pub api_token_file: Option<String>,
+    pub api_open_read: Option<String>,
     pub pin_path: Option<String>,
     pub state_dir: Option<String>,
 }

@@ -15,8 +15,8 @@ use super::{
     load::Parsed,
     model::{
         Agent, Config, Conntrack, DEFAULT_PIN_PATH, DEFAULT_STATE_DIR, Forward, HashMode,
-        MAX_FLOW_TIMEOUT, MAX_SECOND_CHANCE, MIN_FLOW_TIMEOUT, Protocol, Service, SourceRange,
-        SplitShare, Target,
+        MAX_FLOW_TIMEOUT, MAX_SECOND_CHANCE, MIN_API_TOKEN_LEN, MIN_FLOW_TIMEOUT, Protocol,
+        Service, SourceRange, SplitShare, Target,
     },
     report::{Item, Report, index_path, key_path},
     spec::{AgentSpec, ConntrackSpec, ServiceSpec, TargetSpec},
@@ -49,6 +49,19 @@ impl<V> Field<V> {
             Field::Absent => Some(default),
             Field::Bad => None,
             Field::Ok(v) => Some(v),
+        }
+    }
+
+    /// `Some(None)` when absent, `Some(Some(v))` when set; `None` when bad.
+    #[expect(
+        clippy::option_option,
+        reason = "an optional setting read: absent, set, or reported"
+    )]
+    pub fn or_none(self) -> Option<Option<V>> {
+        match self {
+            Field::Absent => Some(None),
+            Field::Bad => None,
+            Field::Ok(v) => Some(Some(v)),
         }
     }
 }
@@ -230,7 +243,7 @@ fn agents(items: &[Item<AgentSpec>], report: &mut Report) -> Option<Agent> {
 
 fn agent(it: &Item<AgentSpec>, report: &mut Report) -> Option<Agent> {
     let defaults = Agent::default();
-    let api = leaf(it, report, it.spec.api.as_deref(), "api", api).or(defaults.api);
+    let api = leaf(it, report, it.spec.api.as_deref(), "api", api);
     let pin_path = leaf(it, report, it.spec.pin_path.as_deref(), "pin_path", |v| {
         absolute(v, "pin_path", DEFAULT_PIN_PATH)
     })
@@ -239,11 +252,84 @@ fn agent(it: &Item<AgentSpec>, report: &mut Report) -> Option<Agent> {
         absolute(v, "state_dir", DEFAULT_STATE_DIR)
     })
     .or(defaults.state_dir);
+    let token = leaf(
+        it,
+        report,
+        it.spec.api_token_file.as_deref(),
+        "api_token_file",
+        |v| {
+            let path = absolute(v, "api_token_file", "/etc/switchyard/api.token")?;
+            read_token(&path).map(|_| path)
+        },
+    );
+    let open_read = leaf(
+        it,
+        report,
+        it.spec.api_open_read.as_deref(),
+        "api_open_read",
+        |v| match v {
+            "true" => Ok(true),
+            "false" => Ok(false),
+            _ => Err((
+                format!("api_open_read must be true or false, not {v:?}"),
+                None,
+            )),
+        },
+    );
+    let has_token = matches!(token, Field::Ok(_));
+    if let (Field::Ok(addr), Field::Absent) = (&api, &token)
+        && !addr.ip().is_loopback()
+    {
+        let message = format!(
+            "the API listens on {} (not a loopback address) only with api_token_file",
+            addr.ip()
+        );
+        let hint = Some("set agent.api_token_file, or listen on 127.0.0.1".to_owned());
+        it.err(report, "api", message, hint);
+    }
+    if matches!(open_read, Field::Ok(true)) && !has_token && !matches!(token, Field::Bad) {
+        let message = "api_open_read opens reads of an API that has no token".to_owned();
+        let hint = Some("set agent.api_token_file, or remove api_open_read".to_owned());
+        it.err(report, "api_open_read", message, hint);
+    }
     Some(Agent {
-        api: api?,
+        api: api.or(defaults.api)?,
+        api_token_file: token.or_none()?,
+        api_open_read: open_read.or(false)?,
         pin_path: pin_path?,
         state_dir: state_dir?,
     })
+}
+
+/// The API token in `path`: its one line, trimmed.
+///
+/// # Errors
+///
+/// The file cannot be read, or holds a token shorter than [`MIN_API_TOKEN_LEN`] or with
+/// characters other than printable ASCII.
+pub(crate) fn read_token(path: &std::path::Path) -> Result<String, Bad> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| (format!("{} cannot be read: {e}", path.display()), None))?;
+    let token = text.trim();
+    let hint = || {
+        Some(format!(
+            "one line of at least {MIN_API_TOKEN_LEN} printable characters, such as the output \
+             of `openssl rand -hex 32`"
+        ))
+    };
+    if token.len() < MIN_API_TOKEN_LEN || token.contains(char::is_whitespace) {
+        return Err((format!("{} holds no usable token", path.display()), hint()));
+    }
+    if !token.chars().all(|c| c.is_ascii_graphic()) {
+        return Err((
+            format!(
+                "{} holds characters other than printable ASCII",
+                path.display()
+            ),
+            hint(),
+        ));
+    }
+    Ok(token.to_owned())
 }
 
 /// The flow timeouts: defaults, or the one `conntrack:` (more than one is an error).
@@ -323,15 +409,6 @@ fn api(s: &str) -> Result<SocketAddr, Bad> {
         return Err((
             "port must be a number from 1 to 65535, not 0".to_owned(),
             None,
-        ));
-    }
-    if !addr.ip().is_loopback() {
-        return Err((
-            format!(
-                "the API must listen on a loopback address, not {}",
-                addr.ip()
-            ),
-            Some("remote access needs a token, which is not supported yet".to_owned()),
         ));
     }
     Ok(addr)

@@ -68,11 +68,7 @@ fn service(name: &str, port: u16, to: Target) -> CfgService {
 
 fn config(services: Vec<CfgService>, pools: Vec<CfgPool>) -> Config {
     Config {
-        agent: Agent {
-            api: "127.0.0.1:9900".parse().unwrap(),
-            pin_path: "/sys/fs/bpf/switchyard".into(),
-            state_dir: "/var/lib/switchyard".into(),
-        },
+        agent: Agent::default(),
         fleet: None,
         conntrack: Conntrack::default(),
         announce: None,

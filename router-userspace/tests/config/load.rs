@@ -25,6 +25,8 @@ fn minimal_config_loads_with_every_default_applied() {
         Config {
             agent: Agent {
                 api: SocketAddr::from(([127, 0, 0, 1], 9900)),
+                api_token_file: None,
+                api_open_read: false,
                 pin_path: PathBuf::from("/sys/fs/bpf/switchyard"),
                 state_dir: PathBuf::from("/var/lib/switchyard"),
             },

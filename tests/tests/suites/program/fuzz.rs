@@ -95,9 +95,8 @@ fn config() -> Config {
     let (vip4, vip6) = (IpAddr::V4(VIP_V4), IpAddr::V6(VIP_V6));
     Config {
         agent: Agent {
-            api: "127.0.0.1:9900".parse().unwrap(),
             pin_path: "/sys/fs/bpf/x".into(),
-            state_dir: "/var/lib/switchyard".into(),
+            ..Agent::default()
         },
         fleet: None,
         conntrack: Conntrack::default(),

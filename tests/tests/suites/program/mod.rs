@@ -87,9 +87,8 @@ fn fixture_config() -> Config {
     ]);
     Config {
         agent: Agent {
-            api: "127.0.0.1:9900".parse().unwrap(),
             pin_path: "/sys/fs/bpf/x".into(),
-            state_dir: "/var/lib/switchyard".into(),
+            ..Agent::default()
         },
         fleet: None,
         conntrack: Conntrack::default(),

@@ -19,6 +19,7 @@ mod flow_state;
 mod health;
 mod hitless;
 mod real_hosts;
+mod remote_api;
 mod slow_start;
 mod tables;
 mod vip;
