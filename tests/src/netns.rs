@@ -216,6 +216,17 @@ impl Netns {
         }
     }
 
+    /// The kernel id of the XDP program on `iface` ([`Netns::xdp_program`]'s second word).
+    ///
+    /// # Errors
+    ///
+    /// As [`Netns::xdp_program`].
+    pub fn xdp_program_id(&self, iface: &str) -> Result<Option<u32>> {
+        Ok(self
+            .xdp_program(iface)?
+            .and_then(|p| p.split_whitespace().nth(1).and_then(|id| id.parse().ok())))
+    }
+
     /// The XDP program attached to `iface` in this namespace, as `ip -d link` names it
     /// (`id 42 name switchyard`), or `None` when the interface has none.
     ///

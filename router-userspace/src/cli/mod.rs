@@ -93,16 +93,12 @@ pub enum LocateError {
 /// [`LocateError::OtherNamespace`] when, without `api`, the record names an agent of another
 /// network namespace than this process's.
 pub fn locate(dir: &Path, api: Option<&str>, run_dir: &Path) -> Result<Target, LocateError> {
-    let token_file = config::load_dir(dir)
-        .ok()
-        .and_then(|c| c.agent.api_token_file);
+    // Read once: the token and, without a record, the address and pins all come from it.
+    let loaded = config::load_dir(dir).ok().map(|c| c.agent);
+    let token_file = loaded.as_ref().and_then(|a| a.api_token_file.clone());
     let from_config = || {
-        if let Ok(c) = config::load_dir(dir) {
-            (
-                c.agent.api,
-                format!("agent.api of {}", dir.display()),
-                c.agent.pin_path,
-            )
+        if let Some(a) = loaded.clone() {
+            (a.api, format!("agent.api of {}", dir.display()), a.pin_path)
         } else {
             let d = Agent::default();
             (

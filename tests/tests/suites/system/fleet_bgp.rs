@@ -548,7 +548,7 @@ fn a_node_joining_and_a_rolling_upgrade_under_traffic_fail_no_connection() -> Re
     for (k, agent) in agents.iter_mut().enumerate() {
         let lb = &run.fleet.balancers[k];
         agent.stop()?;
-        let before = [program_id(lb, UP_IF)?, program_id(lb, DOWN_IF)?];
+        let before = [lb.xdp_program_id(UP_IF)?, lb.xdp_program_id(DOWN_IF)?];
         for iface in [UP_IF, DOWN_IF] {
             // nsenter keeps the host's /sys (and its bpffs); `ip netns exec` mounts its own.
             let out = std::process::Command::new("nsenter")
@@ -566,7 +566,7 @@ fn a_node_joining_and_a_rolling_upgrade_under_traffic_fail_no_connection() -> Re
                 String::from_utf8_lossy(&out.stderr)
             );
         }
-        let after = [program_id(lb, UP_IF)?, program_id(lb, DOWN_IF)?];
+        let after = [lb.xdp_program_id(UP_IF)?, lb.xdp_program_id(DOWN_IF)?];
         ensure!(
             after
                 .iter()
@@ -612,13 +612,6 @@ fn a_node_joining_and_a_rolling_upgrade_under_traffic_fail_no_connection() -> Re
     drop(run.birds);
     let _ = std::fs::remove_dir_all(release);
     Ok(())
-}
-
-/// The kernel id of the XDP program on `iface` in `lb`.
-fn program_id(lb: &router_tests::netns::Netns, iface: &str) -> Result<Option<u32>> {
-    Ok(lb
-        .xdp_program(iface)?
-        .and_then(|p| p.split_whitespace().nth(1).and_then(|id| id.parse().ok())))
 }
 
 #[test]

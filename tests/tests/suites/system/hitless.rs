@@ -336,13 +336,6 @@ fn lb_interfaces() -> Vec<String> {
     all
 }
 
-/// The kernel id of the XDP program on `iface` (`ip -d link`: `id 42 name switchyard`).
-fn program_id(lb: &Netns, iface: &str) -> Result<Option<u32>> {
-    Ok(lb
-        .xdp_program(iface)?
-        .and_then(|p| p.split_whitespace().nth(1).and_then(|id| id.parse().ok())))
-}
-
 /// Step (c): `switchyard upgrade --iface IF --config-dir DIR` in the lb namespace for every
 /// interface of `ifaces`, one at a time, then checks each interface runs a new program (another
 /// kernel id). Fails with "upgrade not available" when the binary has no `upgrade` subcommand
@@ -350,7 +343,7 @@ fn program_id(lb: &Netns, iface: &str) -> Result<Option<u32>> {
 fn upgrade_in_place(lb: &Netns, agent: &Agent, ifaces: &[String]) -> Result<()> {
     let bin = agent::binary()?;
     for iface in ifaces {
-        let before = program_id(lb, iface)?;
+        let before = lb.xdp_program_id(iface)?;
         let out = Command::new("nsenter")
             .arg(format!("--net={}", lb.path().display()))
             .arg(&bin)
@@ -373,7 +366,7 @@ fn upgrade_in_place(lb: &Netns, agent: &Agent, ifaces: &[String]) -> Result<()> 
             String::from_utf8_lossy(&out.stdout),
             stderr
         );
-        let after = program_id(lb, iface)?;
+        let after = lb.xdp_program_id(iface)?;
         println!("upgrade {iface}: program {before:?} → {after:?}");
         ensure!(
             after.is_some() && after != before,
