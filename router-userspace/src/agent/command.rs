@@ -116,6 +116,15 @@ pub enum Command {
         /// Whether the maps changed.
         reply: Reply<bool>,
     },
+    /// `switchyard flows --purge`, once the flows are deleted from connection tracking:
+    /// advance the generation of these backend slots, so no CPU's flow cache serves a copy of
+    /// a purged flow (`Publisher::renew_generations`). The answer: how many were written.
+    RenewGenerations {
+        /// Backend slots.
+        slots: Vec<u32>,
+        /// How many slots were written.
+        reply: Reply<usize>,
+    },
     /// An agent-check's answer (or why there was none).
     AgentCheck(AgentRead),
     /// What the fleet's etcd task learned (`crate::fleet`).
@@ -154,4 +163,18 @@ pub enum Query {
     Running(oneshot::Sender<Option<u64>>),
     /// `GET /weights/{pool}`.
     Weights(String, Reply<crate::api::weights::PoolWeightsView>),
+    /// The names of the published service and backend slots (`GET /flows`,
+    /// `POST /flows/purge`).
+    FlowCatalog(oneshot::Sender<crate::flows::Catalog>),
+    /// `GET /trace`: where a new flow `client` → `vip` (`proto`) goes.
+    Trace {
+        /// The client's address and port.
+        client: std::net::SocketAddr,
+        /// The virtual IP and port.
+        vip: std::net::SocketAddr,
+        /// `router_common::PROTO_TCP` or `PROTO_UDP`.
+        proto: u8,
+        /// The trace.
+        reply: Reply<crate::trace::Trace>,
+    },
 }

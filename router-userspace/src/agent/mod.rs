@@ -32,6 +32,7 @@ pub mod command;
 mod drains;
 mod failback;
 pub mod fleet;
+mod flows;
 mod next_hops;
 mod queries;
 mod rates;

@@ -193,6 +193,13 @@ impl Runtime {
             } => {
                 let _ = reply.send(self.set_drain(&pool, address, op));
             }
+            Command::RenewGenerations { slots, reply } => {
+                let renewed = self
+                    .publisher
+                    .renew_generations(&mut self.maps, &slots)
+                    .map_err(|e| e.to_string());
+                let _ = reply.send(renewed);
+            }
             Command::AgentCheck(read) => {
                 let now = self.now();
                 if self
@@ -627,6 +634,17 @@ impl Runtime {
             }
             Query::Weights(pool, reply) => {
                 let _ = reply.send(self.weights_view(&pool));
+            }
+            Query::FlowCatalog(reply) => {
+                let _ = reply.send(self.flow_catalog());
+            }
+            Query::Trace {
+                client,
+                vip,
+                proto,
+                reply,
+            } => {
+                let _ = reply.send(self.trace(client, vip, proto));
             }
         }
     }

@@ -7,6 +7,7 @@
 //! on the history thread ([`Recorder`]).
 
 pub mod ctl;
+pub mod flows;
 pub mod metrics;
 pub mod status;
 pub mod versions;
@@ -159,6 +160,9 @@ pub async fn serve(listener: tokio::net::TcpListener, api: Api) {
         .route("/versions/{n}", get(versions::show))
         .route("/diff/{a}/{b}", get(versions::diff))
         .route("/weights/{pool}", get(weights::get))
+        .route("/flows", get(flows::list))
+        .route("/flows/purge", post(flows::purge))
+        .route("/trace", get(flows::trace))
         .route("/metrics", get(scrape))
         .layer(axum::middleware::from_fn_with_state(
             api.auth.clone(),

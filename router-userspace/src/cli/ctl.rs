@@ -138,7 +138,7 @@ pub enum BackendOp {
     },
 }
 
-async fn call(target: &super::Target, req: reqwest::RequestBuilder) -> Result<Value> {
+pub(super) async fn call(target: &super::Target, req: reqwest::RequestBuilder) -> Result<Value> {
     let resp = target
         .authorize(req)
         .map_err(anyhow::Error::msg)?

@@ -176,6 +176,18 @@ impl KernelMaps {
         self.services.iter().filter_map(Result::ok).collect()
     }
 
+    /// The `SERVICES` entry of `key`, if the map holds one.
+    #[must_use]
+    pub fn service(&self, key: &ServiceKey) -> Option<Service> {
+        self.services.get(key, 0).ok()
+    }
+
+    /// Service slot `slot` (`None` past the array's end).
+    #[must_use]
+    pub fn service_slot(&self, slot: u32) -> Option<ServiceSlot> {
+        self.service_slots.get(&slot, 0).ok()
+    }
+
     /// The `SERVICE_SLOTS` entries that hold a service (a key other than all zero), by slot.
     #[must_use]
     pub fn held_service_slots(&self) -> Vec<(u32, ServiceSlot)> {

@@ -697,6 +697,41 @@ impl Publisher {
             .map(|b| b.slot)
     }
 
+    /// Writes each backend slot of `slots` again with its generation advanced by one, nothing
+    /// else changed: every CPU's flow cache then trusts no copy it made of a flow on it and
+    /// reads `CONNTRACK` instead (`switchyard flows --purge`, after deleting the flows there).
+    /// Slots the publisher does not hold are skipped. Returns how many were written.
+    ///
+    /// # Errors
+    ///
+    /// [`PublishError`] when a map write fails; the slots written before it keep their new
+    /// generation.
+    pub fn renew_generations(
+        &mut self,
+        dp: &mut dyn Dataplane,
+        slots: &[u32],
+    ) -> Result<usize, PublishError> {
+        let mut renewed = 0;
+        for b in self
+            .pools
+            .values_mut()
+            .flat_map(|p| p.backends.iter_mut())
+            .filter(|b| slots.contains(&b.slot))
+        {
+            if let Some(w) = b.written {
+                // `BackendState::entry` keeps a written generation while state and address
+                // stay, so the next write of the slot continues from this one.
+                let entry = Backend {
+                    generation: w.generation.wrapping_add(1),
+                    ..w
+                };
+                b.write(dp, entry)?;
+                renewed += 1;
+            }
+        }
+        Ok(renewed)
+    }
+
     /// Records next hops (`Some` resolved, `None` unresolved) and writes them into every slot
     /// of their addresses; a backend that became reachable or unreachable changes its pools'
     /// tables, in the safe order of [`tables::refresh`]. An unresolved next hop keeps the last

@@ -1192,3 +1192,39 @@ fn the_table_fingerprint_is_the_same_on_nodes_whose_slots_differ() {
     b.apply(&mut dp_b, &heavier).unwrap();
     assert_ne!(b.pools()["dc1"].table_digest(), Some(digest));
 }
+
+#[test]
+fn renewing_generations_rewrites_only_those_slots_and_later_writes_continue_from_them() {
+    let mut dp = MemoryDataplane::default();
+    let mut p = Publisher::new();
+    let cfg = config(
+        vec![service("web", 80, Target::Pool("dc1".into()))],
+        vec![pool("dc1", &[("198.18.1.11", 100), ("198.18.1.12", 100)])],
+    );
+    p.apply(&mut dp, &cfg).unwrap();
+    let slot = |a: &str| p.backend_slot("dc1", a.parse().unwrap()).unwrap();
+    let (a, b) = (slot("198.18.1.11"), slot("198.18.1.12"));
+    let before = (dp.backends[&a], dp.backends[&b]);
+    // A slot the publisher does not hold is skipped.
+    assert_eq!(p.renew_generations(&mut dp, &[a, 9_999]).unwrap(), 1);
+    assert_eq!(
+        dp.backends[&a],
+        Backend {
+            generation: before.0.generation.wrapping_add(1),
+            ..before.0
+        }
+    );
+    assert_eq!(dp.backends[&b], before.1);
+    // A drain changes the state: the generation moves on from the renewed one.
+    p.set_drain(
+        &mut dp,
+        "dc1",
+        "198.18.1.11".parse().unwrap(),
+        Drain::Draining,
+    )
+    .unwrap();
+    assert_eq!(
+        dp.backends[&a].generation,
+        before.0.generation.wrapping_add(2)
+    );
+}
