@@ -524,15 +524,15 @@ mod tests {
 
     #[test]
     fn each_filter_narrows_and_all_must_match() {
-        let c = catalog();
-        let a = (key([198, 18, 0, 1], 5000), entry(10, 3));
-        let b = (key([198, 18, 0, 2], 5001), entry(11, 3));
-        let d = (key([198, 19, 0, 1], 5002), entry(12, 4));
+        let cat = catalog();
+        let first = (key([198, 18, 0, 1], 5000), entry(10, 3));
+        let second = (key([198, 18, 0, 2], 5001), entry(11, 3));
+        let third = (key([198, 19, 0, 1], 5002), entry(12, 4));
         let pick = |q: FlowQuery| -> Vec<u16> {
-            let s = Selector::new(&q, &c).unwrap();
-            [a, b, d]
+            let sel = Selector::new(&q, &cat).unwrap();
+            [first, second, third]
                 .iter()
-                .filter(|(k, e)| s.matches(k, e))
+                .filter(|(k, e)| sel.matches(k, e))
                 .map(|(k, _)| u16::from_be(k.sport))
                 .collect()
         };

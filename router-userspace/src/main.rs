@@ -158,62 +158,11 @@ enum Cmd {
     /// List the tracked flows (connection tracking), filtered by virtual IP, service, backend
     /// or client prefix: client, virtual IP, service, pool, backend, state and idle time. With
     /// --purge, delete them instead: their next packets are new flows, selected afresh.
-    Flows {
-        /// Flows to this virtual IP.
-        #[arg(long)]
-        vip: Option<String>,
-        /// Flows of this service.
-        #[arg(long)]
-        service: Option<String>,
-        /// Flows on this backend address (in any pool).
-        #[arg(long)]
-        backend: Option<String>,
-        /// Flows from clients in this prefix (198.18.0.0/15, or one address).
-        #[arg(long)]
-        client: Option<String>,
-        /// Delete the matching flows (a filter, or --all, is required).
-        #[arg(long)]
-        purge: bool,
-        /// With --purge and no filter: purge every tracked flow.
-        #[arg(long, requires = "purge")]
-        all: bool,
-        /// Print the agent's JSON answer.
-        #[arg(long)]
-        json: bool,
-        /// Directory of `*.yaml` fragments: the agent running for it is found through the
-        /// record it keeps in /run/switchyard, else through the directory's `agent.api`.
-        #[arg(long, default_value = DEFAULT_DIR)]
-        config_dir: PathBuf,
-        /// The agent's API, e.g. http://127.0.0.1:9900 (overrides the record and the config).
-        #[expect(
-            clippy::doc_markdown,
-            reason = "this doc comment is the option's --help text, printed as written"
-        )]
-        #[arg(long)]
-        api: Option<String>,
-    },
+    Flows(cli::flows::FlowsArgs),
     /// Where a new flow from CLIENT to VIP would go and why, from the live maps: the service,
     /// its decision word and the active rule, the pool, the Maglev slot, the backend, and
     /// whether a tracked flow overrides that.
-    Trace {
-        /// The client: IP:PORT ([2001:db8::1]:5000 for IPv6).
-        client: String,
-        /// The service: VIP:PORT/PROTO (198.18.0.10:80/tcp).
-        vip: String,
-        /// Print the agent's JSON answer.
-        #[arg(long)]
-        json: bool,
-        /// Directory of `*.yaml` fragments (finds the agent, as for `flows`).
-        #[arg(long, default_value = DEFAULT_DIR)]
-        config_dir: PathBuf,
-        /// The agent's API, e.g. http://127.0.0.1:9900 (overrides the record and the config).
-        #[expect(
-            clippy::doc_markdown,
-            reason = "this doc comment is the option's --help text, printed as written"
-        )]
-        #[arg(long)]
-        api: Option<String>,
-    },
+    Trace(cli::flows::TraceArgs),
 }
 
 fn require_root(what: &str) -> Result<()> {
@@ -338,49 +287,8 @@ fn run(args: Args) -> Result<ExitCode> {
             let rt = tokio::runtime::Runtime::new().context("starting the runtime")?;
             rt.block_on(cli::ctl::run(&config_dir, api.as_deref(), cmd))?;
         }
-        Cmd::Flows {
-            vip,
-            service,
-            backend,
-            client,
-            purge,
-            all,
-            json,
-            config_dir,
-            api,
-        } => {
-            let q = switchyard::flows::FlowQuery {
-                vip,
-                service,
-                backend,
-                client,
-                all,
-            };
-            let rt = tokio::runtime::Runtime::new().context("starting the runtime")?;
-            rt.block_on(cli::flows::flows(
-                &config_dir,
-                api.as_deref(),
-                &q,
-                purge,
-                json,
-            ))?;
-        }
-        Cmd::Trace {
-            client,
-            vip,
-            json,
-            config_dir,
-            api,
-        } => {
-            let rt = tokio::runtime::Runtime::new().context("starting the runtime")?;
-            rt.block_on(cli::flows::trace(
-                &config_dir,
-                api.as_deref(),
-                &client,
-                &vip,
-                json,
-            ))?;
-        }
+        Cmd::Flows(args) => cli::flows::run_flows(args)?,
+        Cmd::Trace(args) => cli::flows::run_trace(&args)?,
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -91,6 +91,10 @@ impl From<FlowEntry> for Tracked {
 }
 
 /// A new flow's way through the maps, in slots ([`path`]).
+#[expect(
+    clippy::struct_excessive_bools,
+    reason = "each is the outcome of one step of the program's selection, as a trace shows it"
+)]
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Path {
     /// The service slot (`None`: no service has this virtual IP, port and protocol; the
@@ -506,7 +510,7 @@ mod tests {
             let p = path(&f, &flow(port, PROTO_TCP), 0, &T);
             let point = p.split_point.unwrap();
             let to_b = point < 5_000;
-            assert_eq!(p.pool, Some(if to_b { 1 } else { 0 }));
+            assert_eq!(p.pool, Some(u16::from(to_b)));
             if to_b {
                 on_b += 1;
                 assert_eq!((p.half, p.backend()), (1, Some(20)));

@@ -56,18 +56,28 @@ impl TcpSession {
     ///
     /// As [`TcpSession::connect`], and when the port cannot be bound.
     pub fn connect_from(addr: SocketAddr, port: u16) -> Result<Self> {
-        use socket2::{Domain, Socket, Type};
-        let sock = Socket::new(Domain::for_address(addr), Type::STREAM, None)?;
-        sock.set_reuse_address(true)?;
         let local: SocketAddr = if addr.is_ipv4() {
             (std::net::Ipv4Addr::UNSPECIFIED, port).into()
         } else {
             (std::net::Ipv6Addr::UNSPECIFIED, port).into()
         };
+        Self::connect_bound(addr, local)
+    }
+
+    /// Connects to `addr` from `local` (a chosen source address and port: the whole 5-tuple;
+    /// the address may be reused at once) and reads the backend's name.
+    ///
+    /// # Errors
+    ///
+    /// As [`TcpSession::connect`], and when `local` cannot be bound.
+    pub fn connect_bound(addr: SocketAddr, local: SocketAddr) -> Result<Self> {
+        use socket2::{Domain, Socket, Type};
+        let sock = Socket::new(Domain::for_address(addr), Type::STREAM, None)?;
+        sock.set_reuse_address(true)?;
         sock.bind(&local.into())
             .with_context(|| format!("bind {local}"))?;
         sock.connect_timeout(&addr.into(), TIMEOUT)
-            .with_context(|| format!("connect to {addr} from port {port}"))?;
+            .with_context(|| format!("connect to {addr} from {local}"))?;
         Self::greeted(sock.into(), addr)
     }
 

@@ -45,6 +45,26 @@ impl Runtime {
             .map(|(n, _)| n.clone())
     }
 
+    /// Decision word `w`, its pools named.
+    fn word_text(&self, w: u64) -> String {
+        let d = Decision::decode(w);
+        let name = |p: u16| {
+            if p == NO_POOL {
+                "-".to_owned()
+            } else {
+                self.pool_name(p).unwrap_or_else(|| format!("slot {p}"))
+            }
+        };
+        format!(
+            "pool A {}, pool B {} ({} of {} to B), fallback {}",
+            name(d.pool_a),
+            name(d.pool_b),
+            d.split_b,
+            router_common::SPLIT_SCALE,
+            name(d.fallback)
+        )
+    }
+
     /// Where a new flow `client` → `vip` of protocol `proto` goes, from the live maps.
     ///
     /// # Errors
@@ -103,24 +123,7 @@ impl Runtime {
             .as_ref()
             .and_then(|g| self.driver.active(g))
             .map(|a| a.by.to_string());
-        let word = path.decision.map(|(_, w)| {
-            let d = Decision::decode(w);
-            let name = |p: u16| {
-                if p == NO_POOL {
-                    "-".to_owned()
-                } else {
-                    self.pool_name(p).unwrap_or_else(|| format!("slot {p}"))
-                }
-            };
-            format!(
-                "pool A {}, pool B {} ({} of {} to B), fallback {}",
-                name(d.pool_a),
-                name(d.pool_b),
-                d.split_b,
-                router_common::SPLIT_SCALE,
-                name(d.fallback)
-            )
-        });
+        let word = path.decision.map(|(_, w)| self.word_text(w));
         let fallback = if path.fallback {
             path.decision
                 .and_then(|(_, w)| self.pool_name(Decision::decode(w).fallback))

@@ -16,6 +16,7 @@ mod fleet;
 mod fleet_bgp;
 mod fleet_etcd;
 mod flow_state;
+mod flows;
 mod health;
 mod hitless;
 mod real_hosts;
