@@ -640,6 +640,34 @@ mod tests {
     }
 
     #[test]
+    fn ipv6_clients_and_virtual_ips_match_by_prefix() {
+        let cat = catalog();
+        let v6 = |a: &str| a.parse::<Ipv6Addr>().unwrap().octets();
+        let k = FlowKey {
+            src: v6("2001:db8:1::7"),
+            dst: v6("2001:db8::10"),
+            family: FAMILY_V6,
+            ..key([0; 4], 7)
+        };
+        let sel = |q: FlowQuery| Selector::new(&q, &cat).unwrap();
+        let e = entry(10, 3);
+        assert!(sel(query(|q| q.client = Some("2001:db8:1::/48".into()))).matches(&k, &e));
+        assert!(!sel(query(|q| q.client = Some("2001:db8:2::/48".into()))).matches(&k, &e));
+        assert!(!sel(query(|q| q.client = Some("198.18.0.0/15".into()))).matches(&k, &e));
+        assert!(sel(query(|q| q.vip = Some("2001:db8::10".into()))).matches(&k, &e));
+        assert!(
+            parse_prefix("2001:db8::1/64")
+                .unwrap_err()
+                .contains("host bits")
+        );
+        assert!(
+            parse_prefix("2001:db8::/129")
+                .unwrap_err()
+                .contains("0 to 128")
+        );
+    }
+
+    #[test]
     fn the_query_string_carries_the_given_fields() {
         let q = query(|q| {
             q.backend = Some("198.18.1.1".into());

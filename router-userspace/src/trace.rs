@@ -586,6 +586,48 @@ mod tests {
     }
 
     #[test]
+    fn the_text_names_each_step() {
+        let word = Decision {
+            pool_a: 0,
+            pool_b: 1,
+            split_b: 5_000,
+            fallback: NO_POOL,
+        };
+        let f = fake(word, PROTO_TCP);
+        let p = path(&f, &flow(7, PROTO_TCP), 0, &T);
+        let t = Trace {
+            client: "198.18.0.1:7".into(),
+            vip: "198.18.0.10:80/tcp".into(),
+            service: Some("web".into()),
+            group: Some("g".into()),
+            action: Some("split=a:50,b:50".into()),
+            rule: Some("rule r1".into()),
+            pool: Some("a".into()),
+            backend: Some("198.18.1.1".into()),
+            backend_pool: Some("a".into()),
+            by: "new flow".into(),
+            path: p.clone(),
+            ..Trace::default()
+        };
+        let out = text(&t);
+        for part in [
+            "198.18.0.1:7 -> 198.18.0.10:80/tcp",
+            "service   web (slot 1)",
+            "of the 5-tuple",
+            "group     g: split=a:50,b:50 (by rule r1)",
+            &format!("Maglev slot {} of 65537", p.maglev_slot),
+            "backend   198.18.1.1 in pool a (new flow)",
+        ] {
+            assert!(out.contains(part), "no {part:?} in:\n{out}");
+        }
+        let none = text(&Trace {
+            path: Path::default(),
+            ..t
+        });
+        assert!(none.contains("no service"), "{none}");
+    }
+
+    #[test]
     fn a_tracked_datagram_stays_on_a_down_backend_that_keeps_its_flows() {
         let mut f = fake(Decision::pool(0), PROTO_UDP);
         let k = flow(7, PROTO_UDP);
