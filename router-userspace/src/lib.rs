@@ -12,6 +12,7 @@ pub mod decision;
 pub mod fleet;
 pub mod health;
 pub mod history;
+pub mod hooks;
 pub mod maglev;
 pub mod nexthop;
 pub mod probe;

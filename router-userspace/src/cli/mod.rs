@@ -337,7 +337,34 @@ pub fn render(s: &Status) -> String {
             backend_lines(&mut o, b, s.time);
         }
     }
+    hooks_text(&mut o, s);
     o
+}
+
+/// The `hooks:` section of `status`: each hook's counters and its last failure.
+fn hooks_text(o: &mut String, s: &Status) {
+    use std::fmt::Write as _;
+    if s.hooks.is_empty() {
+        return;
+    }
+    let _ = writeln!(o, "\nhooks:");
+    for h in &s.hooks {
+        let _ = writeln!(
+            o,
+            "  {} ({}; {}): {} ok, {} failed, {} timed out, {} dropped, {} queued",
+            h.name,
+            h.runs,
+            h.events.join(", "),
+            h.ok,
+            h.failed,
+            h.timeout,
+            h.dropped,
+            h.queued
+        );
+        if let Some(why) = &h.last_failure {
+            let _ = writeln!(o, "    last failure: {why}");
+        }
+    }
 }
 
 /// The `fleet:` line of `status`: this node, its etcd session and each group's leader.
@@ -669,6 +696,7 @@ mod tests {
             vips: Vec::new(),
             differs_from_files: None,
             fleet: None,
+            hooks: Vec::new(),
             time: 0,
         };
         let text = super::render(&status);
