@@ -246,7 +246,7 @@ async fn a_reload_keeps_an_unchanged_hook_and_stops_a_removed_one() {
     let script = format!("echo $$ > {}; exec sleep 3600", pid.display());
     let long = hook("long", sh(&script), &HookEvent::ALL, Duration::from_mins(1));
     let other = hook("other", sh("true"), &HookEvent::ALL, Duration::from_secs(1));
-    let mut hooks = hooks_of(&[long.clone()]);
+    let mut hooks = hooks_of(std::slice::from_ref(&long));
     hooks.emit(&health());
     let start = Instant::now();
     while std::fs::read_to_string(&pid).is_err() {

@@ -18,6 +18,7 @@ mod fleet_etcd;
 mod flow_state;
 mod health;
 mod hitless;
+mod hooks;
 mod real_hosts;
 mod remote_api;
 mod slow_start;
