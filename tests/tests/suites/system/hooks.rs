@@ -196,14 +196,20 @@ fn state_set_latencies(agent: &Agent) -> Result<Vec<u64>> {
         .collect()
 }
 
-/// [`SWITCHES`] switches of `g`, `maint` flipped each time from false; their latencies, µs.
-fn flip(agent: &Agent) -> Result<Vec<u64>> {
+/// [`SWITCHES`] switches of `g`, `maint` flipped each time from false: each switch's latency
+/// from the agent's audit trail (the API taking `state set` → the decision word written) and
+/// each `ctl state set`'s round trip as the operator sees it (the CLI started → its answer,
+/// which the agent sends once the switch is written and the hooks offered it), µs.
+fn flip(agent: &Agent) -> Result<(Vec<u64>, Vec<u64>)> {
     let before = state_set_latencies(agent)?.len();
     // An even number of flips from false: `maint` is false again after each round.
     let mut value = false;
+    let mut round_trips = Vec::new();
     for _ in 0..SWITCHES {
         value = !value;
+        let start = Instant::now();
         ctl(agent, &["state", "set", &format!("maint={value}")])?;
+        round_trips.push(u64::try_from(start.elapsed().as_micros())?);
     }
     let all = state_set_latencies(agent)?;
     ensure!(
@@ -211,7 +217,7 @@ fn flip(agent: &Agent) -> Result<Vec<u64>> {
         "{} switches for {SWITCHES} flips",
         all.len() - before
     );
-    Ok(all[before..].to_vec())
+    Ok((all[before..].to_vec(), round_trips))
 }
 
 fn median(mut v: Vec<u64>) -> u64 {
@@ -228,7 +234,7 @@ fn a_hanging_hook_does_not_delay_switches() -> Result<()> {
     lb.agent.wait_for(Duration::from_secs(10), |s| {
         s.pools.iter().flat_map(|p| &p.backends).all(|b| b.healthy)
     })?;
-    let without = flip(&lb.agent)?;
+    let (without, without_rt) = flip(&lb.agent)?;
 
     // The same agent with a hook that never returns on every switch.
     let hooks = "hooks:\n  - { name: hang, command: [sleep, \"3600\"], events: [switch], \
@@ -238,7 +244,7 @@ fn a_hanging_hook_does_not_delay_switches() -> Result<()> {
     lb.agent.reload()?;
     lb.agent
         .wait_for(Duration::from_secs(5), |s| s.hooks.len() == 1)?;
-    let with = flip(&lb.agent)?;
+    let (with, with_rt) = flip(&lb.agent)?;
 
     // The hook ran (and was killed) while the switches went on.
     let start = Instant::now();
@@ -252,10 +258,13 @@ fn a_hanging_hook_does_not_delay_switches() -> Result<()> {
     };
     println!(
         "HOOKS switches={SWITCHES} switch_latency_median_us without={} with={} \
-         (without: {without:?}; with: {with:?}); hook: {hook:?}",
+         state_set_round_trip_median_us without={} with={}",
         median(without.clone()),
-        median(with.clone())
+        median(with.clone()),
+        median(without_rt),
+        median(with_rt),
     );
+    println!("switch latencies, µs: without {without:?}; with {with:?}; hook: {hook:?}");
     ensure!(hook.timeout >= 1 && hook.ok == 0, "{hook:?}");
     ensure!(
         hook.last_failure.as_deref() == Some("timed out after 300ms"),
