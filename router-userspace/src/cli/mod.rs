@@ -717,6 +717,52 @@ mod tests {
     }
 
     #[test]
+    fn status_text_shows_each_hook_with_its_counters_and_last_failure() {
+        use crate::api::status::Status;
+        let hook = crate::hooks::HookStatus {
+            name: "page".to_owned(),
+            runs: "command /usr/local/bin/page".to_owned(),
+            events: vec!["switch".to_owned(), "health".to_owned()],
+            timeout_ms: 300,
+            queued: 2,
+            ok: 5,
+            failed: 1,
+            timeout: 3,
+            dropped: 4,
+            last_failure: Some("timed out after 300ms".to_owned()),
+        };
+        let status = Status {
+            generation: 1,
+            config_dir: "/etc/switchyard".to_owned(),
+            mode: "native".to_owned(),
+            requested_mode: None,
+            interfaces: Vec::new(),
+            services: Vec::new(),
+            pools: Vec::new(),
+            rejected: None,
+            running: crate::agent::Running::default(),
+            vips: Vec::new(),
+            differs_from_files: None,
+            fleet: None,
+            hooks: vec![hook],
+            time: 0,
+        };
+        let text = super::render(&status);
+        assert!(
+            text.contains(
+                "hooks:\n  page (command /usr/local/bin/page; switch, health): 5 ok, 1 failed, \
+                 3 timed out, 4 dropped, 2 queued\n    last failure: timed out after 300ms\n"
+            ),
+            "{text}"
+        );
+        let none = Status {
+            hooks: Vec::new(),
+            ..status
+        };
+        assert!(!super::render(&none).contains("hooks:"));
+    }
+
+    #[test]
     fn every_map_has_help() {
         for name in router_common::maps::ALL {
             assert!(
