@@ -697,6 +697,28 @@ decisions:
     }
 
     #[test]
+    fn hooks_are_added_removed_and_changed_by_name() {
+        let old = format!(
+            "{BASE}hooks:\n  - {{ name: page, command: [/bin/page, lb] }}\n  \
+             - {{ name: gone, url: \"http://127.0.0.1:8099/\" }}\n"
+        );
+        let new = format!(
+            "{BASE}hooks:\n  - {{ name: page, command: [/bin/page, lb], events: [switch], \
+             timeout: 1s }}\n  - {{ name: new, url: \"http://127.0.0.1:8099/x\" }}\n"
+        );
+        assert_eq!(
+            lines(&old, &new),
+            [
+                "- hook gone: POST http://127.0.0.1:8099/, events [switch, health, \
+                 config_rejected], timeout 5s",
+                "+ hook new: POST http://127.0.0.1:8099/x, events [switch, health, \
+                 config_rejected], timeout 5s",
+                "~ hook page: events [switch, health, config_rejected] → [switch], timeout 5s → 1s",
+            ]
+        );
+    }
+
+    #[test]
     fn the_same_config_has_no_changes_whatever_its_file_layout() {
         let whole = config(&[("x.yaml", BASE)]);
         let (services, rest) = BASE.split_at(BASE.find("pools:").unwrap());
