@@ -13,6 +13,7 @@ pub mod fleet;
 pub mod flows;
 pub mod health;
 pub mod history;
+pub mod hooks;
 pub mod maglev;
 pub mod nexthop;
 pub mod probe;

@@ -89,6 +89,7 @@ fn config() -> Result<Config> {
         fleet: None,
         conntrack: Conntrack::default(),
         announce: None,
+        hooks: Vec::new(),
         vips: vec![],
         services: vec![
             service("web", VIP_V4.into(), "web"),

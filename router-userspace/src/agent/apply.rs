@@ -12,7 +12,8 @@
 //! running config and the maps untouched. When it was the config directory that was rejected,
 //! the error is kept, with every problem, in the runtime's `rejected`
 //! for `status` until the directory applies; a refused `ctl rollback` is answered to its caller
-//! and says nothing about the directory. Fragments whose content
+//! and says nothing about the directory. Every refusal is logged, counted and offered to the
+//! hooks as a `config_rejected` event ([`crate::hooks`]). Fragments whose content
 //! hash is the running version's are not applied again: an editor's temporary file, a `touch`
 //! or a SIGHUP with nothing changed is a no-op.
 
@@ -98,9 +99,20 @@ impl Runtime {
         reply: Option<Reply<Outcome>>,
     ) {
         if let Err(e) = self.apply(fragments, source, reply) {
-            warn!("config change rejected ({source}); the running config stays:\n{e}");
-            self.metrics.rejected.inc();
+            self.rejected_change(source, &e);
         }
+    }
+
+    /// A change refused (`text`: every problem, one a line): logged, counted and handed to the
+    /// hooks; the running config stays.
+    fn rejected_change(&mut self, source: &str, text: &str) {
+        warn!("config change rejected ({source}); the running config stays:\n{text}");
+        self.metrics.rejected.inc();
+        self.hooks.emit(&crate::hooks::Event::ConfigRejected {
+            time: crate::fleet::now_ns(),
+            source: source.to_owned(),
+            errors: crate::hooks::Event::problems(text),
+        });
     }
 
     /// [`apply_fragments`](Self::apply_fragments) without the logging of a rejection: the
@@ -182,6 +194,8 @@ impl Runtime {
         self.store = store;
         self.driver = driver;
         self.config = cfg;
+        // Before the first decisions: the new config's hooks get its switches.
+        self.hooks.configure(&self.config.hooks);
         // The overrides go back before the groups are evaluated: evaluated first, a resumed
         // group under an override would switch to its rules' choice, and the override switch it
         // back a moment later, sending new flows in between to the pool the operator had
@@ -344,6 +358,7 @@ impl Runtime {
             self.store = store;
             self.driver = driver;
             self.config = cfg;
+            self.hooks.configure(&self.config.hooks);
             self.decide(&[], true, "start", Instant::now());
             self.metrics
                 .generation
@@ -415,15 +430,13 @@ impl Runtime {
                 self.seen = hash;
                 let result = self.apply(fragments, source, reply);
                 if let Err(e) = &result {
-                    warn!("config change rejected ({source}); the running config stays:\n{e}");
-                    self.metrics.rejected.inc();
+                    self.rejected_change(source, e);
                 }
                 // What `status` says about the directory: its last read, applied or rejected.
                 self.rejected = result.err();
             }
             Err(e) => {
-                warn!("config change rejected ({source}); the running config stays:\n{e}");
-                self.metrics.rejected.inc();
+                self.rejected_change(source, &e.to_string());
                 self.rejected = Some(e.to_string());
                 // Unread: the next read applies whatever it finds, and `status` says so.
                 self.seen.clear();

@@ -338,6 +338,7 @@ pub async fn run(opts: Options) -> Result<(), AgentError> {
         left: BTreeMap::new(),
         announced: None,
         fleet,
+        hooks: crate::hooks::Hooks::new(metrics.hook_runs.clone()),
     };
     next_hops::first_round(&mut rt, &cfg, &mut hop_rx).await;
     if let Err(e) = rt.start(fragments) {

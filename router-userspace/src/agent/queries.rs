@@ -145,6 +145,7 @@ impl Runtime {
             running: self.running.clone(),
             vips: self.vip_statuses(),
             differs_from_files: self.differs_from_files(),
+            hooks: self.hooks.status(),
             fleet: self.fleet_status(),
             time: now_secs(),
         }

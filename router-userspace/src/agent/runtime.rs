@@ -15,7 +15,10 @@ use std::{
 };
 
 use log::{error, info};
-use rules::{Slot, engine::AuditKind};
+use rules::{
+    Slot,
+    engine::{AuditKind, By},
+};
 use tokio::sync::mpsc;
 
 use super::{
@@ -107,6 +110,27 @@ pub struct Runtime {
     pub(super) announced: Option<std::collections::BTreeSet<IpAddr>>,
     /// The fleet this node belongs to (`fleet:`), `None` when it decides on its own.
     pub(super) fleet: Option<super::fleet::FleetLink>,
+    /// The running config's hooks: the loop only offers them events ([`crate::hooks`]).
+    pub(super) hooks: crate::hooks::Hooks,
+}
+
+/// The hooks' event for the switch `s` of `group`, written now.
+fn switch_event(group: &str, s: &rules::engine::Switch) -> crate::hooks::Event {
+    crate::hooks::Event::Switch {
+        time: crate::fleet::now_ns(),
+        group: group.to_owned(),
+        from: s.from.as_ref().map(ToString::to_string),
+        to: s.to.to_string(),
+        by: match &s.by {
+            By::Rule(_) => "rule".to_owned(),
+            other => other.to_string(),
+        },
+        rule: match &s.by {
+            By::Rule(id) => Some(id.clone()),
+            _ => None,
+        },
+        cause: s.cause.clone(),
+    }
 }
 
 impl Runtime {
@@ -341,6 +365,9 @@ impl Runtime {
                     self.metrics
                         .decision_latency
                         .observe(latency_us as f64 / 1e6);
+                    if let Some(s) = &d.switched {
+                        self.hooks.emit(&switch_event(&d.group, s));
+                    }
                     if let (Some(word), Some(s)) = (written, &d.switched) {
                         let (by, cause) = (s.by.clone(), s.cause.clone());
                         self.send_decision(&d.group, to, &by, word, &cause, Some(decided_ns));
@@ -475,6 +502,15 @@ impl Runtime {
                     ev.outcome.detail,
                     took.as_micros()
                 );
+                let before = if ev.healthy { "down" } else { "up" };
+                self.hooks.emit(&crate::hooks::Event::Health {
+                    time: crate::fleet::now_ns(),
+                    pool: pool.clone(),
+                    backend: address,
+                    from: before.to_owned(),
+                    to: verdict.to_owned(),
+                    detail: ev.outcome.detail.clone(),
+                });
             }
             Ok(false) => return,
             Err(e) => error!("pool {pool} backend {address}: writing health failed: {e}"),

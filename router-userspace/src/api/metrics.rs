@@ -28,6 +28,7 @@
 //! | `switchyard_decision_overrides_active` | gauge | |
 //! | `switchyard_vip_announced` | gauge (0/1), only with `announce:` | `vip` |
 //! | `switchyard_state_value` | gauge (bool as 0/1) | `name` |
+//! | `switchyard_hook_runs_total` | counter | `hook`, `result` (`ok`, `failed`, `timeout`, `dropped`) |
 
 use std::net::IpAddr;
 
@@ -84,6 +85,9 @@ pub struct Metrics {
     /// From a fleet leader's decision (its timestamp) to this node's write of it into the
     /// maps, seconds; the slowest node's is the fleet's switch latency.
     pub fleet_switch_latency: Histogram,
+    /// Runs of each hook by how they ended (`ok`, `failed`, `timeout`), and its events
+    /// `dropped` on a full queue ([`crate::hooks`]).
+    pub hook_runs: Family<Labels, Counter>,
 }
 
 impl Metrics {
@@ -120,6 +124,7 @@ impl Default for Metrics {
             failback_open_flows: Family::default(),
             fleet_stale: Gauge::default(),
             fleet_switch_latency: Histogram::new(exponential_buckets(0.000_05, 2.0, 18)),
+            hook_runs: Family::default(),
         }
     }
 }
@@ -250,6 +255,11 @@ pub fn registry(metrics: &Metrics, scrape: Scrape) -> Registry {
         "failback_open_flows",
         "Open flows on a pool a decision group failed back away from, as /status last counted",
         metrics.failback_open_flows.clone(),
+    );
+    r.register(
+        "hook_runs",
+        "Runs of each hook by result (ok, failed, timeout), and its events dropped on a full queue",
+        metrics.hook_runs.clone(),
     );
     r.register_collector(Box::new(ScrapeCollector(scrape)));
     r

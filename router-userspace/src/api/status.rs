@@ -95,6 +95,9 @@ pub struct Status {
     /// role here; `None` for a node on its own.
     #[serde(default)]
     pub fleet: Option<crate::agent::fleet::FleetStatus>,
+    /// Each hook (`hooks:`) with its counters, in config order.
+    #[serde(default)]
+    pub hooks: Vec<crate::hooks::HookStatus>,
     /// Seconds since the Unix epoch when this was taken.
     pub time: u64,
 }

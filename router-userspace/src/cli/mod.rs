@@ -338,7 +338,34 @@ pub fn render(s: &Status) -> String {
             backend_lines(&mut o, b, s.time);
         }
     }
+    hooks_text(&mut o, s);
     o
+}
+
+/// The `hooks:` section of `status`: each hook's counters and its last failure.
+fn hooks_text(o: &mut String, s: &Status) {
+    use std::fmt::Write as _;
+    if s.hooks.is_empty() {
+        return;
+    }
+    let _ = writeln!(o, "\nhooks:");
+    for h in &s.hooks {
+        let _ = writeln!(
+            o,
+            "  {} ({}; {}): {} ok, {} failed, {} timed out, {} dropped, {} queued",
+            h.name,
+            h.runs,
+            h.events.join(", "),
+            h.ok,
+            h.failed,
+            h.timeout,
+            h.dropped,
+            h.queued
+        );
+        if let Some(why) = &h.last_failure {
+            let _ = writeln!(o, "    last failure: {why}");
+        }
+    }
 }
 
 /// The `fleet:` line of `status`: this node, its etcd session and each group's leader.
@@ -670,6 +697,7 @@ mod tests {
             vips: Vec::new(),
             differs_from_files: None,
             fleet: None,
+            hooks: Vec::new(),
             time: 0,
         };
         let text = super::render(&status);
@@ -687,6 +715,52 @@ mod tests {
             ..status
         };
         assert!(!super::render(&agreeing).contains("WARNING"));
+    }
+
+    #[test]
+    fn status_text_shows_each_hook_with_its_counters_and_last_failure() {
+        use crate::api::status::Status;
+        let hook = crate::hooks::HookStatus {
+            name: "page".to_owned(),
+            runs: "command /usr/local/bin/page".to_owned(),
+            events: vec!["switch".to_owned(), "health".to_owned()],
+            timeout_ms: 300,
+            queued: 2,
+            ok: 5,
+            failed: 1,
+            timeout: 3,
+            dropped: 4,
+            last_failure: Some("timed out after 300ms".to_owned()),
+        };
+        let status = Status {
+            generation: 1,
+            config_dir: "/etc/switchyard".to_owned(),
+            mode: "native".to_owned(),
+            requested_mode: None,
+            interfaces: Vec::new(),
+            services: Vec::new(),
+            pools: Vec::new(),
+            rejected: None,
+            running: crate::agent::Running::default(),
+            vips: Vec::new(),
+            differs_from_files: None,
+            fleet: None,
+            hooks: vec![hook],
+            time: 0,
+        };
+        let text = super::render(&status);
+        assert!(
+            text.contains(
+                "hooks:\n  page (command /usr/local/bin/page; switch, health): 5 ok, 1 failed, \
+                 3 timed out, 4 dropped, 2 queued\n    last failure: timed out after 300ms\n"
+            ),
+            "{text}"
+        );
+        let none = Status {
+            hooks: Vec::new(),
+            ..status
+        };
+        assert!(!super::render(&none).contains("hooks:"));
     }
 
     #[test]

@@ -18,7 +18,7 @@ use super::{
     Config, ConfigError, Fragments, Problem,
     report::{Item, Pos, Report, index, index_path, key_path, quoted},
     spec::{
-        AgentSpec, AnnounceSpec, ConntrackSpec, DecisionGroupSpec, FleetSpec, PoolSpec,
+        AgentSpec, AnnounceSpec, ConntrackSpec, DecisionGroupSpec, FleetSpec, HookSpec, PoolSpec,
         ServiceSpec, StateVarSpec, TOP_LEVEL_KEYS, VipSpec,
     },
     validate::validate,
@@ -270,6 +270,8 @@ pub(crate) struct Parsed {
     pub state: Vec<(String, Item<StateVarSpec>)>,
     /// Each `decisions[]` item.
     pub decisions: Vec<Item<DecisionGroupSpec>>,
+    /// Each `hooks[]` item.
+    pub hooks: Vec<Item<HookSpec>>,
     /// Files that could not be read or parsed: names they define are unknown.
     pub unparsed: Vec<usize>,
 }
@@ -365,6 +367,12 @@ fn parse_file(file: usize, text: &str, parsed: &mut Parsed, report: &mut Report)
                 for (i, node) in list(file, name, at, value, report).iter().enumerate() {
                     let base = index_path(name, i);
                     parsed.decisions.extend(item(file, &base, node, report));
+                }
+            }
+            "hooks" => {
+                for (i, node) in list(file, name, at, value, report).iter().enumerate() {
+                    let base = index_path(name, i);
+                    parsed.hooks.extend(item(file, &base, node, report));
                 }
             }
             _ => {

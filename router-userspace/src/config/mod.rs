@@ -54,8 +54,9 @@ pub use load::{DirFragments, is_fragment, load_dir, load_files, read_dir};
 pub use model::{
     Adaptive, Agent, AgentCheck, Announce, Backend, Backoff, CheckKind, Config, Conntrack,
     DEFAULT_ANNOUNCE_INTERFACE, DEFAULT_ANNOUNCE_PROTOCOL, DEFAULT_ANNOUNCE_TABLE,
-    DEFAULT_PIN_PATH, Fleet, FleetTls, FlowPolicy, Forward, HashMode, HealthCheck, MAX_HOST_PORTS,
-    Pool, Protocol, Service, SourceRange, SplitShare, Target, Vip, WhenAllDown,
+    DEFAULT_PIN_PATH, Fleet, FleetTls, FlowPolicy, Forward, HashMode, HealthCheck, Hook, HookEvent,
+    HookTarget, MAX_HOST_PORTS, Pool, Protocol, Service, SourceRange, SplitShare, Target, Vip,
+    WhenAllDown,
 };
 
 /// One thing wrong with a configuration, located as precisely as the input allows.

@@ -90,6 +90,8 @@ pub struct Config {
     pub state: Vec<StateVar>,
     /// `decisions:` groups, in file order.
     pub decisions: Vec<DecisionGroup>,
+    /// `hooks:`: what runs on switches, health transitions and rejected configs, in file order.
+    pub hooks: Vec<Hook>,
     /// The expressions of `state` and `decisions`, compiled once (at the end of validation).
     pub rules: std::sync::Arc<super::compiled::Rules>,
 }
@@ -289,6 +291,73 @@ impl Default for Announce {
             protocol: DEFAULT_ANNOUNCE_PROTOCOL,
             table: DEFAULT_ANNOUNCE_TABLE,
             garp: Vec::new(),
+        }
+    }
+}
+
+/// A hook's `timeout` when it gives none.
+pub const DEFAULT_HOOK_TIMEOUT: Duration = Duration::from_secs(5);
+/// Bounds of a hook's `timeout`.
+pub const HOOK_TIMEOUT_RANGE: (Duration, Duration) =
+    (Duration::from_millis(1), Duration::from_mins(1));
+
+/// `hooks[]`: a command run, or a URL posted to, with the JSON of each event it asks for
+/// (`crate::hooks` runs it, off the event loop).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Hook {
+    /// Its name, unique among the hooks (a name as for pools: it labels the hook's metrics).
+    pub name: String,
+    /// What it runs.
+    pub target: HookTarget,
+    /// The events it gets (default all three), each once, in the order of [`HookEvent`].
+    pub events: Vec<HookEvent>,
+    /// How long one run may take, 1 ms to 60 s (default 5 s): a command still running then
+    /// is killed, a POST abandoned.
+    pub timeout: Duration,
+}
+
+/// What a hook runs: exactly one of `command` and `url`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum HookTarget {
+    /// `command`: a program and its arguments, run without a shell, the event's JSON on its
+    /// standard input (and in `SWITCHYARD_EVENT`).
+    Command(Vec<String>),
+    /// `url`: an `http://` URL the event's JSON is posted to.
+    Url(String),
+}
+
+impl std::fmt::Display for HookTarget {
+    /// `command /usr/local/bin/page-oncall --team lb` or `POST http://127.0.0.1:8099/events`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Command(argv) => write!(f, "command {}", argv.join(" ")),
+            Self::Url(url) => write!(f, "POST {url}"),
+        }
+    }
+}
+
+/// An event a hook can get (`hooks[].events`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum HookEvent {
+    /// `switch`: a decision group's new action written into the maps.
+    Switch,
+    /// `health`: a backend's health-check verdict changed (up or down).
+    Health,
+    /// `config_rejected`: a change of the config (directory, `ctl apply`, rollback) refused.
+    ConfigRejected,
+}
+
+impl HookEvent {
+    /// Every event, in order: a hook's `events` when it gives none.
+    pub const ALL: [HookEvent; 3] = [Self::Switch, Self::Health, Self::ConfigRejected];
+
+    /// The word in `events` and in the event's `kind`.
+    #[must_use]
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Switch => "switch",
+            Self::Health => "health",
+            Self::ConfigRejected => "config_rejected",
         }
     }
 }

@@ -300,6 +300,17 @@ pub(crate) struct SwitchSpec {
     pub failback_after: Option<String>,
 }
 
+/// `hooks[]`: exactly one of `command` and `url`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct HookSpec {
+    pub name: Option<String>,
+    pub command: Option<Vec<String>>,
+    pub url: Option<String>,
+    pub events: Option<Vec<String>>,
+    pub timeout: Option<String>,
+}
+
 /// The top-level keys a fragment may have, in the order the docs list them.
 pub(crate) const TOP_LEVEL_KEYS: &[&str] = &[
     "agent",
@@ -311,4 +322,5 @@ pub(crate) const TOP_LEVEL_KEYS: &[&str] = &[
     "pools",
     "state",
     "decisions",
+    "hooks",
 ];

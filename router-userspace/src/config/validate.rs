@@ -26,6 +26,7 @@ use super::{
 mod announce;
 mod decisions;
 mod fleet;
+mod hooks;
 pub(crate) use decisions::Checked;
 mod pool;
 mod state;
@@ -188,6 +189,7 @@ pub(crate) fn validate(parsed: &Parsed, report: &mut Report) -> Option<Config> {
         services: &services,
     };
     let checked = decisions::check(&whole, report);
+    let hooks = hooks::hooks(&parsed.hooks, report);
 
     if !report.is_empty() {
         return None;
@@ -205,6 +207,7 @@ pub(crate) fn validate(parsed: &Parsed, report: &mut Report) -> Option<Config> {
         pools: pools.into_iter().map(|p| p.value).collect::<Option<_>>()?,
         state: state.into_iter().map(|v| v.value).collect::<Option<_>>()?,
         decisions: groups.into_iter().map(|g| g.value).collect::<Option<_>>()?,
+        hooks: hooks?,
         rules: std::sync::Arc::default(),
     };
     match super::compiled::from_checked(&config, checked) {

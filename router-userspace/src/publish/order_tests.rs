@@ -288,6 +288,7 @@ fn config(services: Vec<CfgService>, pools: Vec<CfgPool>) -> Config {
         fleet: None,
         conntrack: Conntrack::default(),
         announce: None,
+        hooks: Vec::new(),
         vips: vec![],
         services,
         pools,

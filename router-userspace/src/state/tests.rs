@@ -72,6 +72,7 @@ pub(crate) fn web_failover(switch: SwitchPolicy) -> Config {
         fleet: None,
         conntrack: Conntrack::default(),
         announce: None,
+        hooks: Vec::new(),
         vips: vec![],
         services: vec![
             service("web", 80, Target::Decide("web-failover".into())),

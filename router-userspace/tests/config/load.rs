@@ -39,6 +39,7 @@ fn minimal_config_loads_with_every_default_applied() {
                 second_chance: Duration::ZERO,
             },
             announce: None,
+            hooks: Vec::new(),
             vips: vec![],
             services: vec![Service {
                 name: "web".into(),
@@ -430,4 +431,41 @@ decisions:
     );
     assert_eq!(config.decisions[0].on_failback, FlowPolicy::Reset);
     assert_eq!(config.decisions[1].on_failback, FlowPolicy::Keep);
+}
+
+#[test]
+fn hooks_convert_in_file_order_with_their_defaults() {
+    use switchyard::config::{Hook, HookEvent, HookTarget};
+    let text = "\
+hooks:
+  - { name: page, command: [/usr/local/bin/page-oncall, --team, lb] }
+  - name: audit
+    url: http://127.0.0.1:8099/switchyard
+    events: [config_rejected, switch]
+    timeout: 250ms
+";
+    let config = load(&[("hooks.yaml", text)]);
+    assert_eq!(
+        config.hooks,
+        [
+            Hook {
+                name: "page".into(),
+                target: HookTarget::Command(vec![
+                    "/usr/local/bin/page-oncall".into(),
+                    "--team".into(),
+                    "lb".into()
+                ]),
+                events: HookEvent::ALL.to_vec(),
+                timeout: Duration::from_secs(5),
+            },
+            Hook {
+                name: "audit".into(),
+                target: HookTarget::Url("http://127.0.0.1:8099/switchyard".into()),
+                // In the order of the kinds, whatever the order written.
+                events: vec![HookEvent::Switch, HookEvent::ConfigRejected],
+                timeout: Duration::from_millis(250),
+            },
+        ]
+    );
+    assert!(load(&[("x.yaml", MINIMAL)]).hooks.is_empty());
 }

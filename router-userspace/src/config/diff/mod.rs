@@ -1,14 +1,14 @@
 //! A resource-level diff between two configurations: what an operator wants to read before a
 //! rollback or after an apply (`ctl diff A B`), not a text diff.
 //!
-//! Resources are matched by name (services, pools, state variables, decision groups), `vips:`
-//! entries and backends by address (backends within their pool), rules by id within their
-//! group; so moving a resource to another fragment, or reordering services, pools or a virtual
-//! IP's host ports, is no change. Rule order is compared, because it breaks priority ties.
+//! Resources are matched by name (services, pools, state variables, decision groups, hooks),
+//! `vips:` entries and backends by address (backends within their pool), rules by id within
+//! their group; so moving a resource to another fragment, or reordering services, pools or a
+//! virtual IP's host ports, is no change. Rule order is compared, because it breaks priority ties.
 //!
 //! The order of the changes does not depend on file order: the agent settings, the conntrack
 //! timeouts, then services, `vips:` entries, pools (each followed by its backends), state
-//! variables, decision groups (each followed by its rules); within each, by name (`vips:`
+//! variables, decision groups (each followed by its rules), hooks; within each, by name (`vips:`
 //! entries and backends by address, IPv4 before IPv6).
 
 use std::{
@@ -26,8 +26,8 @@ use render::{
 };
 
 use super::model::{
-    Agent, Announce, Config, Conntrack, DecisionGroup, DecisionRule, HealthCheck, Pool, Service,
-    StateSource, StateVar, Vip,
+    Agent, Announce, Config, Conntrack, DecisionGroup, DecisionRule, HealthCheck, Hook, Pool,
+    Service, StateSource, StateVar, Vip,
 };
 
 /// What happened to a resource.
@@ -78,6 +78,8 @@ pub enum Kind {
     Decision,
     /// A rule, by id, in the decision group named by [`Change::parent`].
     Rule,
+    /// A hook, by name.
+    Hook,
 }
 
 impl Kind {
@@ -95,6 +97,7 @@ impl Kind {
             Self::State => "state",
             Self::Decision => "decision",
             Self::Rule => "rule",
+            Self::Hook => "hook",
         }
     }
 
@@ -204,6 +207,9 @@ impl Diff {
         }
         for (name, old, new) in pair(&old.decisions, &new.decisions, |g| g.name.as_str()) {
             d.decision(name, old, new);
+        }
+        for (name, old, new) in pair(&old.hooks, &new.hooks, |h| h.name.as_str()) {
+            d.hook(name, old, new);
         }
         Diff { changes: d.changes }
     }
@@ -317,6 +323,33 @@ impl Builder {
     }
 
     /// Each `announce:` setting; `none` on the side without `announce:`.
+    fn hook(&mut self, name: &str, old: Option<&Hook>, new: Option<&Hook>) {
+        let events = |h: &Hook| {
+            let names: Vec<&str> = h.events.iter().map(|e| e.name()).collect();
+            format!("[{}]", names.join(", "))
+        };
+        let summary = |h: &Hook| {
+            format!(
+                "{}, events {}, timeout {}",
+                h.target,
+                events(h),
+                dur(h.timeout)
+            )
+        };
+        match (old, new) {
+            (None, Some(h)) => self.push(Op::Added, Kind::Hook, None, name.into(), summary(h)),
+            (Some(h), None) => self.push(Op::Removed, Kind::Hook, None, name.into(), summary(h)),
+            (Some(a), Some(b)) => {
+                let mut f = Fields::default();
+                f.cmp("runs", &a.target, &b.target);
+                f.cmp("events", events(a), events(b));
+                f.cmp("timeout", dur(a.timeout), dur(b.timeout));
+                self.changed(Kind::Hook, None, name.into(), f);
+            }
+            (None, None) => {}
+        }
+    }
+
     fn announce(&mut self, old: Option<&Announce>, new: Option<&Announce>) {
         let show = |a: Option<&Announce>, f: fn(&Announce) -> String| {
             a.map_or_else(|| "none".to_owned(), f)
@@ -661,6 +694,28 @@ decisions:
             text = text.replacen(from, to, 1);
         }
         text
+    }
+
+    #[test]
+    fn hooks_are_added_removed_and_changed_by_name() {
+        let old = format!(
+            "{BASE}hooks:\n  - {{ name: page, command: [/bin/page, lb] }}\n  \
+             - {{ name: gone, url: \"http://127.0.0.1:8099/\" }}\n"
+        );
+        let new = format!(
+            "{BASE}hooks:\n  - {{ name: page, command: [/bin/page, lb], events: [switch], \
+             timeout: 1s }}\n  - {{ name: new, url: \"http://127.0.0.1:8099/x\" }}\n"
+        );
+        assert_eq!(
+            lines(&old, &new),
+            [
+                "- hook gone: POST http://127.0.0.1:8099/, events [switch, health, \
+                 config_rejected], timeout 5s",
+                "+ hook new: POST http://127.0.0.1:8099/x, events [switch, health, \
+                 config_rejected], timeout 5s",
+                "~ hook page: events [switch, health, config_rejected] → [switch], timeout 5s → 1s",
+            ]
+        );
     }
 
     #[test]

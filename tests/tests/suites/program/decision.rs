@@ -50,6 +50,7 @@ fn config() -> Config {
         fleet: None,
         conntrack: Conntrack::default(),
         announce: None,
+        hooks: Vec::new(),
         vips: vec![],
         services: vec![service("api", 80), service("ws", 443)],
         pools: vec![pool("dc1", 1), pool("dc2", 2)],

@@ -101,6 +101,7 @@ fn config() -> Config {
         fleet: None,
         conntrack: Conntrack::default(),
         announce: None,
+        hooks: Vec::new(),
         vips: vec![],
         services: vec![
             svc("web", vip4, 80, Protocol::Tcp, false, "web"),

@@ -93,6 +93,7 @@ fn fixture_config() -> Config {
         fleet: None,
         conntrack: Conntrack::default(),
         announce: None,
+        hooks: Vec::new(),
         vips: vec![],
         services: vec![
             svc("web", vip4, 80, Protocol::Tcp, Forward::DsrL2, "web"),

@@ -19,6 +19,7 @@ mod flow_state;
 mod flows;
 mod health;
 mod hitless;
+mod hooks;
 mod real_hosts;
 mod remote_api;
 mod slow_start;
