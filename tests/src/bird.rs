@@ -475,6 +475,18 @@ impl Fleet {
             .exec_with_stdin(&["nft", "-f", "-"], Some(&ruleset))
             .map(drop)
     }
+
+    /// Undoes [`Fleet::silence`]: the router hears the silenced balancer again (as a machine
+    /// that came back).
+    ///
+    /// # Errors
+    ///
+    /// When `nft` fails (no balancer is silenced).
+    pub fn heal(&self) -> Result<()> {
+        self.router
+            .exec(&["nft", "delete", "table", "inet", "fleet_silence"])
+            .map(drop)
+    }
 }
 
 fn ns_add(ns: &Netns) -> Result<()> {

@@ -6,6 +6,8 @@
 //! - [`bird`] — BIRD 2 in namespaces, and the fleet topology (a router with ECMP over
 //!   balancers that announce over BGP)
 //! - [`config_text`] — config fragments for the namespace suites
+//! - [`etcd`] — a three-member etcd cluster in its own namespace, linked to the balancers, and
+//!   the fleet's view of their agents (roles, decision words)
 //! - [`addrs`] — the standard topology's names, addresses and ports (with its diagram)
 //! - [`netns`] — named namespaces, running commands and closures inside them, and the
 //!   [`netns::Topology`] guard that builds the standard topology and tears it down on drop
@@ -24,6 +26,7 @@ pub mod bench;
 pub mod bird;
 pub mod client;
 pub mod config_text;
+pub mod etcd;
 pub mod lab;
 pub mod load;
 pub mod netns;

@@ -326,6 +326,7 @@ fn harness_pid(name: &str) -> Option<u32> {
     u32::from_str_radix(parts.next()?, 16).ok()?;
     let role = parts.next()?;
     let known = role == "c"
+        || role == "et"
         || role == "lb"
         || role == "rt"
         || role == "sw"

@@ -354,6 +354,7 @@ impl Runtime {
             if let Err(e) = self.publisher.configure_vips(&mut self.maps, &cfg) {
                 warn!("resuming the virtual IPs: {e}");
             }
+            self.publisher.resume_settings(&cfg);
             let (store, driver) = self.build(&cfg, self.publisher.health());
             self.store = store;
             self.driver = driver;

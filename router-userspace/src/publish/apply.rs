@@ -41,6 +41,21 @@ impl Publisher {
         self.apply_decided(dp, cfg, &BTreeMap::new())
     }
 
+    /// Takes the settings of `cfg`'s pools that no map holds — `conntrack.second_chance`,
+    /// `slow_start` and the breaker's trial weight — into a publisher restored from the maps
+    /// `cfg` wrote, when the start resumes them without an apply (the same config). Restored,
+    /// they are neutral (no second chance, no slow start, a trial weight of 100 %): without
+    /// this, a restarted agent would give no flip a second chance until its next config change.
+    pub fn resume_settings(&mut self, cfg: &Config) {
+        for p in &cfg.pools {
+            if let Some(state) = self.pools.get_mut(&p.name) {
+                state.second_chance = cfg.conntrack.second_chance;
+                state.slow_start = p.slow_start;
+                state.trial_weight = trial_weight(p);
+            }
+        }
+    }
+
     /// [`apply`](Self::apply), with the actions the engine decided for decision groups (a
     /// group missing here keeps its published action; a new one without an action publishes a
     /// word with no pool until [`publish_decision`](Self::publish_decision)).

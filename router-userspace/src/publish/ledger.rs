@@ -275,12 +275,13 @@ impl Publisher {
                     slot: lp.slot,
                     flags: pool.flags & !router_common::POOL_F_SECOND_CHANCE,
                     backends,
-                    // Set by the first apply, which every start runs.
+                    // Set by the first apply, or by `resume_settings` when a start
+                    // resumes the maps without one.
                     slow_start: None,
                     trial_weight: 100,
                     marks: super::FlowMarks::default(),
-                    // Set by the first apply. A second chance an earlier process began ends
-                    // at this one's first deadline: when it began is not known.
+                    // Set as `slow_start` is. A second chance an earlier process began
+                    // ends at this one's first deadline: when it began is not known.
                     second_chance: std::time::Duration::ZERO,
                     chance_until: (pool.flags & router_common::POOL_F_SECOND_CHANCE != 0)
                         .then_some(std::time::Duration::ZERO),

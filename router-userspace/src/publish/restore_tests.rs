@@ -218,3 +218,42 @@ fn maps_ahead_are_refused_when_a_slot_holds_another_backend() {
         Err(RestoreError::Generation { .. })
     ));
 }
+
+/// A start that resumes the maps without an apply (the same config) takes the pools' settings
+/// no map holds from that config: the next flip still gives its previous table a second
+/// chance, as it would have before the restart.
+#[test]
+fn a_resumed_publisher_takes_the_pools_settings_that_no_map_holds() {
+    use std::time::Duration;
+
+    use router_common::POOL_F_SECOND_CHANCE;
+    let mut cfg = web_failover(SwitchPolicy::default());
+    cfg.conntrack.second_chance = Duration::from_mins(1);
+    for pool in &mut cfg.pools {
+        pool.slow_start = Some(Duration::from_secs(30));
+    }
+    let mut dp = MemoryDataplane::default();
+    let mut p = Publisher::new();
+    let decided = BTreeMap::from([("web-failover".to_owned(), Action::pool("dc1"))]);
+    p.apply_decided(&mut dp, &cfg, &decided).expect("apply");
+    let mut r = Publisher::restore(&p.ledger(), &dp).expect("restore");
+    assert_eq!(r.pools()["dc1"].second_chance, Duration::ZERO, "restored");
+    r.resume_settings(&cfg);
+    for (name, pool) in r.pools() {
+        assert_eq!(pool.second_chance, Duration::from_mins(1), "pool {name}");
+        assert_eq!(
+            pool.slow_start,
+            Some(Duration::from_secs(30)),
+            "pool {name}"
+        );
+        assert_eq!(pool.trial_weight, 100, "pool {name}");
+    }
+    let slot = r.pools()["dc1"].slot;
+    let b = r.pools()["dc1"].backends[0].address;
+    assert!(r.set_health(&mut dp, "dc1", b, false).expect("health"));
+    assert_ne!(
+        dp.pools[&slot].flags & POOL_F_SECOND_CHANCE,
+        0,
+        "the flip gave the previous table no second chance"
+    );
+}

@@ -14,7 +14,6 @@
 
 use std::fmt::Write as _;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -22,29 +21,14 @@ use anyhow::{Context as _, Result, bail, ensure};
 use router_tests::{
     addrs::{VIP_V4, backend_v4},
     agent::{Agent, temp_dir, unique_pin_path},
+    etcd::{self, Cluster, percentile, pool_of, until},
     netns::{Netns, Topology},
     privileged,
 };
 use serde_json::Value;
 
 const GROUP: &str = "G";
-const MEMBERS: usize = 3;
 const NODES: usize = 3;
-
-fn member_ip(i: usize) -> String {
-    format!("198.19.0.{i}")
-}
-
-fn node_ip(i: usize) -> String {
-    format!("198.19.0.{}", 10 + i)
-}
-
-fn endpoints() -> String {
-    (1..=MEMBERS)
-        .map(|i| format!("\"{}:2379\"", member_ip(i)))
-        .collect::<Vec<_>>()
-        .join(", ")
-}
 
 /// The config of node `i`: everything the same on every node but its name and pins.
 fn config(i: usize, state: &std::path::Path, prefix: &str) -> String {
@@ -82,167 +66,11 @@ decisions:
 "#,
         pin = unique_pin_path(),
         state = state.display(),
-        endpoints = endpoints(),
+        endpoints = etcd::endpoints(),
         vip = VIP_V4,
         b1 = backend_v4(1),
         b2 = backend_v4(2),
     )
-}
-
-/// The etcd namespace, its bridge and members; killed and deleted on drop.
-struct Etcd {
-    ns: Netns,
-    members: Vec<Option<Child>>,
-    dirs: Vec<PathBuf>,
-}
-
-impl Etcd {
-    fn start(tag: &str, lbs: &[&Netns]) -> Result<Self> {
-        let ns = Netns::new(format!("{tag}-et"));
-        let status = Command::new("ip")
-            .args(["netns", "add", ns.name()])
-            .status()?;
-        ensure!(status.success(), "ip netns add {}", ns.name());
-        let mut etcd = Self {
-            ns,
-            members: Vec::new(),
-            dirs: Vec::new(),
-        };
-        etcd.ns.ip(&["link", "set", "lo", "up"])?;
-        etcd.ns.ip(&["link", "add", "br0", "type", "bridge"])?;
-        etcd.ns.ip(&["link", "set", "br0", "up"])?;
-        for i in 1..=MEMBERS {
-            etcd.ns.ip(&[
-                "addr",
-                "add",
-                &format!("{}/24", member_ip(i)),
-                "dev",
-                "br0",
-                "nodad",
-            ])?;
-        }
-        for (i, lb) in lbs.iter().enumerate() {
-            let i = i + 1;
-            let port = format!("e{i}");
-            etcd.ns.ip(&[
-                "link",
-                "add",
-                &port,
-                "type",
-                "veth",
-                "peer",
-                "name",
-                "fleet0",
-                "netns",
-                lb.name(),
-            ])?;
-            etcd.ns.ip(&["link", "set", &port, "master", "br0", "up"])?;
-            lb.ip(&[
-                "addr",
-                "add",
-                &format!("{}/24", node_ip(i)),
-                "dev",
-                "fleet0",
-                "nodad",
-            ])?;
-            lb.ip(&["link", "set", "fleet0", "up"])?;
-        }
-        let cluster = (1..=MEMBERS)
-            .map(|i| format!("e{i}=http://{}:2380", member_ip(i)))
-            .collect::<Vec<_>>()
-            .join(",");
-        for i in 1..=MEMBERS {
-            let (child, dir) = etcd.spawn_member(i, &cluster, tag)?;
-            etcd.members.push(Some(child));
-            etcd.dirs.push(dir);
-        }
-        let start = Instant::now();
-        loop {
-            let eps = (1..=MEMBERS)
-                .map(|i| format!("http://{}:2379", member_ip(i)))
-                .collect::<Vec<_>>()
-                .join(",");
-            let ok = etcd
-                .ns
-                .exec(&["etcdctl", "--endpoints", &eps, "endpoint", "health"])
-                .is_ok();
-            if ok {
-                break;
-            }
-            if start.elapsed() > Duration::from_secs(20) {
-                bail!("etcd did not become healthy: {}", etcd.logs());
-            }
-            thread::sleep(Duration::from_millis(100));
-        }
-        Ok(etcd)
-    }
-
-    /// Starts member `i` of `cluster` in the namespace, its data on tmpfs.
-    fn spawn_member(&self, i: usize, cluster: &str, tag: &str) -> Result<(Child, PathBuf)> {
-        // On tmpfs: etcd syncs every write, and a loaded disk would stretch its lease
-        // expiry and writes far beyond what the agents do.
-        let dir = PathBuf::from(format!("/dev/shm/switchyard-etcd-{tag}-{i}"));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir)?;
-        let ip = member_ip(i);
-        let log = std::fs::File::create(dir.join("log"))?;
-        let child = Command::new("nsenter")
-            .arg(format!("--net={}", self.ns.path().display()))
-            .arg("etcd")
-            .args(["--name", &format!("e{i}")])
-            .arg("--data-dir")
-            .arg(dir.join("data"))
-            .args(["--listen-client-urls", &format!("http://{ip}:2379")])
-            .args(["--advertise-client-urls", &format!("http://{ip}:2379")])
-            .args(["--listen-peer-urls", &format!("http://{ip}:2380")])
-            .args([
-                "--initial-advertise-peer-urls",
-                &format!("http://{ip}:2380"),
-            ])
-            .args(["--initial-cluster", cluster])
-            .args(["--initial-cluster-state", "new"])
-            .args(["--initial-cluster-token", tag])
-            // Fast elections, so that a lease of 1 s is above etcd's minimum TTL.
-            .args(["--heartbeat-interval", "50", "--election-timeout", "500"])
-            .stdin(Stdio::null())
-            .stdout(log.try_clone()?)
-            .stderr(log)
-            .spawn()
-            .context("starting etcd (apt package etcd-server, installed by xtask/setup.sh)")?;
-        Ok((child, dir))
-    }
-
-    fn kill(&mut self, i: usize) -> Result<()> {
-        if let Some(mut c) = self.members[i - 1].take() {
-            c.kill()?;
-            c.wait()?;
-        }
-        Ok(())
-    }
-
-    fn logs(&self) -> String {
-        self.dirs
-            .iter()
-            .map(|d| std::fs::read_to_string(d.join("log")).unwrap_or_default())
-            .map(|l| l.lines().rev().take(15).collect::<Vec<_>>().join("\n"))
-            .collect::<Vec<_>>()
-            .join("\n---\n")
-    }
-}
-
-impl Drop for Etcd {
-    fn drop(&mut self) {
-        for c in self.members.iter_mut().flatten() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-        let _ = Command::new("ip")
-            .args(["netns", "del", self.ns.name()])
-            .status();
-        for d in &self.dirs {
-            let _ = std::fs::remove_dir_all(d);
-        }
-    }
 }
 
 struct TempDir(PathBuf);
@@ -256,7 +84,7 @@ impl Drop for TempDir {
 /// The fleet; fields drop in order: agents, etcd, topologies.
 struct Fleet {
     agents: Vec<Option<Agent>>,
-    etcd: Etcd,
+    etcd: Cluster,
     topos: Vec<Topology>,
     _dirs: Vec<TempDir>,
 }
@@ -268,9 +96,8 @@ impl Fleet {
             topos.push(Topology::builder().backends(2).build()?);
         }
         let lbs: Vec<&Netns> = topos.iter().map(Topology::lb).collect();
-        let tag = format!("sy{:x}f", std::process::id() % 0xffff);
-        let etcd = Etcd::start(&tag, &lbs)?;
-        let prefix = format!("/switchyard-test-{tag}");
+        let etcd = Cluster::start(&lbs)?;
+        let prefix = etcd.prefix();
         let mut dirs = Vec::new();
         let mut agents = Vec::new();
         for (i, topo) in topos.iter().enumerate() {
@@ -298,17 +125,11 @@ impl Fleet {
 
     /// Node `i`'s `/status` fleet section.
     fn fleet_status(&self, i: usize) -> Result<Value> {
-        Ok(
-            serde_json::from_str::<Value>(&self.agent(i).api_get("/status")?)?
-                .get("fleet")
-                .cloned()
-                .unwrap_or(Value::Null),
-        )
+        etcd::fleet_status(self.agent(i))
     }
 
     fn role(&self, i: usize) -> Result<String> {
-        let f = self.fleet_status(i)?;
-        Ok(f["groups"][0]["role"].as_str().unwrap_or("").to_owned())
+        etcd::role(self.agent(i))
     }
 
     /// The leaders among the live nodes.
@@ -324,28 +145,7 @@ impl Fleet {
 
     /// Node `i`'s non-zero `DECISIONS` words, read from its pinned map with bpftool.
     fn words(&self, i: usize) -> Result<Vec<String>> {
-        let map = self.agents[i]
-            .as_ref()
-            .map(Agent::pin_dir)
-            .context("agent gone")?
-            .join("DECISIONS");
-        let out = Command::new("bpftool")
-            .args(["-j", "map", "dump", "pinned"])
-            .arg(&map)
-            .output()?;
-        ensure!(out.status.success(), "bpftool map dump {}", map.display());
-        let v: Value = serde_json::from_slice(&out.stdout)?;
-        let mut words = Vec::new();
-        for e in v.as_array().cloned().unwrap_or_default() {
-            let value = e["value"].to_string();
-            if !value
-                .contains("\"0x00\",\"0x00\",\"0x00\",\"0x00\",\"0x00\",\"0x00\",\"0x00\",\"0x00\"")
-                && value != "0"
-            {
-                words.push(format!("{}={value}", e["key"]));
-            }
-        }
-        Ok(words)
+        etcd::decision_words(self.agents[i].as_ref().context("agent gone")?)
     }
 
     fn ctl(&self, i: usize, args: &[&str]) -> Result<String> {
@@ -376,21 +176,12 @@ impl Fleet {
 
     /// Every live node's fleet status and the tail of its log.
     fn diagnose(&self) -> String {
-        let mut o = String::new();
-        for i in self.live() {
-            let log = self.agent(i).log_text();
-            let tail: Vec<&str> = log.lines().rev().take(25).collect();
-            let _ = write!(
-                o,
-                "lb{}: {}\n{}\n",
-                i + 1,
-                self.fleet_status(i)
-                    .map(|v| v.to_string())
-                    .unwrap_or_default(),
-                tail.into_iter().rev().collect::<Vec<_>>().join("\n")
-            );
-        }
-        o
+        etcd::log_tails(
+            self.live()
+                .into_iter()
+                .map(|i| (format!("lb{}", i + 1), self.agent(i))),
+            25,
+        )
     }
 
     /// Waits until every live node's words are `words` (up to `limit`).
@@ -422,40 +213,6 @@ impl Fleet {
             thread::sleep(Duration::from_millis(5));
         }
     }
-}
-
-/// The first pool of a decision word as [`Fleet::words`] shows it (its first two bytes).
-fn pool_of(words: &[String]) -> String {
-    words
-        .first()
-        .and_then(|w| w.split('=').nth(1))
-        .map(|v| v.split(',').take(2).collect::<Vec<_>>().join(","))
-        .unwrap_or_default()
-}
-
-/// Waits until `f` holds (up to `limit`).
-fn until(limit: Duration, mut f: impl FnMut() -> Result<bool>) -> Result<Duration> {
-    let start = Instant::now();
-    loop {
-        if f()? {
-            return Ok(start.elapsed());
-        }
-        if start.elapsed() > limit {
-            bail!("not within {limit:?}");
-        }
-        thread::sleep(Duration::from_millis(10));
-    }
-}
-
-fn percentile(sorted: &[u64], p: f64) -> u64 {
-    #[expect(
-        clippy::cast_possible_truncation,
-        clippy::cast_sign_loss,
-        clippy::cast_precision_loss,
-        reason = "an index into a short list"
-    )]
-    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[i.min(sorted.len() - 1)]
 }
 
 #[test]

@@ -15,6 +15,7 @@ mod first_check;
 mod fleet;
 mod fleet_bgp;
 mod fleet_etcd;
+mod fleet_full;
 mod flow_state;
 mod flows;
 mod health;
