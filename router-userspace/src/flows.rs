@@ -324,13 +324,13 @@ pub fn tracked(entry: &FlowEntry, now: u32, timeouts: &[u32; FLOW_STATES]) -> bo
 }
 
 /// The pinned maps a pass reads: `CONNTRACK`, and the program's time and timeouts.
-struct Pinned {
-    table: HashMap<MapData, FlowKey, FlowEntry>,
-    now: u32,
-    timeouts: [u32; FLOW_STATES],
+pub(crate) struct Pinned {
+    pub(crate) table: HashMap<MapData, FlowKey, FlowEntry>,
+    pub(crate) now: u32,
+    pub(crate) timeouts: [u32; FLOW_STATES],
 }
 
-fn open(pin_dir: &Path) -> Result<Pinned, MapError> {
+pub(crate) fn open(pin_dir: &Path) -> Result<Pinned, MapError> {
     let pinned = |name: &str| {
         let path = pin_dir.join(name);
         path.exists().then(|| MapData::from_pin(path)).transpose()

@@ -89,30 +89,15 @@ pub fn flows_of(
     pin_dir: &std::path::Path,
     slots: &[u32],
 ) -> Result<std::collections::BTreeMap<u32, u64>, aya::maps::MapError> {
-    use aya::maps::{Array, HashMap, Map};
-    use router_common::{Config, FLOW_STATES, FlowEntry, FlowKey, maps};
-
-    let pinned = |name: &str| {
-        let path = pin_dir.join(name);
-        path.exists().then(|| MapData::from_pin(path)).transpose()
-    };
-    let timeouts = match pinned(maps::CONFIG)? {
-        Some(data) => {
-            Array::<MapData, Config>::try_from(Map::Array(data))?
-                .get(&0, 0)?
-                .timeouts
-        }
-        None => [0; FLOW_STATES],
-    };
-    let now = match pinned(maps::CLOCK)? {
-        Some(data) => super::clock::pinned_ticks(&Array::try_from(Map::Array(data))?)?,
-        None => 0,
-    };
-    let data = MapData::from_pin(pin_dir.join(maps::CONNTRACK))?;
-    let table: HashMap<MapData, FlowKey, FlowEntry> = HashMap::try_from(Map::LruHashMap(data))?;
+    let pinned = crate::flows::open(pin_dir)?;
     // An entry refreshed during the pass is ahead of `now`: not expired
     // (`router_common::expired`).
-    Ok(count_open(table.iter().flatten(), slots, &timeouts, now))
+    Ok(count_open(
+        pinned.table.iter().flatten(),
+        slots,
+        &pinned.timeouts,
+        pinned.now,
+    ))
 }
 
 /// The open flows ([`router_common::flow_open`]) of `entries` naming each of `slots`, each key
