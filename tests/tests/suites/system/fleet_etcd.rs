@@ -280,7 +280,7 @@ fn a_node_reaches_etcd_over_tls_with_its_certificate_and_is_refused_with_another
 
     let pin = unique_pin_path();
     // Its own certificate: connected, the leader of G, recorded.
-    let mut agent = Agent::start(&topo, &[("fleet.yaml", config(&pki, "lb1", &pin))])?;
+    let mut agent = Agent::start(&topo, &[("local.yaml", config(&pki, "lb1", &pin))])?;
     let status = wait_fleet(&agent, Duration::from_secs(20), |f| {
         f["etcd"] == "connected" && f["groups"][0]["role"] == "leader"
     })
@@ -294,7 +294,7 @@ fn a_node_reaches_etcd_over_tls_with_its_certificate_and_is_refused_with_another
 
     // Another CA's certificate: refused by etcd; the node says so and keeps its maps.
     agent.stop()?;
-    agent.write_file("fleet.yaml", &config(&pki, "intruder", &pin))?;
+    agent.write_file("local.yaml", &config(&pki, "intruder", &pin))?;
     agent.relaunch()?;
     let status = wait_fleet(&agent, Duration::from_secs(20), |f| {
         f["etcd"]
