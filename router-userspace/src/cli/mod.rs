@@ -358,6 +358,19 @@ fn fleet_line(o: &mut String, s: &Status) {
             })
             .collect();
         let _ = write!(o, "fleet: node {}, etcd {}", f.node, f.etcd);
+        match (f.config_revision, f.config_in_etcd) {
+            (Some(r), Some(e)) if r == e => {
+                let _ = write!(o, ", shared config revision {r}");
+            }
+            (r, Some(e)) => {
+                let _ = write!(
+                    o,
+                    ", shared config revision {} (NOT etcd's {e}: see rejected)",
+                    r.map_or("none".to_owned(), |r| r.to_string())
+                );
+            }
+            _ => {}
+        }
         if !groups.is_empty() {
             let _ = write!(o, "; {}", groups.join("; "));
         }
