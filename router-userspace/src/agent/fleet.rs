@@ -57,6 +57,8 @@ pub struct FleetLink {
     /// to etcd only when they changed on this node, so a node whose files are older than the
     /// fleet's does not write them back when only its local files change.
     pub read_shared: Fragments,
+    /// A write of `read_shared` was refused: the next read writes it again, changed or not.
+    pub retry: bool,
     /// The shared fragments (by content hash) sent to etcd and not yet seen back, with the
     /// `ctl apply` or `ctl rollback` that waits for them: answered when the watch brings them
     /// back and this node applied them, or when etcd refused them. The same fragments are not
@@ -81,6 +83,7 @@ impl FleetLink {
             groups: Vec::new(),
             shared: None,
             read_shared: Fragments::default(),
+            retry: false,
             pending: None,
         }
     }
@@ -192,6 +195,9 @@ impl Runtime {
                 self.rejected = Some(text.clone());
                 // Unwritten: the next read of the directory tries again.
                 self.seen.clear();
+                if let Some(f) = &mut self.fleet {
+                    f.retry = true;
+                }
                 if let Some(f) = &mut self.fleet
                     && let Some((_, Some(reply))) = f.pending.take_if(|(h, _)| *h == hash)
                 {
@@ -489,11 +495,12 @@ impl Runtime {
         let Some(f) = &mut self.fleet else {
             return self.apply(dir, source, reply);
         };
-        let changed_here = shared != f.read_shared;
-        f.read_shared = shared.clone();
+        let changed_here = shared != f.read_shared || f.retry;
         let in_etcd = f.shared.as_ref().map(|(_, d)| d.hash.clone());
         let write = (changed_here || !only_if_changed) && in_etcd != Some(shared.hash());
         if !write {
+            f.read_shared = shared;
+            f.retry = false;
             return if f.shared.is_some() {
                 self.apply_with_shared(&dir.local(), source, reply)
             } else {
@@ -508,7 +515,14 @@ impl Runtime {
             }
             return Err(text);
         }
-        self.fleet_write(shared, source, reply, false)
+        // Read for the watch only once it is on its way: a shared change that was invalid or
+        // refused is written by the next read that finds it valid.
+        self.fleet_write(shared.clone(), source, reply, false)?;
+        if let Some(f) = &mut self.fleet {
+            f.read_shared = shared;
+            f.retry = false;
+        }
+        Ok(())
     }
 
     /// `ctl rollback` on a fleet member: the shared fragments of the recorded version
