@@ -63,8 +63,10 @@ pub struct FleetLink {
     /// `ctl apply` or `ctl rollback` that waits for them: answered when the watch brings them
     /// back and this node applied them, or when etcd refused them. The same fragments are not
     /// sent twice meanwhile (the watch and a `ctl apply` of one edit would race each other's
-    /// compare-and-set).
-    pub pending: Option<(String, Option<Reply<Outcome>>)>,
+    /// compare-and-set). The `i64` is the revision the write was made against: a later
+    /// revision that is not these fragments means they were overwritten before this node saw
+    /// them (a reconnection reads only the newest), and the caller is told so.
+    pub pending: Option<(String, i64, Option<Reply<Outcome>>)>,
 }
 
 impl FleetLink {
@@ -199,7 +201,7 @@ impl Runtime {
                     f.retry = true;
                 }
                 if let Some(f) = &mut self.fleet
-                    && let Some((_, Some(reply))) = f.pending.take_if(|(h, _)| *h == hash)
+                    && let Some((_, _, Some(reply))) = f.pending.take_if(|(h, _, _)| *h == hash)
                 {
                     let _ = reply.send(Err(text));
                 }
@@ -583,7 +585,7 @@ impl Runtime {
             );
         }
         let hash = shared.hash();
-        if let Some((sent, waiting)) = &mut f.pending
+        if let Some((sent, _, waiting)) = &mut f.pending
             && *sent == hash
         {
             if let Some(r) = reply
@@ -616,7 +618,9 @@ impl Runtime {
         {
             return refuse(reply, "the etcd task is busy; try again");
         }
-        if !seed && let Some((_, Some(older))) = f.pending.replace((hash.clone(), reply)) {
+        if !seed
+            && let Some((_, _, Some(older))) = f.pending.replace((hash.clone(), expected, reply))
+        {
             let _ = older.send(Err("superseded by a later apply on this node".into()));
         }
         info!(
@@ -648,8 +652,17 @@ impl Runtime {
         let Some(f) = &mut self.fleet else { return };
         let reply = f
             .pending
-            .take_if(|(h, _)| *h == doc.hash)
-            .and_then(|(_, r)| r);
+            .take_if(|(h, _, _)| *h == doc.hash)
+            .and_then(|(_, _, r)| r);
+        if let Some((_, _, waiting)) = f.pending.take_if(|(_, against, _)| revision > *against)
+            && let Some(r) = waiting
+        {
+            let _ = r.send(Err(format!(
+                "the fleet's shared config is now revision {revision} from {}: this apply was \
+                 overwritten before it ran here",
+                doc.written_by
+            )));
+        }
         let source = format!(
             "fleet revision {revision}: {} on {}",
             doc.source, doc.written_by
