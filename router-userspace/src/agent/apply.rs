@@ -117,7 +117,7 @@ impl Runtime {
 
     /// [`apply_fragments`](Self::apply_fragments) without the logging of a rejection: the
     /// error goes to `reply` (when there is one) and to the caller.
-    fn apply(
+    pub(super) fn apply(
         &mut self,
         fragments: Fragments,
         source: &str,
@@ -429,7 +429,13 @@ impl Runtime {
                     return;
                 }
                 self.seen = hash;
-                let result = self.apply(fragments, source, reply);
+                // A fleet member writes the shared fragments to etcd and applies them when
+                // the watch brings them back (`agent::fleet`).
+                let result = if self.fleet.is_some() {
+                    self.fleet_apply_directory(fragments, source, only_if_changed, reply)
+                } else {
+                    self.apply(fragments, source, reply)
+                };
                 if let Err(e) = &result {
                     self.rejected_change(source, e);
                 }

@@ -5,6 +5,12 @@
 //! written into its maps as it comes ([`Runtime::on_fleet`]) and its driver goes on from it, so
 //! a node elected later starts from the published action with the hysteresis and cooldown it
 //! implies. While etcd is unreachable the node leads nothing and keeps every map as it is.
+//!
+//! The applied config goes through etcd too: an apply (watch, SIGHUP, `ctl apply`, `ctl
+//! rollback`) validates the whole config here and writes only its shared fragments to etcd
+//! ([`Runtime::fleet_apply_directory`]); every node, this one included, applies them when the
+//! watch brings them, combined with its own node-local files, through the one apply path
+//! ([`Runtime::on_shared_config`]).
 
 use std::{collections::BTreeMap, time::Instant};
 
@@ -14,10 +20,16 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 
 use super::{
-    command::{Published, Reply},
+    apply::Outcome,
+    command::{Command, Published, Reply},
     runtime::Runtime,
 };
-use crate::fleet::{FleetEvent, FleetOut, NodeRecord, OverrideDoc, PublishedDecision, now_ns};
+use crate::{
+    config::{self, Fragments},
+    fleet::{
+        FleetEvent, FleetOut, NodeRecord, OverrideDoc, PublishedDecision, SharedConfig, now_ns,
+    },
+};
 
 /// The fleet as one node runs it.
 pub struct FleetLink {
@@ -39,6 +51,22 @@ pub struct FleetLink {
     pub record: NodeRecord,
     /// The decision groups last handed to the etcd task.
     pub groups: Vec<String>,
+    /// The fleet's shared config as etcd last gave it, with its mod revision.
+    pub shared: Option<(i64, SharedConfig)>,
+    /// The shared fragments of the config directory at its last read: the watch writes them
+    /// to etcd only when they changed on this node, so a node whose files are older than the
+    /// fleet's does not write them back when only its local files change.
+    pub read_shared: Fragments,
+    /// A write of `read_shared` was refused: the next read writes it again, changed or not.
+    pub retry: bool,
+    /// The shared fragments (by content hash) sent to etcd and not yet seen back, with the
+    /// `ctl apply` or `ctl rollback` that waits for them: answered when the watch brings them
+    /// back and this node applied them, or when etcd refused them. The same fragments are not
+    /// sent twice meanwhile (the watch and a `ctl apply` of one edit would race each other's
+    /// compare-and-set). The `i64` is the revision the write was made against: a later
+    /// revision that is not these fragments means they were overwritten before this node saw
+    /// them (a reconnection reads only the newest), and the caller is told so.
+    pub pending: Option<(String, i64, Option<Reply<Outcome>>)>,
 }
 
 impl FleetLink {
@@ -55,6 +83,10 @@ impl FleetLink {
             sent: BTreeMap::new(),
             record: NodeRecord::default(),
             groups: Vec::new(),
+            shared: None,
+            read_shared: Fragments::default(),
+            retry: false,
+            pending: None,
         }
     }
 }
@@ -71,6 +103,14 @@ pub struct FleetStatus {
     pub stale_since: Option<u64>,
     /// Per decision group.
     pub groups: Vec<FleetGroupStatus>,
+    /// The revision of the fleet's shared config this node runs (`None`: none from etcd yet,
+    /// or its local files never combined with one).
+    pub config_revision: Option<i64>,
+    /// Its content hash.
+    pub config_hash: Option<String>,
+    /// The revision of the shared config in etcd, as this node last saw it; another than
+    /// `config_revision` while this node has not applied it (`rejected` says why).
+    pub config_in_etcd: Option<i64>,
 }
 
 /// One group in [`FleetStatus`].
@@ -106,6 +146,14 @@ impl Runtime {
                 }
                 self.metrics.fleet_stale.set(0);
                 self.sync_fleet();
+                // The first node to reach etcd seeds the fleet's shared config with its own
+                // (create-if-absent: the others lose the race quietly and take it).
+                if let Some(f) = &self.fleet
+                    && f.shared.is_none()
+                {
+                    let shared = f.read_shared.clone();
+                    let _ = self.fleet_write(shared, "first node", None, true);
+                }
             }
             FleetEvent::Reachable(false) => {
                 let newly = self.fleet.as_ref().is_some_and(|f| f.stale_since.is_none());
@@ -141,6 +189,23 @@ impl Runtime {
                 revision,
                 decision,
             } => self.follow_published(&group, revision, decision),
+            FleetEvent::Config { revision, doc } => self.on_shared_config(revision, doc),
+            FleetEvent::ConfigRefused { hash, error } => {
+                let text = format!("the shared config was not written to etcd: {error}");
+                warn!("{text}");
+                self.metrics.rejected.inc();
+                self.rejected = Some(text.clone());
+                // Unwritten: the next read of the directory tries again.
+                self.seen.clear();
+                if let Some(f) = &mut self.fleet {
+                    f.retry = true;
+                }
+                if let Some(f) = &mut self.fleet
+                    && let Some((_, _, Some(reply))) = f.pending.take_if(|(h, _, _)| *h == hash)
+                {
+                    let _ = reply.send(Err(text));
+                }
+            }
             FleetEvent::State { name, value } => match self.store.set_push(&name, &value) {
                 Ok(slots) => {
                     let cause = format!("state set {name}={value}");
@@ -402,6 +467,269 @@ impl Runtime {
                     revision: f.record.decisions.get(&g.name).copied(),
                 })
                 .collect(),
+            config_revision: f.record.config_revision,
+            config_hash: f.record.config_hash.clone(),
+            config_in_etcd: f.shared.as_ref().map(|(r, _)| *r),
         })
     }
+
+    /// An apply of the config directory `dir` on a fleet member (watch, SIGHUP, `ctl apply`).
+    ///
+    /// When its shared fragments are to be written (they changed since the directory was last
+    /// read, or SIGHUP and `ctl apply` ask for it, and etcd holds others), the whole directory
+    /// is validated and, only if valid, its shared fragments go to etcd; the apply happens
+    /// when the watch brings them back ([`Self::on_shared_config`]), and `reply` is answered
+    /// then. Otherwise only this node's local files changed: they are applied with the shared
+    /// config etcd gave (or, before etcd gave one, the directory as it is).
+    ///
+    /// # Errors
+    ///
+    /// Why nothing was applied nor written (also sent to `reply`): the directory is invalid,
+    /// or etcd is unreachable.
+    pub(super) fn fleet_apply_directory(
+        &mut self,
+        dir: Fragments,
+        source: &str,
+        only_if_changed: bool,
+        reply: Option<Reply<Outcome>>,
+    ) -> Result<(), String> {
+        let shared = dir.shared();
+        let Some(f) = &mut self.fleet else {
+            return self.apply(dir, source, reply);
+        };
+        let changed_here = shared != f.read_shared || f.retry;
+        let in_etcd = f.shared.as_ref().map(|(_, d)| d.hash.clone());
+        let write = (changed_here || !only_if_changed) && in_etcd != Some(shared.hash());
+        if !write {
+            f.read_shared = shared;
+            f.retry = false;
+            return if f.shared.is_some() {
+                self.apply_with_shared(&dir.local(), source, reply)
+            } else {
+                self.apply(dir, source, reply)
+            };
+        }
+        // The whole config, local and shared, is valid before anything reaches the fleet.
+        if let Err(e) = dir.load() {
+            let text = e.to_string();
+            if let Some(r) = reply {
+                let _ = r.send(Err(text.clone()));
+            }
+            return Err(text);
+        }
+        // Read for the watch only once it is on its way: a shared change that was invalid or
+        // refused is written by the next read that finds it valid.
+        self.fleet_write(shared.clone(), source, reply, false)?;
+        if let Some(f) = &mut self.fleet {
+            f.read_shared = shared;
+            f.retry = false;
+        }
+        Ok(())
+    }
+
+    /// `ctl rollback` on a fleet member: the shared fragments of the recorded version
+    /// `version` are validated with this node's local files and written to etcd, so the whole
+    /// fleet rolls back; `reply` is answered when this node applied them.
+    pub(super) fn fleet_rollback(
+        &mut self,
+        version: &Fragments,
+        source: &str,
+        reply: Reply<Outcome>,
+    ) {
+        let local = match config::read_dir(&self.config_dir).and_then(|d| d.fragments()) {
+            Ok(dir) => dir.local(),
+            Err(e) => {
+                let _ = reply.send(Err(e.to_string()));
+                return;
+            }
+        };
+        let shared = version.shared();
+        if let Err(e) = Fragments::combine(&local, &shared).load() {
+            let _ = reply.send(Err(e.to_string()));
+            return;
+        }
+        if let Err(e) = self.fleet_write(shared, source, Some(reply), false) {
+            warn!("{source} refused; the running config stays: {e}");
+        }
+    }
+
+    /// Sends `shared` to etcd (compare-and-set on the revision this node last saw). `reply`
+    /// waits for the apply the watch brings back. A refusal comes back as
+    /// [`FleetEvent::ConfigRefused`], except for a `seed` (the first node's create-if-absent,
+    /// which another node may win), only logged.
+    ///
+    /// # Errors
+    ///
+    /// etcd is unreachable or the etcd task is busy (also sent to `reply`).
+    fn fleet_write(
+        &mut self,
+        shared: Fragments,
+        source: &str,
+        reply: Option<Reply<Outcome>>,
+        seed: bool,
+    ) -> Result<(), String> {
+        let Some(f) = &mut self.fleet else {
+            return Err("not a fleet member".into());
+        };
+        let refuse = |reply: Option<Reply<Outcome>>, text: &str| {
+            if let Some(r) = reply {
+                let _ = r.send(Err(text.to_owned()));
+            }
+            Err(text.to_owned())
+        };
+        if f.stale_since.is_some() {
+            return refuse(
+                reply,
+                "etcd is unreachable: the shared config cannot be written to the fleet; the \
+                 running config stays",
+            );
+        }
+        let hash = shared.hash();
+        if let Some((sent, _, waiting)) = &mut f.pending
+            && *sent == hash
+        {
+            if let Some(r) = reply
+                && let Some(older) = waiting.replace(r)
+            {
+                let _ = older.send(Err("superseded by a later apply on this node".into()));
+            }
+            return Ok(());
+        }
+        let doc = SharedConfig {
+            files: shared.into_files(),
+            hash: hash.clone(),
+            written_by: f.node.clone(),
+            written_at_ns: now_ns(),
+            source: source.to_owned(),
+        };
+        let expected = if seed {
+            0
+        } else {
+            f.shared.as_ref().map_or(0, |(r, _)| *r)
+        };
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        if f.out
+            .try_send(FleetOut::Config {
+                doc,
+                expected,
+                reply: tx,
+            })
+            .is_err()
+        {
+            return refuse(reply, "the etcd task is busy; try again");
+        }
+        if !seed
+            && let Some((_, _, Some(older))) = f.pending.replace((hash.clone(), expected, reply))
+        {
+            let _ = older.send(Err("superseded by a later apply on this node".into()));
+        }
+        info!(
+            "fleet: shared config {} sent to etcd ({source})",
+            short(&hash)
+        );
+        let commands = self.commands.clone();
+        tokio::spawn(async move {
+            let error = match rx.await {
+                Ok(Ok(_)) => return,
+                Ok(Err(e)) => e,
+                Err(_) => "the etcd task stopped".to_owned(),
+            };
+            if seed {
+                info!("fleet: not the first node to write the shared config: {error}");
+                return;
+            }
+            let _ = commands
+                .send(Command::Fleet(FleetEvent::ConfigRefused { hash, error }))
+                .await;
+        });
+        Ok(())
+    }
+
+    /// The fleet's shared config, from etcd (written by any node, this one included): applied
+    /// combined with this node's local files. A combination that fails keeps the running
+    /// config, and `status` says why (`rejected`) and which revision this node runs.
+    fn on_shared_config(&mut self, revision: i64, doc: SharedConfig) {
+        let Some(f) = &mut self.fleet else { return };
+        let reply = f
+            .pending
+            .take_if(|(h, _, _)| *h == doc.hash)
+            .and_then(|(_, _, r)| r);
+        if let Some((_, _, waiting)) = f.pending.take_if(|(_, against, _)| revision > *against)
+            && let Some(r) = waiting
+        {
+            let _ = r.send(Err(format!(
+                "the fleet's shared config is now revision {revision} from {}: this apply was \
+                 overwritten before it ran here",
+                doc.written_by
+            )));
+        }
+        let source = format!(
+            "fleet revision {revision}: {} on {}",
+            doc.source, doc.written_by
+        );
+        f.shared = Some((revision, doc));
+        let local = config::read_dir(&self.config_dir)
+            .and_then(|d| d.fragments())
+            .map(|dir| dir.local());
+        let result = match local {
+            Ok(local) => self.apply_with_shared(&local, &source, reply),
+            Err(e) => {
+                let text = e.to_string();
+                if let Some(r) = reply {
+                    let _ = r.send(Err(text.clone()));
+                }
+                Err(text)
+            }
+        };
+        match result {
+            Ok(()) => self.rejected = None,
+            Err(e) => {
+                let text = format!(
+                    "the fleet's shared config (revision {revision}) with this node's local \
+                     files is not applied; the running config stays:\n{e}"
+                );
+                warn!("{text}");
+                self.metrics.rejected.inc();
+                self.rejected = Some(text);
+            }
+        }
+    }
+
+    /// Applies this node's `local` fragments with the shared config etcd last gave (which
+    /// must be there), and records the revision it runs under its lease.
+    fn apply_with_shared(
+        &mut self,
+        local: &Fragments,
+        source: &str,
+        reply: Option<Reply<Outcome>>,
+    ) -> Result<(), String> {
+        let Some((revision, doc)) = self.fleet.as_ref().and_then(|f| f.shared.clone()) else {
+            return Err("no shared config from etcd yet".into());
+        };
+        let combined = Fragments::combine(local, &Fragments::new(doc.files));
+        self.apply(combined, source, reply)?;
+        let generation = self.publisher.generation();
+        let Some(f) = &mut self.fleet else {
+            return Ok(());
+        };
+        if f.record.config_revision != Some(revision) {
+            let us = now_ns().saturating_sub(doc.written_at_ns) / 1000;
+            info!(
+                "fleet: shared config revision {revision} ({}) runs here, generation \
+                 {generation}, {us} µs after it was written",
+                short(&doc.hash)
+            );
+            f.record.config_revision = Some(revision);
+            f.record.config_hash = Some(doc.hash);
+            f.record.config_latency_us = Some(us);
+        }
+        f.record.generation = generation;
+        let _ = f.out.try_send(FleetOut::Record(f.record.clone()));
+        Ok(())
+    }
+}
+
+/// The first 12 hex digits of a content hash, for logs.
+fn short(hash: &str) -> &str {
+    hash.get(..12).unwrap_or(hash)
 }

@@ -341,6 +341,10 @@ pub async fn run(opts: Options) -> Result<(), AgentError> {
         hooks: crate::hooks::Hooks::new(metrics.hook_runs.clone()),
     };
     next_hops::first_round(&mut rt, &cfg, &mut hop_rx).await;
+    // What the first node to reach etcd seeds the fleet's shared config with.
+    if let Some(f) = &mut rt.fleet {
+        f.read_shared = fragments.shared();
+    }
     if let Err(e) = rt.start(fragments) {
         // Nothing this run attached may stay behind a config that never applied.
         for (iface, how) in &rt.interfaces {

@@ -168,6 +168,11 @@ impl Runtime {
                 fragments,
                 source,
                 reply,
+            } if self.fleet.is_some() => self.fleet_rollback(&fragments, &source, reply),
+            Command::Apply {
+                fragments,
+                source,
+                reply,
             } => self.apply_fragments(fragments, &source, Some(reply)),
             Command::Recorded { hash, version } => self.recorded(&hash, version),
             Command::SetState {

@@ -386,6 +386,19 @@ fn fleet_line(o: &mut String, s: &Status) {
             })
             .collect();
         let _ = write!(o, "fleet: node {}, etcd {}", f.node, f.etcd);
+        match (f.config_revision, f.config_in_etcd) {
+            (Some(r), Some(e)) if r == e => {
+                let _ = write!(o, ", shared config revision {r}");
+            }
+            (r, Some(e)) => {
+                let _ = write!(
+                    o,
+                    ", shared config revision {} (NOT etcd's {e}: see rejected)",
+                    r.map_or("none".to_owned(), |r| r.to_string())
+                );
+            }
+            _ => {}
+        }
         if !groups.is_empty() {
             let _ = write!(o, "; {}", groups.join("; "));
         }
@@ -598,6 +611,13 @@ pub fn maps_text(pin_dir: &Path) -> String {
 pub fn fleet_text(v: &crate::fleet::FleetView) -> String {
     use std::fmt::Write as _;
     let mut o = String::new();
+    if let Some((revision, hash, by)) = &v.config {
+        let _ = writeln!(
+            o,
+            "shared config: revision {revision}, hash {}, written by {by}",
+            hash.get(..12).unwrap_or(hash)
+        );
+    }
     for g in &v.groups {
         let _ = writeln!(
             o,
@@ -627,9 +647,17 @@ pub fn fleet_text(v: &crate::fleet::FleetView) -> String {
                 n.generations_behind
             )
         };
+        let config = match (n.record.config_revision, n.config_behind) {
+            (Some(r), false) => format!(", shared config revision {r}"),
+            (r, true) => format!(
+                ", SHARED CONFIG BEHIND: runs revision {}",
+                r.map_or("none".to_owned(), |r| r.to_string())
+            ),
+            (None, false) => String::new(),
+        };
         let _ = writeln!(
             o,
-            "node {}: generation {}, runs {}, applied at {}, latency {}, {behind}",
+            "node {}: generation {}, runs {}, applied at {}, latency {}, {behind}{config}",
             n.node,
             n.record.generation,
             if runs.is_empty() {

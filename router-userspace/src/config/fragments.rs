@@ -98,6 +98,39 @@ impl Fragments {
         out
     }
 
+    /// The node-local fragments ([`super::is_node_local`]: `local.yaml`, `*.local.yaml`), in
+    /// order.
+    #[must_use]
+    pub fn local(&self) -> Self {
+        self.filtered(true)
+    }
+
+    /// The fragments a fleet shares through etcd: every one that is not node-local, in order.
+    #[must_use]
+    pub fn shared(&self) -> Self {
+        self.filtered(false)
+    }
+
+    fn filtered(&self, local: bool) -> Self {
+        Self::new(
+            self.files
+                .iter()
+                .filter(|(name, _)| super::is_node_local(name) == local)
+                .cloned()
+                .collect(),
+        )
+    }
+
+    /// This node's `local` fragments with a fleet's `shared` ones, in name order (the order
+    /// [`super::read_dir`] gives a directory holding them all).
+    #[must_use]
+    pub fn combine(local: &Self, shared: &Self) -> Self {
+        let mut files: Vec<(String, String)> =
+            local.files.iter().chain(&shared.files).cloned().collect();
+        files.sort_by(|a, b| a.0.cmp(&b.0));
+        Self::new(files)
+    }
+
     /// Parses and validates the fragments: [`load_files`] on [`Fragments::files`].
     ///
     /// # Errors
@@ -169,6 +202,32 @@ mod tests {
         ];
         let hashes: std::collections::BTreeSet<String> = sets.iter().map(Fragments::hash).collect();
         assert_eq!(hashes.len(), sets.len());
+    }
+
+    #[test]
+    fn local_and_shared_split_by_name_and_combine_in_name_order() {
+        let all = set(&[
+            ("10-web.yaml", "a"),
+            ("local.yaml", "b"),
+            ("lb1.local.yaml", "c"),
+            ("zz.yaml", "d"),
+        ]);
+        let local = all.local();
+        let shared = all.shared();
+        assert_eq!(
+            local.names().collect::<Vec<_>>(),
+            ["local.yaml", "lb1.local.yaml"]
+        );
+        assert_eq!(
+            shared.names().collect::<Vec<_>>(),
+            ["10-web.yaml", "zz.yaml"]
+        );
+        assert_eq!(
+            Fragments::combine(&local, &shared)
+                .names()
+                .collect::<Vec<_>>(),
+            ["10-web.yaml", "lb1.local.yaml", "local.yaml", "zz.yaml"]
+        );
     }
 
     #[test]

@@ -212,6 +212,42 @@ pub fn is_fragment(name: &str) -> bool {
         && !name.ends_with(".swp")
 }
 
+/// Whether a fragment named `name` belongs to its node: `local.yaml` or `*.local.yaml`. With
+/// `fleet:`, the node's identity and its own settings (`fleet:`, `agent:`, `announce:`) live in
+/// such files and every other fragment is the fleet's shared config, written to etcd.
+#[must_use]
+pub fn is_node_local(name: &str) -> bool {
+    name == "local.yaml" || name.ends_with(".local.yaml")
+}
+
+/// With `fleet:`, each of `fleet:`, `agent:` and `announce:` must be set in a node-local file
+/// ([`is_node_local`]): the other fragments are shared by the whole fleet through etcd, and a
+/// shared `agent:` would give every node one API address and pin path, a shared `fleet:` one
+/// node name. Without `fleet:` any fragment may hold them.
+fn node_local_sections(parsed: &Parsed, report: &mut Report) {
+    if parsed.fleets.is_empty() {
+        return;
+    }
+    let found = parsed
+        .fleets
+        .iter()
+        .map(|i| (i.file, i.at(""), &i.base))
+        .chain(parsed.agents.iter().map(|i| (i.file, i.at(""), &i.base)))
+        .chain(parsed.announces.iter().map(|i| (i.file, i.at(""), &i.base)));
+    let outside: Vec<_> = found
+        .filter(|(file, _, _)| !is_node_local(report.file_name(*file)))
+        .map(|(file, at, base)| (file, at, base.clone()))
+        .collect();
+    for (file, at, base) in outside {
+        let message = format!(
+            "{base} must be set in a node-local file when fleet is set: the other fragments \
+             are the fleet's shared config"
+        );
+        let hint = Some("move it to local.yaml (or NAME.local.yaml) in this directory".to_owned());
+        report.add(file, at, base, message, hint);
+    }
+}
+
 fn load<'a>(
     sources: impl Iterator<Item = (&'a String, Result<&'a str, &'a String>)>,
 ) -> Result<Config, ConfigError> {
@@ -227,6 +263,7 @@ fn load<'a>(
             }
         }
     }
+    node_local_sections(&parsed, &mut report);
     let config = validate(&parsed, &mut report);
     match config {
         Some(config) if report.is_empty() => Ok(config),

@@ -50,7 +50,7 @@ use std::fmt;
 pub use diff::Diff;
 pub use fragments::Fragments;
 pub use lint::lint;
-pub use load::{DirFragments, is_fragment, load_dir, load_files, read_dir};
+pub use load::{DirFragments, is_fragment, is_node_local, load_dir, load_files, read_dir};
 pub use model::{
     Adaptive, Agent, AgentCheck, Announce, Backend, Backoff, CheckKind, Config, Conntrack,
     DEFAULT_ANNOUNCE_INTERFACE, DEFAULT_ANNOUNCE_PROTOCOL, DEFAULT_ANNOUNCE_TABLE,

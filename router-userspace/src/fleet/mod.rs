@@ -10,6 +10,7 @@
 //! | `P/state/NAME` | the pushed value, as text | none | any node's `ctl state set` |
 //! | `P/override/GROUP` | [`OverrideDoc`] (JSON) | none | any node's `ctl override` |
 //! | `P/node/NODE` | [`NodeRecord`] (JSON) | the node's | the node, after each map write |
+//! | `P/config/shared` | [`SharedConfig`] (JSON) | none | any node's apply or rollback, by compare-and-set |
 //!
 //! The election key's create revision is the leader's fencing token: a decision is written only
 //! by a transaction that compares it, so a leader whose lease expired (and whose group another
@@ -128,6 +129,33 @@ pub struct NodeRecord {
     pub applied_at_ns: u64,
     /// From that decision's `decided_at_ns` to this node's map write, µs.
     pub latency_us: Option<u64>,
+    /// The revision of the fleet's shared config the node runs (`None`: none from etcd yet).
+    #[serde(default)]
+    pub config_revision: Option<i64>,
+    /// Its content hash.
+    #[serde(default)]
+    pub config_hash: Option<String>,
+    /// From its `written_at_ns` to the end of this node's apply, µs.
+    #[serde(default)]
+    pub config_latency_us: Option<u64>,
+}
+
+/// The fleet's shared config under `P/config/shared`: the fragments that are not node-local
+/// (`crate::config::Fragments::shared`), as one apply wrote them. Every node combines them with
+/// its own local files and applies the result.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SharedConfig {
+    /// `(file name, text)` in name order.
+    pub files: Vec<(String, String)>,
+    /// Their content hash (`Fragments::hash`): what `status` shows each node runs.
+    pub hash: String,
+    /// The node that wrote it.
+    pub written_by: String,
+    /// When that node asked etcd to write it, ns since the Unix epoch (the start of each
+    /// node's apply latency).
+    pub written_at_ns: u64,
+    /// What wrote it on that node: `ctl apply`, `watch`, `sighup`, `rollback to N`, `first node`.
+    pub source: String,
 }
 
 /// What the etcd task tells the event loop.
@@ -167,6 +195,21 @@ pub enum FleetEvent {
         /// The override.
         doc: Option<OverrideDoc>,
     },
+    /// A write of the shared config this node asked for was refused (etcd unreachable, or
+    /// the key changed meanwhile): nothing changed anywhere.
+    ConfigRefused {
+        /// The content hash of the shared fragments that were not written.
+        hash: String,
+        /// Why.
+        error: String,
+    },
+    /// The fleet's shared config, at its key's mod revision.
+    Config {
+        /// The key's mod revision.
+        revision: i64,
+        /// The shared fragments.
+        doc: SharedConfig,
+    },
 }
 
 /// What the event loop asks the etcd task to write.
@@ -201,6 +244,17 @@ pub enum FleetOut {
     },
     /// This node's record, to write under its lease.
     Record(NodeRecord),
+    /// Write the fleet's shared config, if `P/config/shared` is still at mod revision
+    /// `expected` (0: absent): two nodes applying at once cannot both win, and the one that
+    /// lost is told so rather than overwriting what it never saw.
+    Config {
+        /// The shared fragments.
+        doc: SharedConfig,
+        /// The mod revision the writer last saw.
+        expected: i64,
+        /// The new revision once etcd took it, or why not (unreachable, changed meanwhile).
+        reply: Reply<i64>,
+    },
     /// The agent stops (SIGTERM, SIGINT): revoke the lease, so that its elections end now
     /// rather than when the lease expires; answered when done (or failed).
     Resign(tokio::sync::oneshot::Sender<()>),
@@ -244,6 +298,11 @@ impl Keys {
     #[must_use]
     pub fn override_key(&self, group: &str) -> String {
         format!("{}/override/{group}", self.prefix)
+    }
+    /// `P/config/shared`.
+    #[must_use]
+    pub fn config(&self) -> String {
+        format!("{}/config/shared", self.prefix)
     }
     /// `P/node/NODE`.
     #[must_use]
@@ -348,6 +407,23 @@ pub fn publish_txn(keys: &Keys, node: &str, group: &str, decision: &PublishedDec
         .or_else([TxnOp::get(leader, None)])
 }
 
+/// The write of the fleet's shared config `doc`, by compare-and-set: `P/config/shared` is
+/// written only while its mod revision is `expected` (0: the key does not exist); otherwise the
+/// response carries the key as it is.
+#[must_use]
+pub fn config_txn(keys: &Keys, doc: &SharedConfig, expected: i64) -> Txn {
+    let key = keys.config();
+    let json = serde_json::to_string(doc).unwrap_or_default();
+    Txn::new()
+        .when([Compare::mod_revision(
+            key.clone(),
+            CompareOp::Equal,
+            expected,
+        )])
+        .and_then([TxnOp::put(key.clone(), json, None)])
+        .or_else([TxnOp::get(key, None)])
+}
+
 /// The client options of `cfg`: its dial timeout, `request` per request, and its TLS, whose
 /// files are read here (so a certificate renewed in place is taken at the next connection).
 ///
@@ -433,6 +509,13 @@ impl Session {
             }
             FleetOut::Override { reply, .. } => {
                 let _ = reply.send(Err(err()));
+            }
+            FleetOut::Config { reply, .. } => {
+                let _ = reply.send(Err(
+                    "etcd is unreachable: the shared config was not written; the running \
+                     config stays"
+                        .to_owned(),
+                ));
             }
         }
     }
@@ -658,6 +741,13 @@ impl Session {
                     return Ok(());
                 }
             },
+            (Some(("config", "shared")), Some(v)) => match serde_json::from_str(v) {
+                Ok(doc) => FleetEvent::Config { revision, doc },
+                Err(e) => {
+                    warn!("fleet: {key}: not a shared config: {e}");
+                    return Ok(());
+                }
+            },
             (Some(("state", name)), Some(v)) => FleetEvent::State {
                 name: name.to_owned(),
                 value: v.to_owned(),
@@ -691,6 +781,41 @@ impl Session {
             Some(PutOptions::new().with_lease(lease)),
         ))
         .await?;
+        Ok(())
+    }
+
+    /// The compare-and-set of the shared config; `reply` gets the new revision or why not.
+    async fn write_config(
+        &self,
+        client: &mut Client,
+        doc: &SharedConfig,
+        expected: i64,
+        reply: Reply<i64>,
+    ) -> Result<(), SessionError> {
+        let r = self
+            .timed(client.txn(config_txn(&self.keys, doc, expected)))
+            .await;
+        let answer = match &r {
+            Ok(resp) if resp.succeeded() => Ok(resp
+                .header()
+                .map_or(0, etcd_client::ResponseHeader::revision)),
+            Ok(resp) => {
+                let now = resp.op_responses().into_iter().find_map(|r| match r {
+                    TxnOpResponse::Get(g) => {
+                        g.kvs().first().map(etcd_client::KeyValue::mod_revision)
+                    }
+                    _ => None,
+                });
+                Err(format!(
+                    "the fleet's shared config changed meanwhile (revision {} where this node \
+                     saw {expected}); nothing was written: apply again",
+                    now.unwrap_or(0)
+                ))
+            }
+            Err(e) => Err(format!("etcd: {e}; the running config stays")),
+        };
+        let _ = reply.send(answer);
+        r?;
         Ok(())
     }
 
@@ -762,6 +887,11 @@ impl Session {
                 });
                 r?;
             }
+            FleetOut::Config {
+                doc,
+                expected,
+                reply,
+            } => self.write_config(client, &doc, expected, reply).await?,
             FleetOut::Override { group, doc, reply } => {
                 let key = self.keys.override_key(&group);
                 let r = match doc {
@@ -794,6 +924,9 @@ pub struct NodeView {
     pub behind: Vec<String>,
     /// Generations behind the newest one in the fleet.
     pub generations_behind: u64,
+    /// Whether the node runs another shared config than etcd's (an older one, or none: its
+    /// local files do not combine with it, or it has not caught up yet).
+    pub config_behind: bool,
 }
 
 /// One group's line in `switchyard fleet status`.
@@ -812,6 +945,9 @@ pub struct GroupView {
 /// What `switchyard fleet status` shows, read from etcd.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct FleetView {
+    /// The revision of the fleet's shared config, its hash, and the node that wrote it
+    /// (`None`: no node wrote one yet).
+    pub config: Option<(i64, String, String)>,
     /// Every group that has a leader or a published decision.
     pub groups: Vec<GroupView>,
     /// Every node with a live record.
@@ -842,6 +978,7 @@ pub async fn view(cfg: &Fleet) -> Result<FleetView, String> {
     let mut leaders = std::collections::BTreeMap::new();
     let mut decisions = std::collections::BTreeMap::new();
     let mut records = Vec::new();
+    let mut config = None;
     for kv in got.kvs() {
         let (Ok(key), Ok(value)) = (kv.key_str(), kv.value_str()) else {
             continue;
@@ -858,6 +995,11 @@ pub async fn view(cfg: &Fleet) -> Result<FleetView, String> {
             Some(("node", n)) => {
                 if let Ok(r) = serde_json::from_str::<NodeRecord>(value) {
                     records.push((n.to_owned(), r));
+                }
+            }
+            Some(("config", "shared")) => {
+                if let Ok(d) = serde_json::from_str::<SharedConfig>(value) {
+                    config = Some((kv.mod_revision(), d.hash, d.written_by));
                 }
             }
             _ => {}
@@ -887,9 +1029,16 @@ pub async fn view(cfg: &Fleet) -> Result<FleetView, String> {
                 .map(|(g, _)| g.clone())
                 .collect(),
             generations_behind: newest.saturating_sub(record.generation),
+            config_behind: config
+                .as_ref()
+                .is_some_and(|(rev, _, _)| record.config_revision != Some(*rev)),
             node,
             record,
         })
         .collect();
-    Ok(FleetView { groups, nodes })
+    Ok(FleetView {
+        config,
+        groups,
+        nodes,
+    })
 }

@@ -59,6 +59,26 @@ fn load_dir_merges_fragments_in_name_order_and_skips_leftovers() {
 }
 
 #[test]
+fn with_a_fleet_the_node_sections_load_from_node_local_files() {
+    let dir = TempDir::new("local");
+    dir.write("10-web.yaml", MINIMAL);
+    dir.write(
+        "local.yaml",
+        "fleet:\n  node: lb1\n  endpoints: [\"198.18.0.1:2379\"]\n",
+    );
+    dir.write("lb1.local.yaml", "agent:\n  api: 127.0.0.1:9091\n");
+    let config = load_dir(&dir.0).unwrap();
+    assert_eq!(config.fleet.map(|f| f.node).as_deref(), Some("lb1"));
+    assert_eq!(config.agent.api.port(), 9091);
+    // The same agent: in a shared fragment is refused (tests/invalid has the message).
+    fs::rename(dir.0.join("lb1.local.yaml"), dir.0.join("20-agent.yaml")).unwrap();
+    let e = load_dir(&dir.0).unwrap_err();
+    assert_eq!(e.problems.len(), 1, "{e}");
+    assert_eq!(e.problems[0].file, "20-agent.yaml");
+    assert_eq!(e.problems[0].path, "agent");
+}
+
+#[test]
 fn load_dir_reports_a_missing_directory() {
     let missing = std::env::temp_dir().join("switchyard-config-does-not-exist");
     let e = load_dir(&missing).unwrap_err();

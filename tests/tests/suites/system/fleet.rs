@@ -30,10 +30,10 @@ use serde_json::Value;
 const GROUP: &str = "G";
 const NODES: usize = 3;
 
-/// The config of node `i`: everything the same on every node but its name and pins.
-fn config(i: usize, state: &std::path::Path, prefix: &str) -> String {
+/// The node-local file of node `i` (`local.yaml`): its name, pins and etcd.
+fn local_config(i: usize, state: &std::path::Path, prefix: &str) -> String {
     format!(
-        r#"agent:
+        r"agent:
   pin_path: {pin}
   state_dir: {state}
 fleet:
@@ -43,7 +43,17 @@ fleet:
   lease_ttl: 1s
   dial_timeout: 500ms
   request_timeout: 1s
-services:
+",
+        pin = unique_pin_path(),
+        state = state.display(),
+        endpoints = etcd::endpoints(),
+    )
+}
+
+/// The fleet's shared config (`10-fleet.yaml`), the same on every node.
+fn shared_config() -> String {
+    format!(
+        r#"services:
   - {{ name: web, vip: "{vip}", port: 80, protocol: tcp, forward: dsr-l2, to: {{ decide: {GROUP} }} }}
 pools:
   - name: dc1
@@ -64,9 +74,6 @@ decisions:
     default: {{ pool: dc1 }}
     switch: {{ stable_for: 1ms, cooldown: 1ms, failback_after: 1ms }}
 "#,
-        pin = unique_pin_path(),
-        state = state.display(),
-        endpoints = etcd::endpoints(),
         vip = VIP_V4,
         b1 = backend_v4(1),
         b2 = backend_v4(2),
@@ -102,8 +109,11 @@ impl Fleet {
         let mut agents = Vec::new();
         for (i, topo) in topos.iter().enumerate() {
             let state = TempDir(temp_dir("state")?);
-            let text = config(i + 1, &state.0, &prefix);
-            agents.push(Some(Agent::start(topo, &[("10-fleet.yaml", text)])?));
+            let local = local_config(i + 1, &state.0, &prefix);
+            agents.push(Some(Agent::start(
+                topo,
+                &[("local.yaml", local), ("10-fleet.yaml", shared_config())],
+            )?));
             dirs.push(state);
         }
         let fleet = Self {
@@ -440,5 +450,268 @@ fn fleet_decides_once_survives_leader_and_etcd_failures() -> Result<()> {
         fleet.diagnose()
     );
     drop(old);
+    Ok(())
+}
+
+impl Fleet {
+    /// Waits until etcd holds a shared config at a revision above `after` and every live
+    /// node but `except` records that it runs it; returns the revision, its hash and each
+    /// node's latency from the write to its applied generation (µs).
+    fn config_converged(
+        &self,
+        after: i64,
+        except: Option<usize>,
+        limit: Duration,
+    ) -> Result<(i64, String, Vec<u64>)> {
+        let mut got = (0, String::new(), Vec::new());
+        let waiting = until(limit, || {
+            let v = self.view(self.live()[0])?;
+            let Some(rev) = v["config"][0].as_i64().filter(|&r| r > after) else {
+                return Ok(false);
+            };
+            let hash = v["config"][1].as_str().unwrap_or("").to_owned();
+            let names: Vec<String> = self
+                .live()
+                .into_iter()
+                .filter(|&i| Some(i) != except)
+                .map(|i| format!("lb{}", i + 1))
+                .collect();
+            let nodes = v["nodes"].as_array().cloned().unwrap_or_default();
+            let mut lat = Vec::new();
+            for name in &names {
+                let Some(n) = nodes.iter().find(|n| n["node"] == name.as_str()) else {
+                    return Ok(false);
+                };
+                if n["record"]["config_revision"].as_i64() != Some(rev) {
+                    return Ok(false);
+                }
+                lat.push(n["record"]["config_latency_us"].as_u64().unwrap_or(0));
+            }
+            got = (rev, hash, lat);
+            Ok(true)
+        });
+        waiting.with_context(|| {
+            format!("shared config after revision {after}:\n{}", self.diagnose())
+        })?;
+        Ok(got)
+    }
+
+    /// Node `i`'s `/status` as JSON.
+    fn status_json(&self, i: usize) -> Result<Value> {
+        Ok(serde_json::from_str(&self.agent(i).api_get("/status")?)?)
+    }
+
+    /// The pool names node `i` runs.
+    fn pools(&self, i: usize) -> Result<Vec<String>> {
+        let s = self.status_json(i)?;
+        Ok(s["pools"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+            .iter()
+            .filter_map(|p| p["name"].as_str().map(str::to_owned))
+            .collect())
+    }
+}
+
+/// A shared fragment with one more pool, `extraK`.
+fn extra_pool(k: usize) -> String {
+    format!(
+        "pools:\n  - {{ name: extra{k}, backends: [ {{ address: \"{}\" }} ] }}\n",
+        backend_v4(1)
+    )
+}
+
+#[test]
+#[expect(
+    clippy::too_many_lines,
+    reason = "one fleet, its scenarios step by step"
+)]
+fn fleet_applies_and_rolls_back_the_shared_config_on_every_node() -> Result<()> {
+    if privileged::require(
+        "fleet_applies_and_rolls_back_the_shared_config_on_every_node",
+        &["etcd", "etcdctl", "bpftool", "nft"],
+    )
+    .is_err()
+    {
+        return Ok(());
+    }
+    let fleet = Fleet::start()?;
+
+    // The first node to reach etcd seeds the shared config; every node runs it.
+    let (seeded, _, _) = fleet.config_converged(0, None, Duration::from_secs(20))?;
+    println!("seeded: shared config revision {seeded}");
+
+    // `ctl apply` on lb1 reaches every node: the latency from the write to etcd to each
+    // node's applied generation, over 10 applies.
+    let mut latencies = Vec::new();
+    let mut revision = seeded;
+    let mut hashes = Vec::new();
+    for k in 0..10 {
+        let generations: Vec<u64> = (0..NODES)
+            .map(|i| Ok(fleet.status_json(i)?["generation"].as_u64().unwrap_or(0)))
+            .collect::<Result<_>>()?;
+        fleet.agent(0).write_file("20-extra.yaml", &extra_pool(k))?;
+        let out = fleet.ctl(0, &["apply"])?;
+        let (rev, hash, lat) = fleet.config_converged(revision, None, Duration::from_secs(10))?;
+        ensure!(lat.len() == NODES, "apply {k}: {lat:?}");
+        for (i, before) in generations.iter().enumerate() {
+            let pools = fleet.pools(i)?;
+            ensure!(
+                pools.contains(&format!("extra{k}")),
+                "apply {k}: lb{} runs {pools:?} (ctl apply said {out})",
+                i + 1
+            );
+            let g = fleet.status_json(i)?["generation"].as_u64().unwrap_or(0);
+            ensure!(g > *before, "apply {k}: lb{} generation {g}", i + 1);
+        }
+        latencies.extend(lat);
+        revision = rev;
+        hashes.push(hash);
+    }
+    latencies.sort_unstable();
+    println!(
+        "shared config apply (write to etcd to each node's applied generation) over {} \
+         node-applies: p50 {} µs, max {} µs, all {latencies:?}",
+        latencies.len(),
+        percentile(&latencies, 0.5),
+        latencies.last().copied().unwrap_or(0)
+    );
+    // Of which the apply itself (read, validate, compile, write the maps), as each agent
+    // logs it: `config generation N applied (fleet revision R: ctl apply on lb1, US µs)`.
+    let mut took: Vec<u64> = (0..NODES)
+        .flat_map(|i| {
+            fleet
+                .agent(i)
+                .log_text()
+                .lines()
+                .filter(|l| l.contains("applied (fleet revision") && l.contains("ctl apply on"))
+                .filter_map(|l| l.rsplit(", ").next()?.split(' ').next()?.parse().ok())
+                .collect::<Vec<u64>>()
+        })
+        .collect();
+    took.sort_unstable();
+    if !took.is_empty() {
+        println!(
+            "of which the apply on the node: p50 {} µs, max {} µs over {}",
+            percentile(&took, 0.5),
+            took.last().copied().unwrap_or(0),
+            took.len()
+        );
+    }
+
+    // `ctl rollback` on lb2 to the version before: every node runs the older shared config.
+    let version = fleet.status_json(1)?["running"]["version"]
+        .as_u64()
+        .context("lb2 has no recorded version")?;
+    fleet.ctl(1, &["rollback", &(version - 1).to_string()])?;
+    let (rev, hash, lat) = fleet.config_converged(revision, None, Duration::from_secs(10))?;
+    ensure!(
+        hash == hashes[hashes.len() - 2],
+        "rollback: hash {hash}, expected {}",
+        hashes[hashes.len() - 2]
+    );
+    for i in 0..NODES {
+        let pools = fleet.pools(i)?;
+        ensure!(
+            !pools.contains(&"extra9".to_owned()) && pools.contains(&"extra8".to_owned()),
+            "rollback: lb{} runs {pools:?}",
+            i + 1
+        );
+    }
+    println!("rollback on lb2: revision {rev} (the older shared config) on every node, {lat:?} µs");
+    revision = rev;
+
+    // lb3 with an invalid local file keeps running its config; the others apply.
+    fleet
+        .agent(2)
+        .write_file("lb3.local.yaml", "conntrack: { no_such_timeout: 5s }\n")?;
+    until(Duration::from_secs(5), || {
+        Ok(fleet.status_json(2)?["rejected"]
+            .as_str()
+            .is_some_and(|r| r.contains("lb3.local.yaml")))
+    })
+    .with_context(|| fleet.diagnose())?;
+    let lb3_generation = fleet.status_json(2)?["generation"].as_u64();
+    fleet
+        .agent(0)
+        .write_file("20-extra.yaml", &extra_pool(10))?;
+    fleet.ctl(0, &["apply"])?;
+    let (rev, _, _) = fleet.config_converged(revision, Some(2), Duration::from_secs(10))?;
+    thread::sleep(Duration::from_millis(300));
+    let lb3 = fleet.status_json(2)?;
+    ensure!(
+        lb3["generation"].as_u64() == lb3_generation,
+        "lb3 applied with an invalid local file: {lb3}"
+    );
+    ensure!(
+        lb3["fleet"]["config_revision"].as_i64() == Some(revision)
+            && lb3["fleet"]["config_in_etcd"].as_i64() == Some(rev),
+        "lb3's fleet status: {}",
+        lb3["fleet"]
+    );
+    let rejected = lb3["rejected"].as_str().unwrap_or("");
+    ensure!(
+        rejected.contains(&format!("revision {rev}")) && rejected.contains("lb3.local.yaml"),
+        "lb3's status: {rejected}"
+    );
+    let view = fleet.view(0)?;
+    let behind: Vec<&Value> = view["nodes"]
+        .as_array()
+        .map(|n| n.iter().filter(|n| n["config_behind"] == true).collect())
+        .unwrap_or_default();
+    ensure!(
+        behind.len() == 1 && behind[0]["node"] == "lb3",
+        "fleet status: {view}"
+    );
+    println!("lb3 with an invalid local file keeps revision {revision}: {rejected}");
+    // Fixed, it catches up.
+    fleet
+        .agent(2)
+        .write_file("lb3.local.yaml", "conntrack: {}\n")?;
+    until(Duration::from_secs(5), || {
+        Ok(fleet.status_json(2)?["fleet"]["config_revision"].as_i64() == Some(rev))
+    })
+    .with_context(|| fleet.diagnose())?;
+    revision = rev;
+
+    // lb2 cut off from etcd: its apply is refused, and its config stays.
+    let lb = fleet.topos[1].lb();
+    lb.exec_with_stdin(
+        &["nft", "-f", "-"],
+        Some(
+            "table inet fleetcut {\n chain out {\n  type filter hook output priority 0;\n  \
+             ip daddr 198.19.0.0/24 drop\n }\n}\n",
+        ),
+    )?;
+    until(Duration::from_secs(5), || {
+        Ok(fleet.fleet_status(1)?["etcd"]
+            .as_str()
+            .is_some_and(|s| s.starts_with("stale since")))
+    })?;
+    let generation = fleet.status_json(1)?["generation"].as_u64();
+    fleet
+        .agent(1)
+        .write_file("20-extra.yaml", &extra_pool(11))?;
+    let refused = fleet.ctl(1, &["apply"]);
+    let error = format!(
+        "{:#}",
+        refused.err().context("an apply without etcd succeeded")?
+    );
+    ensure!(error.contains("etcd is unreachable"), "{error}");
+    let lb2 = fleet.status_json(1)?;
+    ensure!(
+        lb2["generation"].as_u64() == generation && !fleet.pools(1)?.contains(&"extra11".into()),
+        "lb2 applied without etcd: {lb2}"
+    );
+    println!(
+        "lb2 cut from etcd: apply refused: {}",
+        error.lines().last().unwrap_or("")
+    );
+    lb.exec(&["nft", "delete", "table", "inet", "fleetcut"])?;
+    until(Duration::from_secs(10), || {
+        Ok(fleet.fleet_status(1)?["etcd"] == "connected")
+    })?;
+    let (_, _, _) = fleet.config_converged(revision - 1, None, Duration::from_secs(10))?;
     Ok(())
 }

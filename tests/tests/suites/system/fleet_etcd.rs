@@ -11,6 +11,8 @@
 //!   (`switchyard::fleet::{campaign_txn, publish_txn}`), run for two nodes: a leader whose lease
 //!   expired (a paused process) publishes after its successor was elected, and again after it
 //!   was elected anew itself; etcd refuses both writes, and the successor's decision stays.
+//! - The shared config's compare-and-set (`config_txn`): of two nodes writing against the same
+//!   revision, the second is refused and told the revision now.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -26,7 +28,9 @@ use router_tests::{
 };
 use rules::engine::Action;
 use serde_json::Value;
-use switchyard::fleet::{Chooser, Keys, PublishedDecision, campaign_txn, publish_txn};
+use switchyard::fleet::{
+    Chooser, Keys, PublishedDecision, SharedConfig, campaign_txn, config_txn, publish_txn,
+};
 
 /// The etcd member's address, on the lb namespace's loopback.
 const ETCD_IP: &str = "198.19.99.1";
@@ -280,7 +284,7 @@ fn a_node_reaches_etcd_over_tls_with_its_certificate_and_is_refused_with_another
 
     let pin = unique_pin_path();
     // Its own certificate: connected, the leader of G, recorded.
-    let mut agent = Agent::start(&topo, &[("fleet.yaml", config(&pki, "lb1", &pin))])?;
+    let mut agent = Agent::start(&topo, &[("local.yaml", config(&pki, "lb1", &pin))])?;
     let status = wait_fleet(&agent, Duration::from_secs(20), |f| {
         f["etcd"] == "connected" && f["groups"][0]["role"] == "leader"
     })
@@ -294,7 +298,7 @@ fn a_node_reaches_etcd_over_tls_with_its_certificate_and_is_refused_with_another
 
     // Another CA's certificate: refused by etcd; the node says so and keeps its maps.
     agent.stop()?;
-    agent.write_file("fleet.yaml", &config(&pki, "intruder", &pin))?;
+    agent.write_file("local.yaml", &config(&pki, "intruder", &pin))?;
     agent.relaunch()?;
     let status = wait_fleet(&agent, Duration::from_secs(20), |f| {
         f["etcd"]
@@ -421,6 +425,54 @@ async fn fencing(keys: Keys) -> Result<()> {
             .succeeded()
     );
     println!("fencing: elections at revisions {a1}, {b}, {a2}; both stale publications refused");
+    shared_config_compare_and_set(&mut c, &keys).await
+}
+
+/// The write of the fleet's shared config (`config_txn`): two nodes that both saw no shared
+/// config write theirs; the first wins, the second is refused and told the revision now, and
+/// written again against that revision it passes.
+async fn shared_config_compare_and_set(c: &mut Client, keys: &Keys) -> Result<()> {
+    let doc = |node: &str, text: &str| SharedConfig {
+        files: vec![("10-web.yaml".to_owned(), text.to_owned())],
+        hash: text.to_owned(),
+        written_by: node.to_owned(),
+        written_at_ns: 1,
+        source: "ctl apply".to_owned(),
+    };
+    let written_by = |c: &mut Client| {
+        let key = keys.config();
+        let mut c = c.clone();
+        async move {
+            let got = c.get(key, None).await?;
+            let kv = got.kvs().first().context("no shared config")?;
+            let d: SharedConfig = serde_json::from_slice(kv.value())?;
+            anyhow::Ok((kv.mod_revision(), d.written_by))
+        }
+    };
+    let first = c.txn(config_txn(keys, &doc("lb1", "a"), 0)).await?;
+    ensure!(first.succeeded(), "the first shared config is refused");
+    let lost = c.txn(config_txn(keys, &doc("lb2", "b"), 0)).await?;
+    ensure!(!lost.succeeded(), "a write against an old revision passed");
+    let (rev, by) = written_by(c).await?;
+    ensure!(
+        by == "lb1",
+        "the winner's shared config was overwritten by {by}"
+    );
+    let told = lost.op_responses().into_iter().find_map(|r| match r {
+        TxnOpResponse::Get(g) => g.kvs().first().map(etcd_client::KeyValue::mod_revision),
+        _ => None,
+    });
+    ensure!(
+        told == Some(rev),
+        "the refusal names revision {told:?}, not {rev}"
+    );
+    let again = c.txn(config_txn(keys, &doc("lb2", "b"), rev)).await?;
+    ensure!(
+        again.succeeded(),
+        "a write against the current revision is refused"
+    );
+    ensure!(written_by(c).await?.1 == "lb2");
+    println!("shared config: a write against revision 0 after revision {rev} refused");
     Ok(())
 }
 

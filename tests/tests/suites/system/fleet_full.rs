@@ -4,7 +4,8 @@
 //! of its own, linked to each balancer by a management veth ([`router_tests::etcd::Cluster`]);
 //! three DSR backends on the shared segment and a client behind the router.
 //!
-//! Every node runs the same config: one TCP service on the VIP whose new flows go where
+//! Every node runs the same shared config (its `local.yaml` holds its name, pins, etcd and
+//! `announce:`): one TCP service on the VIP whose new flows go where
 //! decision group `G` decides — pool `dc1` (b1, b2) by default, `dc2` (b3) while the pushed
 //! variable `use_dc2` is true — with fast health checks, `conntrack.second_chance` and
 //! `announce:`. In sequence on that topology:
@@ -54,10 +55,10 @@ fn vip() -> SocketAddr {
     SocketAddr::new(IpAddr::V4(VIP_V4), TCP_ECHO_PORT)
 }
 
-/// The config of node `k` (1-based): the same on every node but its name; `pin` is its own.
-fn config(k: usize, pin: &str, prefix: &str) -> String {
+/// The fleet's shared config, the same on every node.
+fn shared_config() -> String {
     let backend = |i: usize| -> (IpAddr, u32) { (bird::backend(i).into(), 100) };
-    let text = ConfigText::at_pin_path(pin)
+    let text = ConfigText::without_agent()
         .deciding_service("web", VIP_V4.into(), "tcp", "dsr-l2", GROUP)
         .pool("dc1", &[backend(1), backend(2)], Some(FAST_HTTP_CHECK))
         .pool("dc2", &[backend(3)], Some(FAST_HTTP_CHECK))
@@ -70,15 +71,24 @@ fn config(k: usize, pin: &str, prefix: &str) -> String {
         )
         .text();
     format!(
-        "{text}fleet:
+        "{text}conntrack:
+  second_chance: 10m
+"
+    )
+}
+
+/// The node-local file of node `k` (1-based): its name, its own `pin`, etcd and `announce:`.
+fn local_config(k: usize, pin: &str, prefix: &str) -> String {
+    format!(
+        "agent:
+  pin_path: {pin}
+fleet:
   node: lb{k}
   endpoints: [{endpoints}]
   prefix: {prefix}
   lease_ttl: 1s
   dial_timeout: 500ms
   request_timeout: 1s
-conntrack:
-  second_chance: 10m
 announce:
   interface: {DUMMY}
 ",
@@ -120,7 +130,10 @@ impl Running {
             let pin = router_tests::agent::unique_pin_path();
             agents.push(Agent::launch_in(
                 &fleet.balancers[k - 1],
-                &[("base.yaml", config(k, &pin, &prefix))],
+                &[
+                    ("local.yaml", local_config(k, &pin, &prefix)),
+                    ("10-shared.yaml", shared_config()),
+                ],
                 &[UP_IF, DOWN_IF],
             )?);
         }
