@@ -17,5 +17,6 @@ pub mod nexthop;
 pub mod probe;
 pub mod publish;
 pub mod record;
+pub mod service;
 pub mod state;
 pub mod weights;

@@ -20,6 +20,7 @@ mod health;
 mod hitless;
 mod real_hosts;
 mod remote_api;
+mod service;
 mod slow_start;
 mod tables;
 mod vip;
