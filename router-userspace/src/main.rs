@@ -47,6 +47,10 @@ enum Cmd {
         /// Interface to attach to; repeat for several (e.g. the client side and each backend side).
         /// Without it, the names in $SWITCHYARD_IFACES (separated by spaces or commas; the
         /// service sets it from /etc/default/switchyard); with neither, it exits with status 2.
+        #[expect(
+            clippy::doc_markdown,
+            reason = "this doc comment is the option's --help text, printed as written"
+        )]
         #[arg(long = "iface")]
         interfaces: Vec<String>,
         /// XDP mode of a new attachment: native (driver; the default) or generic (skb).
@@ -226,23 +230,13 @@ fn run(args: Args) -> Result<ExitCode> {
     }
     match args.cmd {
         Cmd::Attach {
-            mut interfaces,
+            interfaces,
             mode,
             config_dir,
         } => {
-            if interfaces.is_empty() {
-                let named = std::env::var(service::IFACES_ENV).unwrap_or_default();
-                interfaces = service::interfaces_from(&named);
-            }
-            if interfaces.is_empty() {
-                eprintln!(
-                    "{}switchyard attach: no interface to attach to: give --iface IFACE (repeat \
-                     for several) or set {} (the service reads it from /etc/default/switchyard)",
-                    service::stderr_prefix(log::Level::Error),
-                    service::IFACES_ENV
-                );
+            let Some(interfaces) = attach_interfaces(interfaces) else {
                 return Ok(ExitCode::from(USAGE));
-            }
+            };
             attach_command(Options {
                 interfaces,
                 mode,
@@ -304,19 +298,13 @@ fn run(args: Args) -> Result<ExitCode> {
             pin_path,
         } => decap_command(&interfaces, detach, mode, &pin_path)?,
         Cmd::Maps { config_dir } => cli::maps(&config_dir),
-        Cmd::Completions { shell } => {
-            clap_complete::generate(
-                shell,
-                &mut Args::command(),
-                "switchyard",
-                &mut std::io::stdout(),
-            );
-        }
-        Cmd::Man { dir } => {
-            std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-            clap_mangen::generate_to(Args::command(), &dir)
-                .with_context(|| format!("writing the manual pages into {}", dir.display()))?;
-        }
+        Cmd::Completions { shell } => clap_complete::generate(
+            shell,
+            &mut Args::command(),
+            "switchyard",
+            &mut std::io::stdout(),
+        ),
+        Cmd::Man { dir } => write_man(&dir)?,
         Cmd::Ctl {
             config_dir,
             api,
@@ -327,6 +315,32 @@ fn run(args: Args) -> Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The interfaces `attach` attaches to: `given` (`--iface`), else those of
+/// `$SWITCHYARD_IFACES`; `None`, with the error printed, when neither names one.
+fn attach_interfaces(given: Vec<String>) -> Option<Vec<String>> {
+    if !given.is_empty() {
+        return Some(given);
+    }
+    let named = service::interfaces_from(&std::env::var(service::IFACES_ENV).unwrap_or_default());
+    if named.is_empty() {
+        eprintln!(
+            "{}switchyard attach: no interface to attach to: give --iface IFACE (repeat for \
+             several) or set {} (the service reads it from /etc/default/switchyard)",
+            service::stderr_prefix(log::Level::Error),
+            service::IFACES_ENV
+        );
+        return None;
+    }
+    Some(named)
+}
+
+/// `switchyard man DIR`: one roff page per command (`switchyard.1`, `switchyard-attach.1`, …).
+fn write_man(dir: &Path) -> Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    clap_mangen::generate_to(Args::command(), dir)
+        .with_context(|| format!("writing the manual pages into {}", dir.display()))
 }
 
 /// `switchyard decap`: attaches (or with `detach`, removes) the decapsulator on each

@@ -120,7 +120,7 @@ fn build(ws: &Workspace) -> Result<PathBuf> {
         .lines()
         .rev()
         .map(str::trim)
-        .find(|l| l.ends_with(".deb"))
+        .find(|l| Path::new(l).extension().is_some_and(|e| e == "deb"))
         .map(PathBuf::from)
         .context("cargo deb printed no .deb path")?;
     Ok(deb)

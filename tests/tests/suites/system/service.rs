@@ -106,7 +106,7 @@ fn the_unit_s_command_notifies_ready_reload_and_stop_and_leaves_the_program() ->
     let caps = bounding_set()?;
     let lb = topo.lb().clone();
     let mut launch_error = None;
-    let agent = Agent::launch_command_in(topo.lb(), &[("10-web.yaml", web)], &names, |dir| {
+    let mut agent = Agent::launch_command_in(topo.lb(), &[("10-web.yaml", web)], &names, |dir| {
         let opts = format!("--config-dir {}", dir.display());
         let mut cmd = Command::new("nsenter");
         cmd.arg(format!("--net={}", lb.path().display())).args([
@@ -128,7 +128,6 @@ fn the_unit_s_command_notifies_ready_reload_and_stop_and_leaves_the_program() ->
     if let Some(e) = launch_error {
         return Err(e);
     }
-    let mut agent = agent;
 
     // READY=1 only once the program runs on every interface and the API answers.
     let ready = next_notification(&sock, Duration::from_secs(30), &agent)?;
