@@ -20,6 +20,9 @@ have etcd     || need_apt+=(etcd-server)
 have etcdctl  || need_apt+=(etcd-client)
 have openssl  || need_apt+=(openssl)
 have protoc   || need_apt+=(protobuf-compiler)
+# systemd-analyze verifies the package's unit (`cargo xtask package --check`); dpkg installs it.
+have systemd-analyze || need_apt+=(systemd)
+have dpkg     || need_apt+=(dpkg)
 [ -d /usr/lib/llvm-22/lib ] && [ -e /usr/lib/llvm-22/bin/llvm-config ] || need_apt+=(llvm-22-dev)
 if have bpf-linker; then
   # bpf-linker does not need LLVM's dev package once built.
@@ -66,6 +69,11 @@ fi
 if ! have bpf-linker; then
   echo "setup: cargo install bpf-linker (takes a few minutes)"
   LLVM_PREFIX=/usr/lib/llvm-22 cargo install --locked bpf-linker --no-default-features --features llvm-22
+fi
+# cargo-deb builds the Debian package (`cargo xtask package`).
+if ! have cargo-deb; then
+  echo "setup: cargo install cargo-deb (takes a few minutes)"
+  cargo install --locked cargo-deb --version 3.8.0
 fi
 # Pins (maps, links) live on a BPF filesystem; most distributions mount one, containers often not.
 if ! mountpoint -q /sys/fs/bpf; then

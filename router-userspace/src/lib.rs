@@ -19,6 +19,7 @@ pub mod nexthop;
 pub mod probe;
 pub mod publish;
 pub mod record;
+pub mod service;
 pub mod state;
 pub mod trace;
 pub mod weights;

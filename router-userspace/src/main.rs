@@ -7,11 +7,12 @@ use std::{
 };
 
 use anyhow::{Context as _, Result, bail};
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory as _, Parser, Subcommand};
 use switchyard::{
     agent::{self, Options},
     cli, config,
     dataplane::{attach, attach::Mode, decap, load, upgrade},
+    service,
 };
 
 /// Kernel-level L4 failover load balancer (eBPF/XDP).
@@ -40,10 +41,17 @@ enum FleetCmd {
 #[derive(Subcommand)]
 enum Cmd {
     /// Load the program, attach it to interfaces, apply the config and keep running (probes,
-    /// metrics, local API). The program stays attached when the agent exits.
+    /// metrics, local API). The program stays attached when the agent exits. SIGHUP applies the
+    /// config directory again; under systemd it tells the service manager when it is ready.
     Attach {
         /// Interface to attach to; repeat for several (e.g. the client side and each backend side).
-        #[arg(long = "iface", required = true)]
+        /// Without it, the names in $SWITCHYARD_IFACES (separated by spaces or commas; the
+        /// service sets it from /etc/default/switchyard); with neither, it exits with status 2.
+        #[expect(
+            clippy::doc_markdown,
+            reason = "this doc comment is the option's --help text, printed as written"
+        )]
+        #[arg(long = "iface")]
         interfaces: Vec<String>,
         /// XDP mode of a new attachment: native (driver; the default) or generic (skb).
         /// Falling back is never automatic. A program already attached is adopted in the mode
@@ -163,7 +171,21 @@ enum Cmd {
     /// its decision word and the active rule, the pool, the Maglev slot, the backend, and
     /// whether a tracked flow overrides that.
     Trace(cli::flows::TraceArgs),
+    /// Print the shell completion script for SHELL (the package installs bash, zsh and fish).
+    Completions {
+        /// The shell.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Write the manual pages (switchyard.1 and one per command, roff) into DIR.
+    Man {
+        /// Directory to write them to; created if missing.
+        dir: PathBuf,
+    },
 }
+
+/// Exit status of a usage error (as clap's): the service does not restart on it.
+const USAGE: u8 = 2;
 
 fn require_root(what: &str) -> Result<()> {
     // SAFETY: geteuid has no preconditions.
@@ -219,11 +241,16 @@ fn run(args: Args) -> Result<ExitCode> {
             interfaces,
             mode,
             config_dir,
-        } => attach_command(Options {
-            interfaces,
-            mode,
-            config_dir,
-        })?,
+        } => {
+            let Some(interfaces) = attach_interfaces(interfaces) else {
+                return Ok(ExitCode::from(USAGE));
+            };
+            attach_command(Options {
+                interfaces,
+                mode,
+                config_dir,
+            })?;
+        }
         Cmd::Detach {
             interfaces,
             keep_maps,
@@ -279,6 +306,13 @@ fn run(args: Args) -> Result<ExitCode> {
             pin_path,
         } => decap_command(&interfaces, detach, mode, &pin_path)?,
         Cmd::Maps { config_dir } => cli::maps(&config_dir),
+        Cmd::Completions { shell } => clap_complete::generate(
+            shell,
+            &mut Args::command(),
+            "switchyard",
+            &mut std::io::stdout(),
+        ),
+        Cmd::Man { dir } => write_man(&dir)?,
         Cmd::Ctl {
             config_dir,
             api,
@@ -291,6 +325,32 @@ fn run(args: Args) -> Result<ExitCode> {
         Cmd::Trace(args) => cli::flows::run_trace(&args)?,
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The interfaces `attach` attaches to: `given` (`--iface`), else those of
+/// `$SWITCHYARD_IFACES`; `None`, with the error printed, when neither names one.
+fn attach_interfaces(given: Vec<String>) -> Option<Vec<String>> {
+    if !given.is_empty() {
+        return Some(given);
+    }
+    let named = service::interfaces_from(&std::env::var(service::IFACES_ENV).unwrap_or_default());
+    if named.is_empty() {
+        eprintln!(
+            "{}switchyard attach: no interface to attach to: give --iface IFACE (repeat for \
+             several) or set {} (the service reads it from /etc/default/switchyard)",
+            service::stderr_prefix(log::Level::Error),
+            service::IFACES_ENV
+        );
+        return None;
+    }
+    Some(named)
+}
+
+/// `switchyard man DIR`: one roff page per command (`switchyard.1`, `switchyard-attach.1`, …).
+fn write_man(dir: &Path) -> Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    clap_mangen::generate_to(Args::command(), dir)
+        .with_context(|| format!("writing the manual pages into {}", dir.display()))
 }
 
 /// `switchyard decap`: attaches (or with `detach`, removes) the decapsulator on each
@@ -338,13 +398,15 @@ fn report(e: &anyhow::Error) -> String {
 }
 
 fn main() -> ExitCode {
-    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info"))
-        .format_timestamp_millis()
-        .init();
+    service::init_logging();
     match run(Args::parse()) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("switchyard: {}", report(&e));
+            eprintln!(
+                "{}switchyard: {}",
+                service::stderr_prefix(log::Level::Error),
+                report(&e)
+            );
             ExitCode::FAILURE
         }
     }

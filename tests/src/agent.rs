@@ -292,13 +292,25 @@ impl Agent {
         interfaces: &[String],
         mode: Option<&str>,
     ) -> Result<Self> {
+        let mut agent = Self::prepare(lb, files, interfaces, mode)?;
+        agent.launch()?;
+        Ok(agent)
+    }
+
+    /// An agent not started yet: its config directory of `files` written.
+    fn prepare(
+        lb: &Netns,
+        files: &[(&str, String)],
+        interfaces: &[String],
+        mode: Option<&str>,
+    ) -> Result<Self> {
         let config_dir = temp_dir("config")?;
         let state_dir = config_dir.with_extension("state");
         for (name, text) in files {
             fs::write(config_dir.join(name), with_state_dir(text, &state_dir))?;
         }
         let log = config_dir.with_extension("log");
-        let mut agent = Self {
+        let agent = Self {
             child: None,
             lb: lb.clone(),
             interfaces: interfaces.to_vec(),
@@ -308,7 +320,6 @@ impl Agent {
             bin: binary()?,
             mode: mode.map(str::to_owned),
         };
-        agent.launch()?;
         Ok(agent)
     }
 
@@ -326,6 +337,12 @@ impl Agent {
             cmd.args(["--mode", mode]);
         }
         cmd.arg("--config-dir").arg(&self.config_dir);
+        self.run_child(cmd)
+    }
+
+    /// Starts `cmd` (which must exec the agent, so that its pid is the agent's) as the agent,
+    /// appending its output to the log.
+    fn run_child(&mut self, mut cmd: Command) -> Result<()> {
         // One open file for both streams, so they share an offset and never overwrite each
         // other.
         let out = fs::OpenOptions::new()
@@ -692,4 +709,37 @@ pub fn no_backend_resolving(status: &Status) -> bool {
         .iter()
         .flat_map(|p| p.backends.iter())
         .all(|b| b.next_hop.as_ref().is_none_or(NextHopStatus::decided))
+}
+
+/// The agent as a service manager starts it, for the service test.
+impl Agent {
+    /// Writes `files` into a new config directory and runs the command `command` builds from
+    /// that directory's path as the agent attached to `interfaces` of `lb` — a unit's
+    /// `ExecStart`, under `nsenter --net=` of `lb`; it must exec the agent, so that its pid is
+    /// the agent's — without waiting for it. Stopped and cleaned up like any [`Agent`].
+    ///
+    /// # Errors
+    ///
+    /// When the config directory cannot be written, or the command cannot be started.
+    pub fn launch_command_in(
+        lb: &Netns,
+        files: &[(&str, String)],
+        interfaces: &[&str],
+        command: impl FnOnce(&Path) -> Command,
+    ) -> Result<Self> {
+        let interfaces: Vec<String> = interfaces.iter().map(|&i| i.to_owned()).collect();
+        let mut agent = Self::prepare(lb, files, &interfaces, None)?;
+        let cmd = command(&agent.config_dir);
+        agent.run_child(cmd)?;
+        Ok(agent)
+    }
+
+    /// Sends `sig` to the running agent.
+    ///
+    /// # Errors
+    ///
+    /// When the agent is not running or cannot be signalled.
+    pub fn send_signal(&self, sig: i32) -> Result<()> {
+        self.signal(sig)
+    }
 }

@@ -38,7 +38,7 @@ fn missing(problem: impl Into<String>, fix: impl Into<String>) -> Missing {
 
 /// Commands checked: name, the argument that prints its version, whether it is required, and
 /// how to install it.
-const TOOLS: [(&str, &str, bool, &str); 12] = [
+const TOOLS: [(&str, &str, bool, &str); 14] = [
     ("bpf-linker", "--version", true, SETUP),
     (
         "bpftool",
@@ -100,6 +100,18 @@ const TOOLS: [(&str, &str, bool, &str); 12] = [
         "--version",
         true,
         "cargo xtask setup (apt-get install protobuf-compiler); etcd-client's build needs it",
+    ),
+    (
+        "cargo-deb",
+        "--version",
+        true,
+        "cargo xtask setup (cargo install cargo-deb); builds the Debian package",
+    ),
+    (
+        "systemd-analyze",
+        "--version",
+        true,
+        "cargo xtask setup (apt-get install systemd); verifies the package's unit",
     ),
 ];
 

@@ -6,6 +6,7 @@
 //! links the namespace harness (`router-tests`) and the switchyard library.
 
 mod doctor;
+mod package;
 mod suite;
 mod workspace;
 
@@ -67,11 +68,23 @@ enum Cmd {
     /// `cargo test --workspace --exclude router-ebpf --features xtask/lab` (router-ebpf builds
     /// only for the BPF target; `lab` adds the demo's tests) with CI=true: a privileged test
     /// that cannot run (no root, no BPF, a missing tool) fails instead of skipping. Ends with a
-    /// summary per test binary.
+    /// summary per test binary. Then builds and checks the Debian package (`package --check`).
     Test {
         /// Extra arguments for `cargo test`, after `--` (e.g. `-- --test suites`)
         #[arg(last = true)]
         cargo_test_args: Vec<String>,
+    },
+    /// Build the Debian package (target/debian/switchyard_*.deb)
+    ///
+    /// Sets up (cargo-deb is installed by setup), builds the release binary, generates the
+    /// shell completions and manual pages from it, and runs `cargo deb --no-build` with the
+    /// assets of [package.metadata.deb] in router-userspace/Cargo.toml.
+    Package {
+        /// Then install it into an empty root with dpkg and check every path the README names,
+        /// the conffiles, that the installed binary accepts the installed example config, and
+        /// `systemd-analyze verify` on the unit
+        #[arg(long)]
+        check: bool,
     },
     /// Print the XDP program's verifier statistics (root)
     ///
@@ -98,7 +111,14 @@ fn run(args: Args) -> Result<ExitCode> {
         Cmd::Test { cargo_test_args } => {
             ws.setup()?;
             ws.build_switchyard()?;
-            suite::run(&ws, &cargo_test_args)
+            let tests = suite::run(&ws, &cargo_test_args)?;
+            // The package is CI's too: it must build, install and verify on every run.
+            package::run_package(&ws, true)?;
+            Ok(tests)
+        }
+        Cmd::Package { check } => {
+            ws.setup()?;
+            package::run_package(&ws, check).map(|_| ExitCode::SUCCESS)
         }
         Cmd::Verifier => ws.hand_over_to_lab(&["verifier"]),
     }

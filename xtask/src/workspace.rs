@@ -27,6 +27,11 @@ impl Workspace {
         }
     }
 
+    /// The workspace root.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
     /// `cargo` (the one that runs xtask, if any) in the workspace root.
     pub fn cargo(&self) -> Command {
         let cargo = std::env::var_os("CARGO").unwrap_or_else(|| OsString::from("cargo"));

@@ -13,7 +13,8 @@
 //! [`crate::announce`]), then exits (removing its record), and the program **stays attached** with the
 //! last maps (pinned link and maps); `switchyard detach` removes it. SIGHUP re-reads the config
 //! directory; a broken config is logged, counted and shown by `status`, and the running config
-//! stays.
+//! stays. Under systemd ([`crate::service`]) the agent says `READY=1` once started,
+//! `RELOADING=1` … `READY=1` around a SIGHUP's apply, and `STOPPING=1` as it exits.
 
 use std::{
     collections::{BTreeMap, BTreeSet, HashMap},
@@ -396,6 +397,10 @@ pub async fn run(opts: Options) -> Result<(), AgentError> {
             auth,
         },
     ));
+    // The service manager learns the agent is up only now: attached, the first config in the
+    // maps, the API serving.
+    let attached_to = opts.interfaces.join(", ");
+    crate::service::ready(&format!("attached to {attached_to}"));
     let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
     // When the directory has been quiet for the debounce after its last event.
     let mut settle: Option<tokio::time::Instant> = None;
@@ -437,18 +442,34 @@ pub async fn run(opts: Options) -> Result<(), AgentError> {
                 settle = None;
                 Command::ApplyDirectory { source: "watch", only_if_changed: true, reply: None }
             }
-            _ = hup.recv() => Command::ApplyDirectory {
-                source: "sighup",
-                only_if_changed: false,
-                reply: None,
-            },
+            _ = hup.recv() => {
+                crate::service::reloading();
+                Command::ApplyDirectory {
+                    source: "sighup",
+                    only_if_changed: false,
+                    reply: None,
+                }
+            }
             _ = term.recv() => break,
             _ = tokio::signal::ctrl_c() => break,
         };
         let refresh = matches!(command, Command::Sample);
+        // A reload ends once the directory is applied (or rejected, which the log and
+        // `status` say): the agent then runs what it will run until the next change.
+        let reload = matches!(
+            command,
+            Command::ApplyDirectory {
+                source: "sighup",
+                ..
+            }
+        );
         rt.execute(command);
         announcer.follow(&mut rt, refresh).await;
+        if reload {
+            crate::service::ready(&format!("attached to {attached_to}; reloaded"));
+        }
     }
+    crate::service::stopping();
     // Withdrawn before anything else stops: the router moves the addresses to other nodes
     // while this one still forwards what reaches it.
     announcer.withdraw(&mut rt).await;

@@ -5,10 +5,12 @@
 //! - [`dir`] — loading a config directory: merge order, leftovers, what is never read
 //! - [`reference`] — the reference config: what it reports, its copy, random edits of it
 //! - [`invalid`] — every refused config and its exact problems, as a golden table
+//! - [`package`] — the example config the Debian package installs
 
 mod dir;
 mod invalid;
 mod load;
+mod package;
 mod reference;
 mod state;
 

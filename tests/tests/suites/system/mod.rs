@@ -23,6 +23,7 @@ mod hitless;
 mod hooks;
 mod real_hosts;
 mod remote_api;
+mod service;
 mod slow_start;
 mod tables;
 mod vip;
