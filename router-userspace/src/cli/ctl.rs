@@ -446,9 +446,10 @@ fn versions_table(v: &Value) -> String {
     o
 }
 
-/// `ctl decisions`: the audit trail, oldest first, one record a line (number, agent time,
-/// group, event, change, what chose it, event-to-map-write latency), then indented lines for
-/// the cause, the values the rule read, an override's reason and what became of the flows.
+/// `ctl decisions`: the audit trail, oldest first, one record a line (number, wall-clock time
+/// in UTC as the agent stamped it, group, event, change, what chose it, event-to-map-write
+/// latency), then indented lines for the cause, the values the rule read, an override's
+/// reason and what became of the flows a failback left.
 #[must_use]
 pub fn decisions_table(group: Option<&str>, records: &[AuditRecord]) -> String {
     use std::fmt::Write as _;
@@ -459,11 +460,11 @@ pub fn decisions_table(group: Option<&str>, records: &[AuditRecord]) -> String {
         };
     }
     let mut o = format!(
-        "{:>4}  {:>10}  {:<16} {:<18} {:<30} {:<20} {:>9}\n",
-        "#", "at", "group", "event", "change", "by", "latency"
+        "{:>4}  {:<24}  {:<16} {:<18} {:<30} {:<20} {:>9}\n",
+        "#", "time (UTC)", "group", "event", "change", "by", "latency"
     );
     for r in records {
-        let at = format!("{}.{:03}s", r.at.as_secs(), r.at.subsec_millis());
+        let at = humantime::format_rfc3339_millis(std::time::UNIX_EPOCH + r.at).to_string();
         let action = |a: &Option<Action>| a.as_ref().map_or("none".to_owned(), Action::to_string);
         let event = match (r.kind, r.switch) {
             (AuditKind::Switch, Some(k)) => format!("switch ({})", switch_kind(k)),
@@ -484,25 +485,26 @@ pub fn decisions_table(group: Option<&str>, records: &[AuditRecord]) -> String {
                 r.values.get("from").map_or("?", String::as_str),
                 r.values.get("to").map_or("?", String::as_str)
             ),
-            _ => action(&r.to),
+            AuditKind::OverrideSet => action(&r.to),
+            AuditKind::OverrideCleared | AuditKind::OverrideExpired => String::new(),
         };
         let by = r.by.as_ref().map_or("-".to_owned(), ToString::to_string);
         let latency = r.latency_us.map_or("-".to_owned(), |us| format!("{us} µs"));
         let _ = writeln!(
             o,
-            "{:>4}  {at:>10}  {:<16} {event:<18} {change:<30} {by:<20} {latency:>9}",
+            "{:>4}  {at:<24}  {:<16} {event:<18} {change:<30} {by:<20} {latency:>9}",
             r.seq, r.group
         );
-        let _ = writeln!(o, "{:>18}cause: {}", "", r.cause);
+        let _ = writeln!(o, "{:>6}cause: {}", "", r.cause);
         if r.kind != AuditKind::Breaker && !r.values.is_empty() {
             let read: Vec<String> = r.values.iter().map(|(k, v)| format!("{k} = {v}")).collect();
-            let _ = writeln!(o, "{:>18}read: {}", "", read.join(", "));
+            let _ = writeln!(o, "{:>6}read: {}", "", read.join(", "));
         }
         if let Some(reason) = &r.reason {
-            let _ = writeln!(o, "{:>18}reason: {reason:?}", "");
+            let _ = writeln!(o, "{:>6}reason: {reason:?}", "");
         }
         if let Some(flows) = &r.flows {
-            let _ = writeln!(o, "{:>18}flows left behind: {flows}", "");
+            let _ = writeln!(o, "{:>6}flows: {flows}", "");
         }
     }
     o
@@ -614,18 +616,21 @@ mod tests {
     #[test]
     fn decisions_print_one_line_a_record_with_cause_values_and_reason() {
         let answer = json!([
-            {"seq": 1, "at_us": 12_000, "group": "web-failover", "kind": "switch",
+            {"seq": 1, "at_us": 1_796_447_687_445_000_u64, "group": "web-failover", "kind": "switch",
              "switch": "adopt", "from": null, "to": {"pool": "dc1"},
              "by": {"rule": "dc1-primary"}, "cause": "start",
              "values": {"dc1_api_healthy": "true"}, "latency_us": 85},
-            {"seq": 2, "at_us": 4_503_250, "group": "web-failover", "kind": "switch",
+            {"seq": 2, "at_us": 1_796_447_689_085_250_u64, "group": "web-failover", "kind": "switch",
              "switch": "failover", "from": {"pool": "dc1"}, "to": {"pool": "dc2"},
              "by": {"rule": "dc2-standby"}, "cause": "probe dc1_api_healthy",
              "values": {"dc1_api_healthy": "false"}, "latency_us": 140},
-            {"seq": 3, "at_us": 9_000_000, "group": "web-failover", "kind": "override_set",
+            {"seq": 3, "at_us": 1_796_447_695_714_000_u64, "group": "web-failover", "kind": "override_set",
              "from": {"pool": "dc2"}, "to": {"split": [["dc1", 90], ["dc2", 10]]},
              "by": "override", "cause": "api", "reason": "db migration", "latency_us": null},
-            {"seq": 4, "at_us": 15_000_000, "group": "web-failover", "kind": "switch",
+            {"seq": 4, "at_us": 1_796_447_698_715_000_u64, "group": "web-failover",
+             "kind": "override_expired", "from": {"pool": "dc1"}, "to": null, "by": "override",
+             "cause": "timer", "latency_us": null},
+            {"seq": 5, "at_us": 1_796_447_704_686_000_u64, "group": "web-failover", "kind": "switch",
              "switch": "failback", "from": {"pool": "dc2"}, "to": {"pool": "dc1"},
              "by": {"rule": "dc1-primary"}, "cause": "timer", "latency_us": 90,
              "flows": "kept"}
@@ -635,19 +640,21 @@ mod tests {
             group: Some("web-failover".into()),
         };
         let want = [
-            "   #          at  group            event              change                         by                     latency",
-            "   1      0.012s  web-failover     switch (adopt)     none → pool=dc1                rule dc1-primary         85 µs",
-            "                  cause: start",
-            "                  read: dc1_api_healthy = true",
-            "   2      4.503s  web-failover     switch (failover)  pool=dc1 → pool=dc2            rule dc2-standby        140 µs",
-            "                  cause: probe dc1_api_healthy",
-            "                  read: dc1_api_healthy = false",
-            "   3      9.000s  web-failover     override set       split=dc1:90,dc2:10            override                     -",
-            "                  cause: api",
-            "                  reason: \"db migration\"",
-            "   4     15.000s  web-failover     switch (failback)  pool=dc2 → pool=dc1            rule dc1-primary         90 µs",
-            "                  cause: timer",
-            "                  flows left behind: kept",
+            "   #  time (UTC)                group            event              change                         by                     latency",
+            "   1  2026-12-05T05:14:47.445Z  web-failover     switch (adopt)     none → pool=dc1                rule dc1-primary         85 µs",
+            "      cause: start",
+            "      read: dc1_api_healthy = true",
+            "   2  2026-12-05T05:14:49.085Z  web-failover     switch (failover)  pool=dc1 → pool=dc2            rule dc2-standby        140 µs",
+            "      cause: probe dc1_api_healthy",
+            "      read: dc1_api_healthy = false",
+            "   3  2026-12-05T05:14:55.714Z  web-failover     override set       split=dc1:90,dc2:10            override                     -",
+            "      cause: api",
+            "      reason: \"db migration\"",
+            "   4  2026-12-05T05:14:58.715Z  web-failover     override expired                                  override                     -",
+            "      cause: timer",
+            "   5  2026-12-05T05:15:04.686Z  web-failover     switch (failback)  pool=dc2 → pool=dc1            rule dc1-primary         90 µs",
+            "      cause: timer",
+            "      flows: kept",
         ]
         .map(|l| format!("{l}\n"))
         .concat();
