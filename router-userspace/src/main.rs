@@ -135,6 +135,10 @@ enum Cmd {
         )]
         #[arg(long, global = true)]
         api: Option<String>,
+        /// Print the agent's answer as its API sent it (JSON) instead of a table or sentence.
+        /// Accepted before or after the command.
+        #[arg(long, global = true)]
+        json: bool,
         /// The command.
         #[command(subcommand)]
         cmd: cli::ctl::Ctl,
@@ -316,10 +320,11 @@ fn run(args: Args) -> Result<ExitCode> {
         Cmd::Ctl {
             config_dir,
             api,
+            json,
             cmd,
         } => {
             let rt = tokio::runtime::Runtime::new().context("starting the runtime")?;
-            rt.block_on(cli::ctl::run(&config_dir, api.as_deref(), cmd))?;
+            rt.block_on(cli::ctl::run(&config_dir, api.as_deref(), json, cmd))?;
         }
         Cmd::Flows(args) => cli::flows::run_flows(args)?,
         Cmd::Trace(args) => cli::flows::run_trace(&args)?,

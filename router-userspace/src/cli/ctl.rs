@@ -1,11 +1,15 @@
 //! `switchyard ctl …`: the operator commands, over the local API of the agent serving the
 //! config directory ([`super::locate`]: `--api URL`, else the running agent's record, else
 //! `agent.api` of the directory).
+//!
+//! Each command prints a table or a sentence made from the agent's answer ([`render`]); with
+//! `--json` it prints the answer as the API sent it, for scripts.
 
 use std::path::Path;
 
 use anyhow::{Context as _, Result, bail};
 use clap::Subcommand;
+use rules::engine::{Action, AuditKind, AuditRecord, SwitchKind};
 use serde_json::{Value, json};
 
 /// `switchyard ctl` commands.
@@ -34,9 +38,6 @@ pub enum Ctl {
     Weights {
         /// The pool.
         pool: String,
-        /// Print the agent's JSON answer.
-        #[arg(long)]
-        json: bool,
     },
     /// The audit trail.
     Decisions {
@@ -138,7 +139,13 @@ pub enum BackendOp {
     },
 }
 
-pub(super) async fn call(target: &super::Target, req: reqwest::RequestBuilder) -> Result<Value> {
+/// The agent's answer to one request: its text as sent, and that text parsed.
+pub(super) struct Answer {
+    pub(super) text: String,
+    pub(super) value: Value,
+}
+
+pub(super) async fn call(target: &super::Target, req: reqwest::RequestBuilder) -> Result<Answer> {
     let resp = target
         .authorize(req)
         .map_err(anyhow::Error::msg)?
@@ -163,30 +170,355 @@ pub(super) async fn call(target: &super::Target, req: reqwest::RequestBuilder) -
             (None, t) => bail!("the agent refused the request: {status}: {t}"),
         }
     }
-    body.context("the agent's answer is not JSON")
+    let value = body.context("the agent's answer is not JSON")?;
+    Ok(Answer { text, value })
 }
 
-fn print_explain(v: &Value) {
-    match v.get("text").and_then(Value::as_str) {
-        Some(t) => print!("{t}"),
-        None => println!("{v:#}"),
+/// The request `cmd` makes of the agent at `base`.
+///
+/// # Errors
+///
+/// `state set` without `NAME=VALUE`.
+fn request(c: &reqwest::Client, base: &str, cmd: &Ctl) -> Result<reqwest::RequestBuilder> {
+    Ok(match cmd {
+        Ctl::State { op: StateOp::Get } => c.get(format!("{base}/state")),
+        Ctl::State {
+            op: StateOp::Set { assignment },
+        } => {
+            let (name, value) = assignment_parts(assignment)?;
+            c.post(format!("{base}/state"))
+                .json(&json!({ "name": name, "value": value }))
+        }
+        Ctl::Override {
+            op:
+                OverrideOp::Set {
+                    group,
+                    to,
+                    reason,
+                    ttl,
+                    force,
+                },
+        } => c.post(format!("{base}/override")).json(&json!({
+            "group": group, "to": to, "reason": reason, "ttl": ttl, "force": force
+        })),
+        Ctl::Override {
+            op: OverrideOp::Clear { group },
+        } => c.delete(format!("{base}/override/{group}")),
+        Ctl::Backend {
+            op:
+                BackendOp::Drain {
+                    pool,
+                    address,
+                    timeout,
+                },
+        } => c
+            .post(format!("{base}/backend/drain"))
+            .json(&json!({ "pool": pool, "address": address, "timeout": timeout })),
+        Ctl::Backend {
+            op: BackendOp::Undrain { pool, address },
+        } => c
+            .post(format!("{base}/backend/undrain"))
+            .json(&json!({ "pool": pool, "address": address })),
+        Ctl::Weights { pool } => c.get(format!("{base}/weights/{pool}")),
+        // Group names are letters, digits, `-` and `_`: no escaping needed.
+        Ctl::Decisions { group: Some(g) } => c.get(format!("{base}/decisions?group={g}")),
+        Ctl::Decisions { group: None } => c.get(format!("{base}/decisions")),
+        Ctl::Explain { group } => c.get(format!("{base}/explain/{group}")),
+        Ctl::WhatIf { group, sets } => c
+            .post(format!("{base}/what-if"))
+            .json(&json!({ "group": group, "set": sets })),
+        Ctl::Apply => c.post(format!("{base}/apply")),
+        Ctl::Rollback { n } => c.post(format!("{base}/rollback/{n}")),
+        Ctl::Versions => c.get(format!("{base}/versions")),
+        Ctl::Diff { a, b } => c.get(format!("{base}/diff/{a}/{b}")),
+    })
+}
+
+/// `NAME=VALUE`, trimmed.
+fn assignment_parts(assignment: &str) -> Result<(&str, &str)> {
+    match assignment.split_once('=') {
+        Some((name, value)) => Ok((name.trim(), value.trim())),
+        None => bail!("{assignment:?}: expected NAME=VALUE"),
     }
 }
 
-fn print_outcome(v: &Value) {
+/// What `cmd` prints for the agent's answer `v` (the JSON of the API): a table or sentences,
+/// each line ending in a line break.
+///
+/// # Errors
+///
+/// The answer does not have the shape of its endpoint's (an agent of another version).
+pub fn render(cmd: &Ctl, v: &Value) -> Result<String> {
+    use std::fmt::Write as _;
+    let mut o = String::new();
+    match cmd {
+        Ctl::State { op: StateOp::Get } => o = state_table(v),
+        Ctl::State {
+            op: StateOp::Set { assignment },
+        } => {
+            let (name, value) = assignment_parts(assignment)?;
+            let _ = match v["changed"].as_bool() {
+                Some(true) => writeln!(o, "{name}: set to {value}"),
+                _ => writeln!(o, "{name}: unchanged (it already was {value})"),
+            };
+        }
+        Ctl::Override {
+            op:
+                OverrideOp::Set {
+                    group,
+                    to,
+                    reason,
+                    ttl,
+                    ..
+                },
+        } => {
+            let until = ttl
+                .as_ref()
+                .map_or("until `ctl override clear`".to_owned(), |t| {
+                    format!("for {t}")
+                });
+            let _ = writeln!(
+                o,
+                "override set on {group}: {to} {until} (reason: {reason:?})"
+            );
+            o.push_str(&switched_line(group, v));
+        }
+        Ctl::Override {
+            op: OverrideOp::Clear { group },
+        } => {
+            let _ = writeln!(o, "override cleared on {group}; its rules decide again");
+            o.push_str(&switched_line(group, v));
+        }
+        Ctl::Backend { op } => o = backend_sentence(op, v),
+        Ctl::Weights { .. } => {
+            let view: crate::api::weights::PoolWeightsView = serde_json::from_value(v.clone())
+                .context("the agent's answer has another shape")?;
+            o = weights_table(&view);
+        }
+        Ctl::Decisions { group } => {
+            let records: Vec<AuditRecord> = serde_json::from_value(v.clone())
+                .context("the agent's answer has another shape")?;
+            o = decisions_table(group.as_deref(), &records);
+        }
+        Ctl::Explain { .. } => o = explain_text(v),
+        Ctl::WhatIf { sets, .. } => {
+            let _ = writeln!(o, "what if {} (nothing changes):", sets.join(", "));
+            o.push_str(&explain_text(v));
+        }
+        Ctl::Apply | Ctl::Rollback { .. } => o = outcome_text(v),
+        Ctl::Versions => o = versions_table(v),
+        Ctl::Diff { a, b } => {
+            let changes = v["changes"].as_array().cloned().unwrap_or_default();
+            if changes.is_empty() {
+                let _ = writeln!(o, "versions {a} and {b} define the same resources");
+            }
+            for line in changes {
+                let _ = writeln!(o, "{}", line.as_str().unwrap_or(""));
+            }
+        }
+    }
+    Ok(o)
+}
+
+/// `ctl state get`: name, source and value, one variable a line.
+fn state_table(v: &Value) -> String {
+    use std::fmt::Write as _;
+    let mut o = format!("{:<48} {:<10} {}\n", "variable", "source", "value");
+    for e in v.as_array().into_iter().flatten() {
+        let _ = writeln!(
+            o,
+            "{:<48} {:<10} {}",
+            e["name"].as_str().unwrap_or(""),
+            e["source"].as_str().unwrap_or(""),
+            e["value"].as_str().unwrap_or("")
+        );
+    }
+    o
+}
+
+/// The second line of `ctl override`: the switch the agent wrote (`{"switched": {group, to,
+/// word, latency_us}}`), or that the group's action stayed.
+fn switched_line(group: &str, v: &Value) -> String {
+    let s = &v["switched"];
+    if s.is_null() {
+        return format!("{group} already ran that action: nothing switched\n");
+    }
+    let to = serde_json::from_value::<Action>(s["to"].clone())
+        .map_or_else(|_| s["to"].to_string(), |a| a.to_string());
+    format!(
+        "{group} switched to {to}: decision word {:#x} written {} µs after the request\n",
+        s["word"].as_u64().unwrap_or(0),
+        s["latency_us"].as_u64().unwrap_or(0)
+    )
+}
+
+/// `ctl backend drain/undrain`: what became of the backend (`{"changed": bool}`).
+fn backend_sentence(op: &BackendOp, v: &Value) -> String {
+    let changed = v["changed"].as_bool().unwrap_or(false);
+    match op {
+        BackendOp::Drain {
+            pool,
+            address,
+            timeout,
+        } => {
+            let after = timeout.as_ref().map_or(String::new(), |t| {
+                format!("; its remaining flows are re-selected after {t}")
+            });
+            if changed {
+                format!(
+                    "pool {pool} backend {address}: draining (no new flows; tracked flows \
+                     stay, `switchyard status` counts them){after}\n"
+                )
+            } else {
+                format!(
+                    "pool {pool} backend {address}: was draining; drained anew (timeout set \
+                     anew){after}\n"
+                )
+            }
+        }
+        BackendOp::Undrain { pool, address } if changed => {
+            format!("pool {pool} backend {address}: drain ended\n")
+        }
+        BackendOp::Undrain { pool, address } => {
+            format!("pool {pool} backend {address}: was not drained\n")
+        }
+    }
+}
+
+/// `ctl explain` and `ctl what-if`: the explanation's text form.
+fn explain_text(v: &Value) -> String {
+    match v.get("text").and_then(Value::as_str) {
+        Some(t) if t.ends_with('\n') => t.to_owned(),
+        Some(t) => format!("{t}\n"),
+        None => format!("{v:#}\n"),
+    }
+}
+
+/// `ctl apply` and `ctl rollback`: the version applied and what it changed.
+fn outcome_text(v: &Value) -> String {
+    use std::fmt::Write as _;
     if v["changed"].as_bool() == Some(false) {
-        println!(
-            "unchanged: the running config is already this one (version {})",
+        return format!(
+            "unchanged: the running config is already this one (version {})\n",
             v["version"]
         );
-        return;
     }
-    println!(
-        "applied as version {} (generation {}) in {} µs",
+    let mut o = format!(
+        "applied as version {} (generation {}) in {} µs\n",
         v["version"], v["generation"], v["took_us"]
     );
     for line in v["diff"].as_array().into_iter().flatten() {
-        println!("  {}", line.as_str().unwrap_or(""));
+        let _ = writeln!(o, "  {}", line.as_str().unwrap_or(""));
+    }
+    o
+}
+
+/// `ctl versions`: one version a line, `*` on the running one.
+fn versions_table(v: &Value) -> String {
+    use std::fmt::Write as _;
+    let running = v["running"].as_u64();
+    let mut o = String::from(
+        "   version  generation  time (UTC)            hash          source / files\n",
+    );
+    for e in v["versions"].as_array().into_iter().flatten() {
+        let n = e["number"].as_u64().unwrap_or(0);
+        let files: Vec<&str> = e["files"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .collect();
+        let _ = writeln!(
+            o,
+            "{} {:>7}  {:>10}  {:<20}  {:<12}  {} ({})",
+            if Some(n) == running { "*" } else { " " },
+            n,
+            e["generation"].as_u64().unwrap_or(0),
+            humantime::format_rfc3339_seconds(
+                std::time::UNIX_EPOCH
+                    + std::time::Duration::from_secs(e["time"].as_u64().unwrap_or(0))
+            ),
+            e["hash"].as_str().unwrap_or("").get(..12).unwrap_or(""),
+            e["source"].as_str().unwrap_or(""),
+            files.join(", ")
+        );
+    }
+    o
+}
+
+/// `ctl decisions`: the audit trail, oldest first, one record a line (number, wall-clock time
+/// in UTC as the agent stamped it, group, event, change, what chose it, event-to-map-write
+/// latency), then indented lines for the cause, the values the rule read, an override's
+/// reason and what became of the flows a failback left.
+#[must_use]
+pub fn decisions_table(group: Option<&str>, records: &[AuditRecord]) -> String {
+    use std::fmt::Write as _;
+    if records.is_empty() {
+        return match group {
+            Some(g) => format!("no decisions recorded for group {g}\n"),
+            None => "no decisions recorded\n".to_owned(),
+        };
+    }
+    let mut o = format!(
+        "{:>4}  {:<24}  {:<16} {:<18} {:<30} {:<20} {:>9}\n",
+        "#", "time (UTC)", "group", "event", "change", "by", "latency"
+    );
+    for r in records {
+        let at = humantime::format_rfc3339_millis(std::time::UNIX_EPOCH + r.at).to_string();
+        let action = |a: &Option<Action>| a.as_ref().map_or("none".to_owned(), Action::to_string);
+        let event = match (r.kind, r.switch) {
+            (AuditKind::Switch, Some(k)) => format!("switch ({})", switch_kind(k)),
+            (AuditKind::Switch, None) => "switch".to_owned(),
+            (AuditKind::Veto, _) => "veto (require)".to_owned(),
+            (AuditKind::Freeze, _) => "frozen (automatic)".to_owned(),
+            (AuditKind::OverrideSet, _) => "override set".to_owned(),
+            (AuditKind::OverrideCleared, _) => "override cleared".to_owned(),
+            (AuditKind::OverrideExpired, _) => "override expired".to_owned(),
+            (AuditKind::Breaker, _) => "circuit breaker".to_owned(),
+        };
+        let change = match r.kind {
+            AuditKind::Switch => format!("{} → {}", action(&r.from), action(&r.to)),
+            AuditKind::Veto | AuditKind::Freeze => format!("not {}", action(&r.to)),
+            AuditKind::Breaker => format!(
+                "{} {} → {}",
+                r.values.get("backend").map_or("?", String::as_str),
+                r.values.get("from").map_or("?", String::as_str),
+                r.values.get("to").map_or("?", String::as_str)
+            ),
+            AuditKind::OverrideSet => action(&r.to),
+            AuditKind::OverrideCleared | AuditKind::OverrideExpired => String::new(),
+        };
+        let by = r.by.as_ref().map_or("-".to_owned(), ToString::to_string);
+        let latency = r.latency_us.map_or("-".to_owned(), |us| format!("{us} µs"));
+        let _ = writeln!(
+            o,
+            "{:>4}  {at:<24}  {:<16} {event:<18} {change:<30} {by:<20} {latency:>9}",
+            r.seq, r.group
+        );
+        let _ = writeln!(o, "{:>6}cause: {}", "", r.cause);
+        if r.kind != AuditKind::Breaker && !r.values.is_empty() {
+            let read: Vec<String> = r.values.iter().map(|(k, v)| format!("{k} = {v}")).collect();
+            let _ = writeln!(o, "{:>6}read: {}", "", read.join(", "));
+        }
+        if let Some(reason) = &r.reason {
+            let _ = writeln!(o, "{:>6}reason: {reason:?}", "");
+        }
+        if let Some(flows) = &r.flows {
+            let _ = writeln!(o, "{:>6}flows: {flows}", "");
+        }
+    }
+    o
+}
+
+/// A switch kind as the audit trail's JSON names it.
+fn switch_kind(k: SwitchKind) -> &'static str {
+    match k {
+        SwitchKind::Adopt => "adopt",
+        SwitchKind::Failover => "failover",
+        SwitchKind::Failback => "failback",
+        SwitchKind::Emergency => "emergency",
+        SwitchKind::Resume => "resume",
+        SwitchKind::Override => "override",
     }
 }
 
@@ -250,188 +582,236 @@ pub fn weights_table(v: &crate::api::weights::PoolWeightsView) -> String {
     out
 }
 
-/// Runs one `ctl` command.
+/// Runs one `ctl` command: prints what [`render`] makes of the agent's answer, or with `json`
+/// the answer as the API sent it.
 ///
 /// # Errors
 ///
 /// The agent cannot be asked from here ([`super::locate`]); `state set` without `NAME=VALUE`;
 /// no agent answers at the address found; the agent refuses the request (its reason, or the
-/// HTTP status and body); its answer cannot be read or is not JSON.
-#[expect(
-    clippy::too_many_lines,
-    reason = "one arm per `ctl` command, each a request and how its answer prints"
-)]
-pub async fn run(dir: &Path, api: Option<&str>, cmd: Ctl) -> Result<()> {
+/// HTTP status and body); its answer cannot be read, is not JSON, or (without `json`) does not
+/// have its endpoint's shape.
+pub async fn run(dir: &Path, api: Option<&str>, json: bool, cmd: Ctl) -> Result<()> {
     let target = super::locate(dir, api, std::path::Path::new(crate::record::RUN_DIR))?;
-    let base = target.base.as_str();
-    let c = reqwest::Client::new();
-    match cmd {
-        Ctl::State { op: StateOp::Get } => {
-            let v = call(&target, c.get(format!("{base}/state"))).await?;
-            for e in v.as_array().into_iter().flatten() {
-                println!(
-                    "{:<48} {:<10} {}",
-                    e["name"].as_str().unwrap_or(""),
-                    e["source"].as_str().unwrap_or(""),
-                    e["value"].as_str().unwrap_or("")
-                );
-            }
-        }
-        Ctl::State {
-            op: StateOp::Set { assignment },
-        } => {
-            let Some((name, value)) = assignment.split_once('=') else {
-                bail!("{assignment:?}: expected NAME=VALUE");
-            };
-            let v = call(
-                &target,
-                c.post(format!("{base}/state"))
-                    .json(&json!({ "name": name.trim(), "value": value.trim() })),
-            )
-            .await?;
-            let changed = v["changed"].as_bool().unwrap_or(false);
-            println!(
-                "{}: {}",
-                name.trim(),
-                if changed { "set" } else { "unchanged" }
-            );
-        }
-        Ctl::Override {
-            op:
-                OverrideOp::Set {
-                    group,
-                    to,
-                    reason,
-                    ttl,
-                    force,
-                },
-        } => {
-            let v = call(
-                &target,
-                c.post(format!("{base}/override")).json(&json!({
-                    "group": group, "to": to, "reason": reason, "ttl": ttl, "force": force
-                })),
-            )
-            .await?;
-            println!("override set on {group}: {}", v["switched"]);
-        }
-        Ctl::Override {
-            op: OverrideOp::Clear { group },
-        } => {
-            call(&target, c.delete(format!("{base}/override/{group}"))).await?;
-            println!("override cleared on {group}");
-        }
-        Ctl::Backend { op } => {
-            let (path, pool, address, body, after) = match op {
-                BackendOp::Drain {
-                    pool,
-                    address,
-                    timeout,
-                } => {
-                    let body = json!({ "pool": pool, "address": address, "timeout": timeout });
-                    let after = timeout.map_or(String::new(), |t| {
-                        format!("; its remaining flows are re-selected after {t}")
-                    });
-                    ("drain", pool, address, body, after)
-                }
-                BackendOp::Undrain { pool, address } => {
-                    let body = json!({ "pool": pool, "address": address });
-                    ("undrain", pool, address, body, String::new())
-                }
-            };
-            let v = call(
-                &target,
-                c.post(format!("{base}/backend/{path}")).json(&body),
-            )
-            .await?;
-            let changed = v["changed"].as_bool().unwrap_or(false);
-            match (path, changed) {
-                ("drain", true) => println!(
-                    "pool {pool} backend {address}: draining (no new flows; tracked flows \
-                     stay, `switchyard status` counts them){after}"
-                ),
-                ("drain", false) => println!(
-                    "pool {pool} backend {address}: was draining; drained anew (timeout set \
-                     anew){after}"
-                ),
-                (_, true) => println!("pool {pool} backend {address}: drain ended"),
-                (_, false) => println!("pool {pool} backend {address}: was not drained"),
-            }
-        }
-        Ctl::Weights { pool, json } => {
-            let v = call(&target, c.get(format!("{base}/weights/{pool}"))).await?;
-            if json {
-                println!("{v:#}");
-            } else {
-                let view: crate::api::weights::PoolWeightsView =
-                    serde_json::from_value(v).context("the agent's answer has another shape")?;
-                print!("{}", weights_table(&view));
-            }
-        }
-        Ctl::Decisions { group } => {
-            // Group names are letters, digits, `-` and `_`: no escaping needed.
-            let url = match &group {
-                Some(g) => format!("{base}/decisions?group={g}"),
-                None => format!("{base}/decisions"),
-            };
-            let v = call(&target, c.get(url)).await?;
-            for r in v.as_array().into_iter().flatten() {
-                println!("{r}");
-            }
-        }
-        Ctl::Explain { group } => {
-            print_explain(&call(&target, c.get(format!("{base}/explain/{group}"))).await?);
-        }
-        Ctl::WhatIf { group, sets } => {
-            let v = call(
-                &target,
-                c.post(format!("{base}/what-if"))
-                    .json(&json!({ "group": group, "set": sets })),
-            )
-            .await?;
-            print_explain(&v);
-        }
-        Ctl::Apply => print_outcome(&call(&target, c.post(format!("{base}/apply"))).await?),
-        Ctl::Rollback { n } => {
-            print_outcome(&call(&target, c.post(format!("{base}/rollback/{n}"))).await?);
-        }
-        Ctl::Versions => {
-            let v = call(&target, c.get(format!("{base}/versions"))).await?;
-            let running = v["running"].as_u64();
-            println!("   version  generation  time (UTC)            hash          source / files");
-            for e in v["versions"].as_array().into_iter().flatten() {
-                let n = e["number"].as_u64().unwrap_or(0);
-                let files: Vec<&str> = e["files"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .filter_map(Value::as_str)
-                    .collect();
-                println!(
-                    "{} {:>7}  {:>10}  {:<20}  {:<12}  {} ({})",
-                    if Some(n) == running { "*" } else { " " },
-                    n,
-                    e["generation"].as_u64().unwrap_or(0),
-                    humantime::format_rfc3339_seconds(
-                        std::time::UNIX_EPOCH
-                            + std::time::Duration::from_secs(e["time"].as_u64().unwrap_or(0))
-                    ),
-                    e["hash"].as_str().unwrap_or("").get(..12).unwrap_or(""),
-                    e["source"].as_str().unwrap_or(""),
-                    files.join(", ")
-                );
-            }
-        }
-        Ctl::Diff { a, b } => {
-            let v = call(&target, c.get(format!("{base}/diff/{a}/{b}"))).await?;
-            let changes = v["changes"].as_array().cloned().unwrap_or_default();
-            if changes.is_empty() {
-                println!("versions {a} and {b} define the same resources");
-            }
-            for line in changes {
-                println!("{}", line.as_str().unwrap_or(""));
-            }
-        }
+    let req = request(&reqwest::Client::new(), target.base.as_str(), &cmd)?;
+    let answer = call(&target, req).await?;
+    if json {
+        println!("{}", answer.text.trim_end());
+    } else {
+        print!("{}", render(&cmd, &answer.value)?);
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::{BackendOp, Ctl, OverrideOp, StateOp, render};
+
+    fn text(cmd: &Ctl, answer: &str) -> String {
+        render(cmd, &serde_json::from_str(answer).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn decisions_print_one_line_a_record_with_cause_values_and_reason() {
+        let answer = json!([
+            {"seq": 1, "at_us": 1_796_447_687_445_000_u64, "group": "web-failover", "kind": "switch",
+             "switch": "adopt", "from": null, "to": {"pool": "dc1"},
+             "by": {"rule": "dc1-primary"}, "cause": "start",
+             "values": {"dc1_api_healthy": "true"}, "latency_us": 85},
+            {"seq": 2, "at_us": 1_796_447_689_085_250_u64, "group": "web-failover", "kind": "switch",
+             "switch": "failover", "from": {"pool": "dc1"}, "to": {"pool": "dc2"},
+             "by": {"rule": "dc2-standby"}, "cause": "probe dc1_api_healthy",
+             "values": {"dc1_api_healthy": "false"}, "latency_us": 140},
+            {"seq": 3, "at_us": 1_796_447_695_714_000_u64, "group": "web-failover", "kind": "override_set",
+             "from": {"pool": "dc2"}, "to": {"split": [["dc1", 90], ["dc2", 10]]},
+             "by": "override", "cause": "api", "reason": "db migration", "latency_us": null},
+            {"seq": 4, "at_us": 1_796_447_698_715_000_u64, "group": "web-failover",
+             "kind": "override_expired", "from": {"pool": "dc1"}, "to": null, "by": "override",
+             "cause": "timer", "latency_us": null},
+            {"seq": 5, "at_us": 1_796_447_704_686_000_u64, "group": "web-failover", "kind": "switch",
+             "switch": "failback", "from": {"pool": "dc2"}, "to": {"pool": "dc1"},
+             "by": {"rule": "dc1-primary"}, "cause": "timer", "latency_us": 90,
+             "flows": "kept"}
+        ])
+        .to_string();
+        let cmd = Ctl::Decisions {
+            group: Some("web-failover".into()),
+        };
+        let want = [
+            "   #  time (UTC)                group            event              change                         by                     latency",
+            "   1  2026-12-05T05:14:47.445Z  web-failover     switch (adopt)     none → pool=dc1                rule dc1-primary         85 µs",
+            "      cause: start",
+            "      read: dc1_api_healthy = true",
+            "   2  2026-12-05T05:14:49.085Z  web-failover     switch (failover)  pool=dc1 → pool=dc2            rule dc2-standby        140 µs",
+            "      cause: probe dc1_api_healthy",
+            "      read: dc1_api_healthy = false",
+            "   3  2026-12-05T05:14:55.714Z  web-failover     override set       split=dc1:90,dc2:10            override                     -",
+            "      cause: api",
+            "      reason: \"db migration\"",
+            "   4  2026-12-05T05:14:58.715Z  web-failover     override expired                                  override                     -",
+            "      cause: timer",
+            "   5  2026-12-05T05:15:04.686Z  web-failover     switch (failback)  pool=dc2 → pool=dc1            rule dc1-primary         90 µs",
+            "      cause: timer",
+            "      flows: kept",
+        ]
+        .map(|l| format!("{l}\n"))
+        .concat();
+        assert_eq!(text(&cmd, &answer), want);
+        assert_eq!(
+            text(&cmd, "[]"),
+            "no decisions recorded for group web-failover\n"
+        );
+    }
+
+    #[test]
+    fn decisions_of_another_shape_are_an_error_not_a_panic() {
+        let cmd = Ctl::Decisions { group: None };
+        let e = render(&cmd, &json!({"error": "?"})).unwrap_err();
+        assert!(e.to_string().contains("another shape"), "{e}");
+    }
+
+    #[test]
+    fn override_set_says_what_for_how_long_why_and_the_switch() {
+        let cmd = Ctl::Override {
+            op: OverrideOp::Set {
+                group: "web-failover".into(),
+                to: "pool=dc2".into(),
+                reason: "db migration".into(),
+                ttl: Some("10m".into()),
+                force: false,
+            },
+        };
+        assert_eq!(
+            text(
+                &cmd,
+                r#"{"switched":{"group":"web-failover","to":{"pool":"dc2"},"word":258,"latency_us":73}}"#
+            ),
+            "override set on web-failover: pool=dc2 for 10m (reason: \"db migration\")\n\
+             web-failover switched to pool=dc2: decision word 0x102 written 73 µs after the \
+             request\n"
+        );
+        let clear = Ctl::Override {
+            op: OverrideOp::Clear {
+                group: "web-failover".into(),
+            },
+        };
+        assert_eq!(
+            text(&clear, r#"{"switched":null}"#),
+            "override cleared on web-failover; its rules decide again\n\
+             web-failover already ran that action: nothing switched\n"
+        );
+    }
+
+    #[test]
+    fn state_get_is_a_table_and_state_set_a_sentence() {
+        let get = Ctl::State { op: StateOp::Get };
+        let answer = r#"[{"name":"maintenance_mode","value":"false","source":"push"},
+                         {"name":"dc1_api_healthy","value":"true","source":"probe"}]"#;
+        let want = format!(
+            "{:<48} {:<10} value\n{:<48} {:<10} false\n{:<48} {:<10} true\n",
+            "variable", "source", "maintenance_mode", "push", "dc1_api_healthy", "probe"
+        );
+        assert_eq!(text(&get, answer), want);
+        let set = Ctl::State {
+            op: StateOp::Set {
+                assignment: "maintenance_mode = true".into(),
+            },
+        };
+        assert_eq!(
+            text(&set, r#"{"changed":true}"#),
+            "maintenance_mode: set to true\n"
+        );
+        assert_eq!(
+            text(&set, r#"{"changed":false}"#),
+            "maintenance_mode: unchanged (it already was true)\n"
+        );
+        let bad = Ctl::State {
+            op: StateOp::Set {
+                assignment: "maintenance_mode".into(),
+            },
+        };
+        assert!(render(&bad, &json!({"changed": true})).is_err());
+    }
+
+    #[test]
+    fn drains_say_what_became_of_the_backend() {
+        let drain = Ctl::Backend {
+            op: BackendOp::Drain {
+                pool: "web".into(),
+                address: "198.18.1.12".into(),
+                timeout: Some("5m".into()),
+            },
+        };
+        assert_eq!(
+            text(&drain, r#"{"changed":true}"#),
+            "pool web backend 198.18.1.12: draining (no new flows; tracked flows stay, \
+             `switchyard status` counts them); its remaining flows are re-selected after 5m\n"
+        );
+        let undrain = Ctl::Backend {
+            op: BackendOp::Undrain {
+                pool: "web".into(),
+                address: "198.18.1.12".into(),
+            },
+        };
+        assert_eq!(
+            text(&undrain, r#"{"changed":false}"#),
+            "pool web backend 198.18.1.12: was not drained\n"
+        );
+    }
+
+    #[test]
+    fn explain_prints_its_text_and_what_if_says_nothing_changes() {
+        let answer = r#"{"text":"group web-failover: active pool=dc1\n","explanation":{}}"#;
+        let explain = Ctl::Explain {
+            group: "web-failover".into(),
+        };
+        assert_eq!(
+            text(&explain, answer),
+            "group web-failover: active pool=dc1\n"
+        );
+        let what_if = Ctl::WhatIf {
+            group: "web-failover".into(),
+            sets: vec!["dc1_api_healthy=false".into()],
+        };
+        assert_eq!(
+            text(&what_if, answer),
+            "what if dc1_api_healthy=false (nothing changes):\n\
+             group web-failover: active pool=dc1\n"
+        );
+    }
+
+    #[test]
+    fn apply_versions_and_diff_print_sentences_and_a_table() {
+        let applied = r#"{"changed":true,"version":3,"generation":7,"took_us":912,
+                          "diff":["~ pool web: backend 198.18.1.11 weight 100 → 300"]}"#;
+        assert_eq!(
+            text(&Ctl::Apply, applied),
+            "applied as version 3 (generation 7) in 912 µs\n  \
+             ~ pool web: backend 198.18.1.11 weight 100 → 300\n"
+        );
+        assert_eq!(
+            text(&Ctl::Rollback { n: 2 }, r#"{"changed":false,"version":2}"#),
+            "unchanged: the running config is already this one (version 2)\n"
+        );
+        let versions = r#"{"running":2,"versions":[
+            {"number":1,"generation":1,"time":0,"hash":"0123456789abcdef","source":"start",
+             "files":["10-web.yaml"]},
+            {"number":2,"generation":2,"time":60,"hash":"fedcba9876543210","source":"watch",
+             "files":["10-web.yaml"]}]}"#;
+        assert_eq!(
+            text(&Ctl::Versions, versions),
+            [
+                "   version  generation  time (UTC)            hash          source / files\n",
+                "        1           1  1970-01-01T00:00:00Z  0123456789ab  start (10-web.yaml)\n",
+                "*       2           2  1970-01-01T00:01:00Z  fedcba987654  watch (10-web.yaml)\n",
+            ]
+            .concat()
+        );
+        assert_eq!(
+            text(&Ctl::Diff { a: 1, b: 1 }, r#"{"changes":[]}"#),
+            "versions 1 and 1 define the same resources\n"
+        );
+    }
 }

@@ -119,7 +119,7 @@ pub async fn flows(
     let base = target.base.as_str();
     let c = reqwest::Client::new();
     if purge {
-        let v = call(&target, c.post(format!("{base}/flows/purge")).json(q)).await?;
+        let v = call(&target, c.post(format!("{base}/flows/purge")).json(q)).await?.value;
         if json {
             println!("{v:#}");
             return Ok(());
@@ -138,7 +138,7 @@ pub async fn flows(
     } else {
         format!("{base}/flows?{query}")
     };
-    let v = call(&target, c.get(url)).await?;
+    let v = call(&target, c.get(url)).await?.value;
     if json {
         println!("{v:#}");
         return Ok(());
@@ -170,7 +170,8 @@ pub async fn trace(
         &target,
         c.get(format!("{base}/trace?client={client}&vip={vip}")),
     )
-    .await?;
+    .await?
+    .value;
     if json {
         println!("{v:#}");
         return Ok(());

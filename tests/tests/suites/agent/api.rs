@@ -186,6 +186,18 @@ fn bad_api_requests_change_nothing() -> Result<()> {
     // Rolling back to the running version is not a new version.
     let out = ctl(&agent, &["rollback", "1"])?;
     ensure!(out.contains("unchanged"), "{out}");
+    // `--json`, before or after the command, prints the API's answer as it was sent; without
+    // it, a table.
+    let api = agent.api_get("/versions")?;
+    for args in [["--json", "versions"], ["versions", "--json"]] {
+        let json = ctl(&agent, &args)?;
+        ensure!(
+            json.trim_end() == api.trim_end(),
+            "{args:?}: {json} ≠ {api}"
+        );
+    }
+    let table = ctl(&agent, &["versions"])?;
+    ensure!(table.starts_with("   version  generation"), "{table}");
     let after = agent.status()?;
     ensure!(
         after.generation == before.generation && after.running.version == before.running.version,

@@ -270,12 +270,16 @@ fn left_of(agent: &Agent) -> Result<Option<(String, String, Option<u64>)>> {
 /// The audit record of the failback (the last switch of `wf`), as JSON.
 fn failback_record(agent: &Agent) -> Result<serde_json::Value> {
     let dir = agent.dir().display().to_string();
-    let text = agent.cli(&["ctl", "--config-dir", &dir, "decisions", "--group", "wf"])?;
-    let records: Vec<serde_json::Value> = text
-        .lines()
-        .filter(|l| !l.trim().is_empty())
-        .map(serde_json::from_str)
-        .collect::<Result<_, _>>()?;
+    let text = agent.cli(&[
+        "ctl",
+        "--config-dir",
+        &dir,
+        "decisions",
+        "--group",
+        "wf",
+        "--json",
+    ])?;
+    let records: Vec<serde_json::Value> = serde_json::from_str(&text)?;
     records
         .into_iter()
         .rev()

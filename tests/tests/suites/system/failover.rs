@@ -225,14 +225,11 @@ impl Lab {
         }
     }
 
-    /// The audit trail of the group (`ctl decisions --group web-failover`), one JSON record a
-    /// line.
+    /// The audit trail of the group (`ctl decisions --group web-failover --json`: the API's
+    /// array of records).
     fn decisions(&self) -> Result<Vec<Value>> {
-        self.ctl(&["decisions", "--group", GROUP])?
-            .lines()
-            .filter(|l| !l.trim().is_empty())
-            .map(|l| serde_json::from_str(l).with_context(|| format!("audit line {l:?}")))
-            .collect()
+        let text = self.ctl(&["decisions", "--group", GROUP, "--json"])?;
+        serde_json::from_str(&text).with_context(|| format!("the audit trail {text:?}"))
     }
 
     /// The names of the servers of pool dc1 (b1, b2) and dc2 (b3, b4).

@@ -1,7 +1,10 @@
 //! `cargo xtask demo`: the whole system in network namespaces on this machine, narrated for
-//! a newcomer — a client, the balancer running the real `switchyard attach`, and 3 backends;
-//! traffic over TCP, UDP and IPv6; a backend failing and traffic moving; then everything
-//! removed again (see [`crate::cleanup`]).
+//! a newcomer — a client, the balancer running the real `switchyard attach`, and 7 backends;
+//! traffic over TCP, UDP and IPv6; a backend failing and traffic moving; a config change and
+//! a rollback; then the failover story: a decision group over two pools (data centres dc1 and
+//! dc2), a failing probe and the measured time until connections reach dc2, the failback
+//! waiting `failback_after`, a maintenance flag, an override with a TTL and a reason, and the
+//! audit trail; then everything removed again (see [`crate::cleanup`]).
 
 use std::{
     fmt::Write as _,
@@ -27,7 +30,26 @@ use switchyard::api::status::Status;
 
 use crate::cleanup::{self, checkpoint};
 
+/// The backends of pool `web` (b1..b3).
 const BACKENDS: usize = 3;
+/// Pool dc1 of the failover story; the group's probe reads the first one's `GET /health`.
+pub(crate) const DC1: [usize; 2] = [4, 5];
+/// Pool dc2 of the failover story.
+pub(crate) const DC2: [usize; 2] = [6, 7];
+/// Every backend namespace.
+const ALL_BACKENDS: usize = 7;
+/// The story's decision group.
+pub(crate) const GROUP: &str = "web-failover";
+/// The group's probe of dc1's API: interval, timeout (ms) and failures before it reads false.
+pub(crate) const PROBE_INTERVAL_MS: u64 = 100;
+pub(crate) const PROBE_TIMEOUT_MS: u64 = 200;
+pub(crate) const PROBE_FAILURES: u64 = 2;
+/// The group's `stable_for` (ms), `cooldown` and `failback_after` (s).
+pub(crate) const STABLE_FOR_MS: u64 = 50;
+pub(crate) const COOLDOWN_S: u64 = 1;
+pub(crate) const FAILBACK_AFTER_S: u64 = 5;
+/// Connections per look at where new connections go in the story.
+pub(crate) const LOOK: usize = 40;
 /// The backend that fails (1-based).
 const FAILING: usize = 2;
 /// Connections per tally.
@@ -70,18 +92,18 @@ pub fn run(pause: bool) -> Result<()> {
     }
 }
 
-fn heading(n: u32, title: &str) {
+pub(crate) fn heading(n: u32, title: &str) {
     println!("\n== {n}. {title} ==");
 }
 
 fn demo(pause: bool) -> Result<()> {
     println!(
-        "Switchyard demo: a client, a load balancer and {BACKENDS} backends, each in its own \
-         network namespace on this machine. The balancer runs the real `switchyard attach`."
+        "Switchyard demo: a client, a load balancer and {ALL_BACKENDS} backends, each in its \
+         own network namespace on this machine. The balancer runs the real `switchyard attach`."
     );
 
     heading(1, "The network");
-    let topo = Topology::builder().backends(BACKENDS).build()?;
+    let topo = Topology::builder().backends(ALL_BACKENDS).build()?;
     print_network(&topo);
     let mut servers = servers::start_all(&topo)?;
     checkpoint()?;
@@ -161,10 +183,12 @@ fn demo(pause: bool) -> Result<()> {
     print_metrics(&agent.api_get("/metrics")?);
     checkpoint()?;
 
+    crate::story::run(&topo, &servers, &agent, &yaml)?;
+
     if pause {
         pause_for_inspection(&topo, &agent)?;
     }
-    heading(11, "Cleaning up");
+    heading(17, "Cleaning up");
     drop(agent);
     println!("agent stopped; program detached from every interface; its pins removed");
     drop(servers);
@@ -174,7 +198,7 @@ fn demo(pause: bool) -> Result<()> {
 }
 
 /// `switchyard ARGS…` as the operator types it, run in the lb namespace; prints both.
-fn show(agent: &Agent, args: &[&str]) -> Result<()> {
+pub(crate) fn show(agent: &Agent, args: &[&str]) -> Result<()> {
     let dir = agent.dir().display().to_string();
     let mut all: Vec<&str> = args.to_vec();
     all.extend(["--config-dir", &dir]);
@@ -183,7 +207,17 @@ fn show(agent: &Agent, args: &[&str]) -> Result<()> {
         all = vec!["ctl", "--config-dir", &dir];
         all.extend(&args[1..]);
     }
-    println!("$ switchyard {}", args.join(" "));
+    let typed: Vec<String> = args
+        .iter()
+        .map(|a| {
+            if a.contains(' ') {
+                format!("{a:?}")
+            } else {
+                (*a).to_owned()
+            }
+        })
+        .collect();
+    println!("$ switchyard {}", typed.join(" "));
     print!("{}", agent.cli(&all)?);
     Ok(())
 }
@@ -230,6 +264,8 @@ fn pause_for_inspection(topo: &Topology, agent: &Agent) -> Result<()> {
     println!("\n== Paused: the system keeps running. From another shell, as root: ==");
     println!("  {ns} {bin} status --config-dir {dir}");
     println!("  {ns} {bin} ctl --config-dir {dir} versions");
+    println!("  {ns} {bin} ctl --config-dir {dir} explain {GROUP}");
+    println!("  {ns} {bin} ctl --config-dir {dir} decisions --json");
     println!("  {ns} {bin} maps --config-dir {dir}");
     println!(
         "  bpftool map dump pinned {}/SERVICES",
@@ -268,12 +304,19 @@ fn print_network(topo: &Topology) {
         topo.client().name()
     );
     println!(
-        "  lb      {:<14} the balancer: switchyard on {LB_CLIENT_IF} and on to-b1..to-b{BACKENDS}",
+        "  lb      {:<14} the balancer: switchyard on {LB_CLIENT_IF} and on to-b1..to-b{ALL_BACKENDS}",
         topo.lb().name()
     );
-    for i in 1..=BACKENDS {
+    for i in 1..=ALL_BACKENDS {
+        let pool = if DC1.contains(&i) {
+            "pool dc1"
+        } else if DC2.contains(&i) {
+            "pool dc2"
+        } else {
+            "pools web, web6"
+        };
         println!(
-            "  {:<7} {:<14} {}, {} (return link {}, {})",
+            "  {:<7} {:<14} {}, {} (return link {}, {}); {pool}",
             backend_name(i),
             topo.backend(i).name(),
             backend_v4(i),
@@ -299,12 +342,8 @@ fn print_network(topo: &Topology) {
 }
 
 /// The demo's config file, `10-demo.yaml`.
-fn config() -> String {
-    let health = format!(
-        "    health_check:\n      http: {{ port: {HEALTH_PORT}, path: /health }}\n      \
-         interval: {INTERVAL}\n      timeout: 200ms\n      unhealthy_threshold: \
-         {UNHEALTHY_THRESHOLD}\n      healthy_threshold: 2\n"
-    );
+pub(crate) fn config() -> String {
+    let health = health_check();
     let mut y = String::new();
     let _ = writeln!(
         y,
@@ -339,6 +378,57 @@ fn config() -> String {
         y.push_str(&health);
     }
     y
+}
+
+/// The `health_check:` of a pool, indented for a pool of `pools:`.
+fn health_check() -> String {
+    format!(
+        "    health_check:\n      http: {{ port: {HEALTH_PORT}, path: /health }}\n      \
+         interval: {INTERVAL}\n      timeout: 200ms\n      unhealthy_threshold: \
+         {UNHEALTHY_THRESHOLD}\n      healthy_threshold: 2\n"
+    )
+}
+
+/// The story's fragment, `20-failover.yaml`: pools dc1 and dc2, the state the rules read and
+/// the decision group.
+pub(crate) fn failover_fragment() -> String {
+    let mut y = String::from(
+        "# 20-failover.yaml: two data centres and the rules that choose between them\npools:",
+    );
+    for (pool, members) in [("dc1", DC1), ("dc2", DC2)] {
+        let _ = writeln!(y, "\n  - name: {pool}\n    backends:");
+        for i in members {
+            let _ = writeln!(y, "      - {{ address: \"{}\" }}", backend_v4(i));
+        }
+        y.push_str(&health_check());
+    }
+    let _ = write!(
+        y,
+        "\nstate:\n  dc1_api_healthy:   # dc1's API, as the rules see it\n    probe: {{ http: \
+         \"http://{probe}:{HEALTH_PORT}/health\", interval: {PROBE_INTERVAL_MS}ms, timeout: \
+         {PROBE_TIMEOUT_MS}ms, unhealthy_threshold: {PROBE_FAILURES}, healthy_threshold: 3 }}\n  \
+         maintenance_mode: {{ push: {{ default: false }} }}   # `switchyard ctl state set`\n  \
+         dc2_ready: {{ expr: \"pool.dc2.healthy_count >= 1\" }}\n\
+         \ndecisions:\n  - name: {GROUP}\n    rules:\n      - id: dc1-primary\n        \
+         priority: 100\n        when: dc1_api_healthy AND NOT maintenance_mode\n        \
+         then: {{ pool: dc1 }}\n      - id: failover-dc2\n        priority: 90\n        \
+         when: (NOT dc1_api_healthy OR maintenance_mode) AND dc2_ready\n        \
+         then: {{ pool: dc2 }}\n    default: {{ pool: dc1 }}\n    switch: {{ stable_for: \
+         {STABLE_FOR_MS}ms, cooldown: {COOLDOWN_S}s, failback_after: {FAILBACK_AFTER_S}s }}\n    \
+         require: \"target.healthy_count >= 1\"   # never switch to a pool with no healthy \
+         backend\n",
+        probe = backend_v4(DC1[0]),
+    );
+    y
+}
+
+/// `10-demo.yaml` with service `web` following the decision group instead of pool `web`.
+pub(crate) fn deciding(yaml: &str) -> String {
+    yaml.replacen(
+        "to: { pool: web }",
+        &format!("to: {{ decide: {GROUP} }}"),
+        1,
+    )
 }
 
 /// Validates the config as an operator would, prints both, and starts the agent with it.
@@ -381,7 +471,7 @@ fn start_agent(topo: &Topology, yaml: &str) -> Result<Agent> {
 
 /// Polls the agent's status until `pred` holds, like [`Agent::wait_for`], but stops at once
 /// when interrupted (the agent got the Ctrl-C too and no longer answers).
-fn wait_until(agent: &Agent, pred: impl Fn(&Status) -> bool) -> Result<()> {
+pub(crate) fn wait_until(agent: &Agent, pred: impl Fn(&Status) -> bool) -> Result<()> {
     let start = Instant::now();
     loop {
         checkpoint()?;
@@ -492,5 +582,22 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
         let cfg = loaded.unwrap_or_else(|e| panic!("{e}"));
         assert_eq!((cfg.services.len(), cfg.pools.len()), (3, 2));
+    }
+
+    #[test]
+    fn the_story_s_config_is_valid_and_web_follows_the_group() {
+        let dir = std::env::temp_dir().join(format!("xtask-demo-story-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("10-demo.yaml"), super::deciding(&super::config())).unwrap();
+        std::fs::write(dir.join("20-failover.yaml"), super::failover_fragment()).unwrap();
+        let loaded = switchyard::config::load_dir(&dir);
+        let _ = std::fs::remove_dir_all(&dir);
+        let cfg = loaded.unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            (cfg.services.len(), cfg.pools.len(), cfg.decisions.len()),
+            (3, 4, 1)
+        );
+        let web = cfg.services.iter().find(|s| s.name == "web").unwrap();
+        assert!(format!("{:?}", web.to).contains(super::GROUP), "{web:?}");
     }
 }

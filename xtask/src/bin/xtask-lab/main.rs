@@ -5,6 +5,7 @@
 
 mod cleanup;
 mod demo;
+mod story;
 mod verifier;
 
 use std::process::ExitCode;
