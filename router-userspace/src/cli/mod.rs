@@ -2,6 +2,7 @@
 //! pinned map's purpose, key and value layout, and the bpftool command that dumps it).
 
 pub mod ctl;
+pub mod top;
 
 use std::path::{Path, PathBuf};
 
