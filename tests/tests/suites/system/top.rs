@@ -1,0 +1,91 @@
+//! `switchyard top` under a real terminal (tmux), against a real agent in the lb namespace:
+//! the screen shows the service and its backends; a backend whose health server stops is shown
+//! down within 2 s; `q` exits 0. Started again, it exits non-zero with a message when the agent
+//! is killed.
+
+use std::time::Duration;
+
+use anyhow::{Result, ensure};
+use router_tests::{
+    addrs::{VIP_V4, backend_v4},
+    agent::{Agent, temp_dir},
+    config_text::{ConfigText, FAST_HTTP_CHECK, backends_v4},
+    netns::Topology,
+    privileged, servers,
+    tmux::Tmux,
+};
+
+/// What the issue asks: a health change on the screen within this long.
+const SHOWN_WITHIN: Duration = Duration::from_secs(2);
+
+/// `switchyard top` of `agent` in a tmux session, its stderr to `stderr`.
+fn top(topo: &Topology, agent: &Agent, stderr: &std::path::Path) -> Result<Tmux> {
+    let net = format!("--net={}", topo.lb().path().display());
+    let bin = agent.bin().display().to_string();
+    let dir = agent.dir().display().to_string();
+    Tmux::start(
+        &["nsenter", &net, &bin, "top", "--config-dir", &dir],
+        stderr,
+        160,
+        40,
+    )
+}
+
+/// The screen line that shows `address`, if any.
+fn line_of<'a>(screen: &'a str, address: &str) -> Option<&'a str> {
+    screen
+        .lines()
+        .find(|l| l.split_whitespace().any(|w| w == address))
+}
+
+#[test]
+fn top_shows_the_services_and_a_health_change_and_exits_on_q_and_on_a_lost_agent() -> Result<()> {
+    if privileged::require_root_and_bpf("top_shows_the_services").is_err() {
+        return Ok(());
+    }
+    let topo = Topology::builder().backends(2).build()?;
+    let mut servers = servers::start_all(&topo)?;
+    let cfg = ConfigText::new()
+        .service("web", VIP_V4.into(), "tcp", "dsr-l2", "web")
+        .pool("web", &backends_v4(&[100, 100]), Some(FAST_HTTP_CHECK));
+    let mut agent = Agent::start(&topo, &[("10-web.yaml", cfg.text())])?;
+    agent.wait_for(Duration::from_secs(5), |s| {
+        s.pools.iter().flat_map(|p| &p.backends).all(|b| b.healthy)
+    })?;
+    let failing = backend_v4(2).to_string();
+    let service = format!("{VIP_V4}:80/tcp");
+    let logs = temp_dir("top")?;
+
+    let t = top(&topo, &agent, &logs.join("first.err"))?;
+    let (screen, _) = t.wait_screen(Duration::from_secs(10), |s| {
+        s.contains(&service) && line_of(s, &failing).is_some_and(|l| l.contains(" up "))
+    })?;
+    println!("top at the start:\n{screen}");
+
+    servers[1].kill_health();
+    let (screen, took) = t.wait_screen(SHOWN_WITHIN, |s| {
+        line_of(s, &failing).is_some_and(|l| l.contains("down"))
+    })?;
+    println!(
+        "{failing} shown down {:.0} ms after its health server stopped:\n{screen}",
+        took.as_secs_f64() * 1000.0
+    );
+    t.send_keys("q")?;
+    let code = t.wait_exit(Duration::from_secs(3))?;
+    ensure!(code == 0, "top exited {code} on q");
+
+    let stderr = logs.join("second.err");
+    let t = top(&topo, &agent, &stderr)?;
+    t.wait_screen(Duration::from_secs(10), |s| s.contains(&service))?;
+    agent.kill()?;
+    let code = t.wait_exit(Duration::from_secs(5))?;
+    let message = std::fs::read_to_string(&stderr)?;
+    println!("top exited {code} when the agent was killed: {message}");
+    ensure!(code != 0, "top exited 0 when the agent was killed");
+    ensure!(
+        message.contains("lost the agent"),
+        "top's message: {message:?}"
+    );
+    let _ = std::fs::remove_dir_all(&logs);
+    Ok(())
+}
