@@ -20,6 +20,8 @@ have etcd     || need_apt+=(etcd-server)
 have etcdctl  || need_apt+=(etcd-client)
 have openssl  || need_apt+=(openssl)
 have protoc   || need_apt+=(protobuf-compiler)
+# tmux: the terminal `switchyard top` runs under in its namespace test.
+have tmux     || need_apt+=(tmux)
 [ -d /usr/lib/llvm-22/lib ] && [ -e /usr/lib/llvm-22/bin/llvm-config ] || need_apt+=(llvm-22-dev)
 if have bpf-linker; then
   # bpf-linker does not need LLVM's dev package once built.

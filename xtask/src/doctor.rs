@@ -38,7 +38,7 @@ fn missing(problem: impl Into<String>, fix: impl Into<String>) -> Missing {
 
 /// Commands checked: name, the argument that prints its version, whether it is required, and
 /// how to install it.
-const TOOLS: [(&str, &str, bool, &str); 12] = [
+const TOOLS: [(&str, &str, bool, &str); 13] = [
     ("bpf-linker", "--version", true, SETUP),
     (
         "bpftool",
@@ -100,6 +100,12 @@ const TOOLS: [(&str, &str, bool, &str); 12] = [
         "--version",
         true,
         "cargo xtask setup (apt-get install protobuf-compiler); etcd-client's build needs it",
+    ),
+    (
+        "tmux",
+        "-V",
+        true,
+        "cargo xtask setup (apt-get install tmux); the `switchyard top` test runs it in tmux",
     ),
 ];
 

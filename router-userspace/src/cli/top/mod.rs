@@ -528,13 +528,14 @@ impl View {
         f.is_empty() || fields.iter().any(|x| x.to_lowercase().contains(&f))
     }
 
-    /// The rate of the counter `pick` chooses, between the samples.
+    /// The rate of the counter `pick` chooses, between the samples; a counter missing from a
+    /// sample counted nothing yet (the data plane reports only counters that moved).
     fn rate_of(&self, pick: impl Fn(&Counters) -> Option<Total>) -> Option<Rate> {
         let now = self.current.as_ref()?;
         let (at, before) = self.before.as_ref()?;
         rate(
-            pick(before),
-            pick(&now.counters)?,
+            Some(pick(before).unwrap_or_default()),
+            pick(&now.counters).unwrap_or_default(),
             now.at.saturating_duration_since(*at).as_secs_f64(),
         )
     }

@@ -41,6 +41,21 @@ pub enum TopError {
     Terminal(#[from] std::io::Error),
 }
 
+/// `e` and each of its causes (`… : tcp connect error: Connection refused`).
+fn with_causes(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        let text = c.to_string();
+        if !out.contains(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        cause = c.source();
+    }
+    out
+}
+
 /// `GET path` of the agent as text.
 async fn get(c: &reqwest::Client, target: &Target, path: &str) -> Result<String, PollError> {
     let url = format!("{}{path}", target.base);
@@ -49,9 +64,9 @@ async fn get(c: &reqwest::Client, target: &Target, path: &str) -> Result<String,
         .map_err(|e| PollError::Refused(format!("agent.api_token_file: {e}")))?;
     let resp = req.send().await.map_err(|e| {
         if e.is_connect() {
-            PollError::Gone(format!("GET {url}: {e} (no agent listens there any more)"))
+            PollError::Gone(format!("GET {url}: {}", with_causes(&e)))
         } else {
-            PollError::Failed(format!("GET {url}: {e}"))
+            PollError::Failed(format!("GET {url}: {}", with_causes(&e)))
         }
     })?;
     if resp.status() == reqwest::StatusCode::UNAUTHORIZED {

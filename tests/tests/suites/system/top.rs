@@ -1,5 +1,6 @@
 //! `switchyard top` under a real terminal (tmux), against a real agent in the lb namespace:
-//! the screen shows the service and its backends; a backend whose health server stops is shown
+//! the screen shows the service and its backends (asked with the API token of the config
+//! directory, which every request needs); a backend whose health server stops is shown
 //! down within 2 s; `q` exits 0. Started again, it exits non-zero with a message when the agent
 //! is killed.
 
@@ -43,18 +44,34 @@ fn top_shows_the_services_and_a_health_change_and_exits_on_q_and_on_a_lost_agent
     if privileged::require_root_and_bpf("top_shows_the_services").is_err() {
         return Ok(());
     }
+    let logs = temp_dir("top")?;
+    let outcome = scenario(&logs);
+    let _ = std::fs::remove_dir_all(&logs);
+    outcome
+}
+
+/// The test, with its token and `top`'s stderr in `logs`.
+fn scenario(logs: &std::path::Path) -> Result<()> {
     let topo = Topology::builder().backends(2).build()?;
     let mut servers = servers::start_all(&topo)?;
+    // Every request needs the token: `top` reads it from the config directory.
+    let token_file = logs.join("api.token");
+    std::fs::write(&token_file, "9f4c2a7e1b3d5f60718293a4b5c6d7e8\n")?;
     let cfg = ConfigText::new()
         .service("web", VIP_V4.into(), "tcp", "dsr-l2", "web")
-        .pool("web", &backends_v4(&[100, 100]), Some(FAST_HTTP_CHECK));
-    let mut agent = Agent::start(&topo, &[("10-web.yaml", cfg.text())])?;
+        .pool("web", &backends_v4(&[100, 100]), Some(FAST_HTTP_CHECK))
+        .text()
+        .replacen(
+            "agent:\n",
+            &format!("agent:\n  api_token_file: {}\n", token_file.display()),
+            1,
+        );
+    let mut agent = Agent::start(&topo, &[("10-web.yaml", cfg)])?;
     agent.wait_for(Duration::from_secs(5), |s| {
         s.pools.iter().flat_map(|p| &p.backends).all(|b| b.healthy)
     })?;
     let failing = backend_v4(2).to_string();
     let service = format!("{VIP_V4}:80/tcp");
-    let logs = temp_dir("top")?;
 
     let t = top(&topo, &agent, &logs.join("first.err"))?;
     let (screen, _) = t.wait_screen(Duration::from_secs(10), |s| {
@@ -86,6 +103,5 @@ fn top_shows_the_services_and_a_health_change_and_exits_on_q_and_on_a_lost_agent
         message.contains("lost the agent"),
         "top's message: {message:?}"
     );
-    let _ = std::fs::remove_dir_all(&logs);
     Ok(())
 }
