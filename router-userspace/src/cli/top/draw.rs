@@ -193,7 +193,7 @@ fn decisions(f: &mut Frame, view: &View, area: Rect) {
         .into_iter()
         .map(|(w, ago)| {
             Row::new(vec![
-                ago.map_or_else(|| "-".into(), |s| format!("{s}s ago")),
+                format!("{ago}s ago"),
                 w.group,
                 format!("{} → {}", w.from, w.to),
                 w.by,
@@ -206,7 +206,7 @@ fn decisions(f: &mut Frame, view: &View, area: Rect) {
             "last switches".into(),
             &["when", "group", "switch", "by", "cause"],
             rows,
-            &[9, 14, 30, 16, 20],
+            &[8, 12, 28, 16, 30],
         ),
         bottom,
     );

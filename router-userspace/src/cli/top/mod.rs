@@ -151,8 +151,6 @@ pub struct Group {
     pub for_secs: Option<u64>,
     /// `leader` or `follower` in a fleet.
     pub role: Option<String>,
-    /// Engine time of the explanation, µs (the clock of [`AuditRecord::at`]).
-    pub now_us: u64,
 }
 
 /// What `top` reads of `/explain/{group}`.
@@ -194,7 +192,6 @@ impl Group {
                 by: a.by.to_string(),
                 for_secs: Some(now_us.saturating_sub(a.since_us) / 1_000_000),
                 role: w.fleet_role,
-                now_us,
             },
             None => Self {
                 name: name.to_owned(),
@@ -202,7 +199,6 @@ impl Group {
                 by: "-".into(),
                 for_secs: None,
                 role: w.fleet_role,
-                now_us,
             },
         })
     }
@@ -226,7 +222,7 @@ pub fn groups_of(status: &Status) -> Vec<String> {
 /// One switch of a decision group, from `/decisions`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Switch {
-    /// Engine time, µs.
+    /// When, µs since the Unix epoch (the agent stamps its audit records with the wall clock).
     pub at_us: u64,
     /// The group.
     pub group: String,
@@ -618,23 +614,17 @@ impl View {
         })
     }
 
-    /// The last switches, newest first, filtered (on group and actions); with each, seconds
-    /// before the newest explanation (`None` without one).
+    /// The last switches, newest first, filtered (on group and actions); with each, how many
+    /// seconds before the status was taken (both by the agent's wall clock).
     #[must_use]
-    pub fn switches(&self) -> Vec<(Switch, Option<u64>)> {
+    pub fn switches(&self) -> Vec<(Switch, u64)> {
         let Some(s) = &self.current else {
             return Vec::new();
         };
-        let now = s.groups.iter().map(|g| g.now_us).max();
         s.switches
             .iter()
             .filter(|w| self.shows(&[&w.group, &w.from, &w.to]))
-            .map(|w| {
-                (
-                    w.clone(),
-                    now.map(|n| n.saturating_sub(w.at_us) / 1_000_000),
-                )
-            })
+            .map(|w| (w.clone(), s.status.time.saturating_sub(w.at_us / 1_000_000)))
             .collect()
     }
 

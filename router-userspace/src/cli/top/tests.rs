@@ -361,3 +361,25 @@ fn the_screen_shows_services_backends_health_and_the_pause() {
         assert!(text.contains(want), "{want:?} missing from\n{text}");
     }
 }
+
+#[test]
+fn a_switch_is_dated_by_the_agents_wall_clock() {
+    let mut s = sample(Instant::now(), true, "");
+    s.status.time = 100;
+    s.switches = vec![Switch {
+        at_us: 97_500_000,
+        group: "edge".into(),
+        from: "pool=web".into(),
+        to: "pool=spare".into(),
+        by: "rule to-spare".into(),
+        cause: "state".into(),
+    }];
+    let mut v = View::new();
+    v.update(s);
+    let w = v.switches();
+    assert_eq!(w.len(), 1);
+    assert_eq!(w[0].1, 3);
+    v.key(Key::Char('/'));
+    v.key(Key::Char('z'));
+    assert!(v.switches().is_empty(), "the filter applies to switches");
+}

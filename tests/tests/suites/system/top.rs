@@ -1,16 +1,18 @@
-//! `switchyard top` under a real terminal (tmux), against a real agent in the lb namespace:
-//! the screen shows the service and its backends (asked with the API token of the config
-//! directory, which every request needs); a backend whose health server stops is shown
-//! down within 2 s; `q` exits 0. Started again, it exits non-zero with a message when the agent
-//! is killed.
+//! `switchyard top` under a real terminal (tmux), against a real agent in the lb namespace,
+//! asked with the API token of the config directory (every request needs it): the screen shows
+//! the service and its backends, its packets per second under traffic, a decision group's
+//! active rule and its switch, and a backend whose
+//! health server stops as down within 2 s; `q` exits 0. Started again, it exits non-zero with a
+//! message when the agent is killed.
 
 use std::time::Duration;
 
 use anyhow::{Result, ensure};
 use router_tests::{
-    addrs::{VIP_V4, backend_v4},
+    addrs::{VIP_V4, backend_v4, vip_v4},
     agent::{Agent, temp_dir},
-    config_text::{ConfigText, FAST_HTTP_CHECK, backends_v4},
+    client,
+    config_text::{ConfigText, FAST_HTTP_CHECK, Group, backends_v4},
     netns::Topology,
     privileged, servers,
     tmux::Tmux,
@@ -39,6 +41,18 @@ fn line_of<'a>(screen: &'a str, address: &str) -> Option<&'a str> {
         .find(|l| l.split_whitespace().any(|w| w == address))
 }
 
+/// The line of decision group `group` (not the service that names it).
+fn group_line<'a>(screen: &'a str, group: &str) -> Option<&'a str> {
+    screen
+        .lines()
+        .find(|l| l.split_whitespace().next() == Some(group))
+}
+
+/// The pps column of a service line: `web 198.18.0.10:80/tcp dsr-l2 pool web PPS BPS`.
+fn pps_column(line: &str) -> Option<&str> {
+    line.split_whitespace().nth(5)
+}
+
 #[test]
 fn top_shows_the_services_and_a_health_change_and_exits_on_q_and_on_a_lost_agent() -> Result<()> {
     if privileged::require_root_and_bpf("top_shows_the_services").is_err() {
@@ -57,9 +71,20 @@ fn scenario(logs: &std::path::Path) -> Result<()> {
     // Every request needs the token: `top` reads it from the config directory.
     let token_file = logs.join("api.token");
     std::fs::write(&token_file, "9f4c2a7e1b3d5f60718293a4b5c6d7e8\n")?;
+    // A second service, decided by group `edge`: pool `web` by default, `spare` (the first
+    // backend alone) while `maintenance` holds.
     let cfg = ConfigText::new()
         .service("web", VIP_V4.into(), "tcp", "dsr-l2", "web")
+        .deciding_service("dns", VIP_V4.into(), "udp", "dsr-l2", "edge")
         .pool("web", &backends_v4(&[100, 100]), Some(FAST_HTTP_CHECK))
+        .pool("spare", &backends_v4(&[100]), None)
+        .state("maintenance", "{ push: { default: false } }")
+        .decision(
+            &Group::new("edge")
+                .rule("to-spare", 100, "maintenance", "spare")
+                .default_pool("web")
+                .switch("{ stable_for: 0s, cooldown: 0s, failback_after: 0s }"),
+        )
         .text()
         .replacen(
             "agent:\n",
@@ -78,6 +103,33 @@ fn scenario(logs: &std::path::Path) -> Result<()> {
         s.contains(&service) && line_of(s, &failing).is_some_and(|l| l.contains(" up "))
     })?;
     println!("top at the start:\n{screen}");
+
+    // Traffic: the service's packets per second, from two scrapes of its counters, go above 0
+    // for the second after the connections.
+    client::tcp_tally(topo.client(), vip_v4(80), 40)?;
+    let (screen, _) = t.wait_screen(Duration::from_secs(3), |s| {
+        line_of(s, &service).is_some_and(|l| pps_column(l).is_some_and(|p| p != "0" && p != "-"))
+    })?;
+    println!("top after 40 connections:\n{screen}");
+
+    // The decision group: its active action and rule, then a switch.
+    t.wait_screen(Duration::from_secs(3), |s| {
+        group_line(s, "edge").is_some_and(|l| l.contains("pool=web") && l.contains("default"))
+    })?;
+    let dir = agent.dir().display().to_string();
+    agent.cli(&[
+        "ctl",
+        "--config-dir",
+        &dir,
+        "state",
+        "set",
+        "maintenance=true",
+    ])?;
+    let (screen, _) = t.wait_screen(Duration::from_secs(3), |s| {
+        group_line(s, "edge").is_some_and(|l| l.contains("pool=spare") && l.contains("to-spare"))
+            && s.contains("pool=web → pool=spare")
+    })?;
+    println!("after the switch:\n{screen}");
 
     servers[1].kill_health();
     let (screen, took) = t.wait_screen(SHOWN_WITHIN, |s| {
