@@ -202,6 +202,19 @@ impl Group {
             },
         })
     }
+
+    /// Group `name`, which the agent could not explain: `why` in place of what chose its
+    /// action.
+    #[must_use]
+    pub fn unexplained(name: &str, why: &str) -> Self {
+        Self {
+            name: name.to_owned(),
+            active: "?".into(),
+            by: why.to_owned(),
+            for_secs: None,
+            role: None,
+        }
+    }
 }
 
 /// The decision groups the services of `status` name (`to: { decide: G }`), each once, in

@@ -87,9 +87,15 @@ async fn poll(c: &reqwest::Client, target: &Target) -> Result<Sample, PollError>
     let metrics = get(c, target, "/metrics").await?;
     let at = Instant::now();
     let mut groups = Vec::new();
+    // A group the agent cannot explain is shown with why, rather than failing the poll: the
+    // services and pools still matter.
     for g in groups_of(&status) {
-        let text = get(c, target, &format!("/explain/{g}")).await?;
-        groups.push(Group::parse(&g, &text).map_err(PollError::Failed)?);
+        let explained = match get(c, target, &format!("/explain/{g}")).await {
+            Ok(text) => Group::parse(&g, &text),
+            Err(PollError::Failed(why)) => Err(why),
+            Err(lost) => return Err(lost),
+        };
+        groups.push(explained.unwrap_or_else(|why| Group::unexplained(&g, &why)));
     }
     let switches = if groups.is_empty() {
         Vec::new()
