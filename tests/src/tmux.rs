@@ -1,7 +1,7 @@
 //! A terminal program under a real terminal: a tmux server of its own (a socket named after
 //! [`unique_tag`], so tests never share one), a detached session of a fixed size running one
 //! command, its screen read with `capture-pane` and keys sent with `send-keys`. The server is
-//! killed on drop.
+//! killed and its socket file removed on drop.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -14,6 +14,8 @@ use crate::netns::unique_tag;
 /// One tmux server with one session.
 pub struct Tmux {
     socket: String,
+    /// The server's socket file, removed on drop (tmux leaves it behind).
+    socket_path: Option<PathBuf>,
     /// Where the command's exit code is written when it ends.
     exit_file: PathBuf,
 }
@@ -36,7 +38,11 @@ impl Tmux {
             quote(&stderr.display().to_string()),
             quote(&exit_file.display().to_string())
         );
-        let t = Self { socket, exit_file };
+        let mut t = Self {
+            socket,
+            socket_path: None,
+            exit_file,
+        };
         t.tmux(&[
             "new-session",
             "-d",
@@ -49,6 +55,10 @@ impl Tmux {
             &script,
         ])
         .context("starting tmux (apt-get install tmux; `cargo xtask setup` does)")?;
+        t.socket_path = t
+            .tmux(&["display-message", "-p", "#{socket_path}"])
+            .ok()
+            .map(|p| PathBuf::from(p.trim()));
         Ok(t)
     }
 
@@ -147,5 +157,8 @@ impl Drop for Tmux {
     fn drop(&mut self) {
         let _ = self.tmux(&["kill-server"]);
         let _ = std::fs::remove_file(&self.exit_file);
+        if let Some(p) = &self.socket_path {
+            let _ = std::fs::remove_file(p);
+        }
     }
 }
