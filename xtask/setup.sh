@@ -23,6 +23,8 @@ have protoc   || need_apt+=(protobuf-compiler)
 # systemd-analyze verifies the package's unit (`cargo xtask package --check`); dpkg installs it.
 have systemd-analyze || need_apt+=(systemd)
 have dpkg     || need_apt+=(dpkg)
+# tmux: the terminal `switchyard top` runs under in its namespace test.
+have tmux     || need_apt+=(tmux)
 [ -d /usr/lib/llvm-22/lib ] && [ -e /usr/lib/llvm-22/bin/llvm-config ] || need_apt+=(llvm-22-dev)
 if have bpf-linker; then
   # bpf-linker does not need LLVM's dev package once built.

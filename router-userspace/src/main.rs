@@ -161,6 +161,26 @@ enum Cmd {
         #[arg(long, default_value = config::DEFAULT_PIN_PATH)]
         pin_path: PathBuf,
     },
+    /// A live view of the running agent, refreshed every second from its API: services with
+    /// pps and bps; pools with backends, health, weights and flows; decision groups with the
+    /// active rule and the last switches; drops by reason. Keys: q or Esc quits (exit 0), s
+    /// sorts, / filters, c clears the filter, p pauses. When the agent is lost (its connection
+    /// refused, its token refused, or 3 polls in a row failed) it restores the terminal, says
+    /// why and exits 1.
+    Top {
+        /// Directory of `*.yaml` fragments: the agent running for it is found through the
+        /// record it keeps in /run/switchyard, else through the directory's `agent.api`; its
+        /// `agent.api_token_file` is read for the token.
+        #[arg(long, default_value = DEFAULT_DIR)]
+        config_dir: PathBuf,
+        /// The agent's API, e.g. http://127.0.0.1:9900 (overrides the record and the config).
+        #[expect(
+            clippy::doc_markdown,
+            reason = "this doc comment is the option's --help text, printed as written"
+        )]
+        #[arg(long)]
+        api: Option<String>,
+    },
     /// List the pinned maps, what each holds, and the bpftool command that dumps it.
     Maps {
         /// Directory of `*.yaml` fragments (for `agent.pin_path`).
@@ -317,6 +337,7 @@ fn run(args: Args) -> Result<ExitCode> {
             &mut std::io::stdout(),
         ),
         Cmd::Man { dir } => write_man(&dir)?,
+        Cmd::Top { config_dir, api } => cli::top::run(&config_dir, api.as_deref())?,
         Cmd::Ctl {
             config_dir,
             api,

@@ -13,6 +13,7 @@
 //!   [`netns::Topology`] guard that builds the standard topology and tears it down on drop
 //! - [`xdp_pass`] — the `XDP_PASS` program the topology attaches to receiving veth ends
 //! - [`servers`] — TCP echo, UDP name and HTTP health servers for backend namespaces
+//! - [`tmux`] — a terminal program under tmux: its screen read, keys sent
 //! - [`client`] — connect from the client namespace and count answers per backend
 //! - [`nft`] — the nftables DNAT baseline load balancer
 //! - [`privileged`] — skip loudly without root and BPF; fail instead under CI
@@ -35,4 +36,5 @@ pub mod packets;
 pub mod privileged;
 pub mod servers;
 mod setup;
+pub mod tmux;
 pub mod xdp_pass;

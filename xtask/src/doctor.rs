@@ -38,7 +38,7 @@ fn missing(problem: impl Into<String>, fix: impl Into<String>) -> Missing {
 
 /// Commands checked: name, the argument that prints its version, whether it is required, and
 /// how to install it.
-const TOOLS: [(&str, &str, bool, &str); 14] = [
+const TOOLS: [(&str, &str, bool, &str); 15] = [
     ("bpf-linker", "--version", true, SETUP),
     (
         "bpftool",
@@ -112,6 +112,12 @@ const TOOLS: [(&str, &str, bool, &str); 14] = [
         "--version",
         true,
         "cargo xtask setup (apt-get install systemd); verifies the package's unit",
+    ),
+    (
+        "tmux",
+        "-V",
+        true,
+        "cargo xtask setup (apt-get install tmux); the `switchyard top` test runs it in tmux",
     ),
 ];
 

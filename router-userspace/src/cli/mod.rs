@@ -3,6 +3,7 @@
 
 pub mod ctl;
 pub mod flows;
+pub mod top;
 
 use std::path::{Path, PathBuf};
 

@@ -1,8 +1,8 @@
 //! The whole system in network namespaces: the real `switchyard attach` in the lb namespace,
 //! real TCP/UDP servers in the backend namespaces, real clients in the client namespace —
 //! balancing, health checks (a backend's first check included), an operator's drain, slow start, adaptive weights,
-//! state-driven failover, hitless operation under load, and hosts configured as an operator
-//! configures real ones.
+//! state-driven failover, hitless operation under load, hosts configured as an operator
+//! configures real ones, and `switchyard top` under a real terminal.
 
 mod adaptive_weights;
 mod announce_interface;
@@ -26,4 +26,5 @@ mod remote_api;
 mod service;
 mod slow_start;
 mod tables;
+mod top;
 mod vip;
