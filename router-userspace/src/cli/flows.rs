@@ -119,7 +119,9 @@ pub async fn flows(
     let base = target.base.as_str();
     let c = reqwest::Client::new();
     if purge {
-        let v = call(&target, c.post(format!("{base}/flows/purge")).json(q)).await?.value;
+        let v = call(&target, c.post(format!("{base}/flows/purge")).json(q))
+            .await?
+            .value;
         if json {
             println!("{v:#}");
             return Ok(());
