@@ -18,8 +18,8 @@
 use router_common::{
     Backend, Decision, FATE_KEEP, FLOW_STATE_MASK, FLOW_STATES, FLOW_TCP_CLOSING, FlowEntry,
     FlowKey, MAGLEV_SIZE, MAX_POOLS, NO_BACKEND, NO_POOL, POOL_F_ALL_DOWN_PASS, PROTO_TCP, Pool,
-    SVC_F_HASH_SOURCE, Service, ServiceKey, ServiceSlot, expired, flow_hash, hash::split_point,
-    keeps_flows, source_hash, tracked_fate,
+    SVC_F_HASH_SOURCE, Service, ServiceKey, ServiceSlot, Vip, VipKey, expired, flow_hash,
+    hash::split_point, host_port, keeps_flows, source_hash, tracked_fate,
 };
 use serde::{Deserialize, Serialize};
 
@@ -40,6 +40,8 @@ pub trait LiveMaps {
     fn backend(&self, slot: u32) -> Option<Backend>;
     /// `CONNTRACK[key]`.
     fn conntrack(&self, key: &FlowKey) -> Option<FlowEntry>;
+    /// `VIPS[key]`.
+    fn vip(&self, key: &VipKey) -> Option<Vip>;
 }
 
 impl LiveMaps for crate::dataplane::maps::KernelMaps {
@@ -63,6 +65,9 @@ impl LiveMaps for crate::dataplane::maps::KernelMaps {
     }
     fn conntrack(&self, key: &FlowKey) -> Option<FlowEntry> {
         self.conntrack.get(key, 0).ok()
+    }
+    fn vip(&self, key: &VipKey) -> Option<Vip> {
+        self.vips.get(key, 0).ok()
     }
 }
 
@@ -97,9 +102,13 @@ impl From<FlowEntry> for Tracked {
 )]
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Path {
-    /// The service slot (`None`: no service has this virtual IP, port and protocol; the
-    /// program passes the packet on to the kernel).
+    /// The service slot (`None`: no service has this address, port and protocol; see `vip`).
     pub service: Option<u32>,
+    /// Without a service: `None` when the address is no virtual IP (the program passes the
+    /// packet to the kernel); for a virtual IP (`VIPS` holds it), `Some(true)` when the port is
+    /// one of its `host_ports` (passed to the host's stack), `Some(false)` otherwise (dropped,
+    /// counted `vip_no_service`), as router-ebpf `vip.rs` decides.
+    pub vip_host_port: Option<bool>,
     /// The service hashes the source address only (`hash: source_ip`).
     pub source_hash: bool,
     /// The flow hash.
@@ -204,6 +213,15 @@ pub fn path(maps: &dyn LiveMaps, key: &FlowKey, now: u32, timeouts: &[u32; FLOW_
         family: key.family,
     };
     let Some(svc) = maps.service(&skey) else {
+        let vip = VipKey {
+            addr: key.dst,
+            family: key.family,
+            _pad: [0; 3],
+        };
+        let want = host_port(key.dport, key.proto);
+        p.vip_host_port = maps
+            .vip(&vip)
+            .map(|v| want & 0xffff != 0 && v.host_ports.contains(&want));
         return p;
     };
     p.service = Some(svc.id);
@@ -270,7 +288,8 @@ pub struct Trace {
     /// The pool of that backend.
     pub backend_pool: Option<String>,
     /// `tracked flow` (connection tracking keeps the flow where it is), `new flow`, or why no
-    /// backend: `no service`, `no backend: dropped`, `no backend: passed to the kernel`.
+    /// backend: `no service` (not a virtual IP), `no service: host port`, `no service: dropped
+    /// (vip_no_service)`, `no backend: dropped`, `no backend: passed to the kernel`.
     pub by: String,
     /// The tracked flow's backend and state, when `CONNTRACK` holds the 5-tuple.
     pub tracked: Option<String>,
@@ -285,7 +304,16 @@ pub fn text(t: &Trace) -> String {
     let mut o = format!("{} -> {}\n", t.client, t.vip);
     let p = &t.path;
     let Some(slot) = p.service else {
-        let _ = writeln!(o, "  no service: the program passes it to the kernel");
+        let _ = writeln!(
+            o,
+            "  no service: {}",
+            match p.vip_host_port {
+                None => "not a virtual IP; the program passes it to the kernel",
+                Some(true) => "a host port of the virtual IP; passed to the host's stack",
+                Some(false) =>
+                    "the virtual IP has no service on this port; dropped (vip_no_service)",
+            }
+        );
         return o;
     };
     let name = |n: &Option<String>| n.clone().unwrap_or_else(|| "?".to_owned());
@@ -383,6 +411,7 @@ mod tests {
         tables: HashMap<u32, Vec<u32>>,
         backends: HashMap<u32, Backend>,
         conntrack: HashMap<FlowKey, FlowEntry>,
+        vips: HashMap<VipKey, Vip>,
     }
 
     impl LiveMaps for Fake {
@@ -411,6 +440,9 @@ mod tests {
         }
         fn conntrack(&self, key: &FlowKey) -> Option<FlowEntry> {
             self.conntrack.get(key).copied()
+        }
+        fn vip(&self, key: &VipKey) -> Option<Vip> {
+            self.vips.get(key).copied()
         }
     }
 
@@ -625,6 +657,41 @@ mod tests {
             ..t
         });
         assert!(none.contains("no service"), "{none}");
+    }
+
+    /// A port of a virtual IP that no service takes is dropped unless it is a host port; an
+    /// address that is no virtual IP is the kernel's (router-ebpf `vip.rs`).
+    #[test]
+    fn without_a_service_a_virtual_ip_drops_all_but_its_host_ports() {
+        let mut f = fake(Decision::pool(0), PROTO_TCP);
+        let timeouts = [0; FLOW_STATES];
+        let mut k = flow(7, PROTO_TCP);
+        k.dport = 81u16.to_be();
+        assert_eq!(path(&f, &k, 0, &timeouts).vip_host_port, None);
+        let vip = VipKey {
+            addr: k.dst,
+            family: FAMILY_V4,
+            _pad: [0; 3],
+        };
+        let mut v = Vip::default();
+        v.host_ports[0] = host_port(22u16.to_be(), PROTO_TCP);
+        f.vips.insert(vip, v);
+        let dropped = path(&f, &k, 0, &timeouts);
+        assert_eq!(
+            (dropped.service, dropped.vip_host_port),
+            (None, Some(false))
+        );
+        assert!(
+            text(&Trace {
+                path: dropped,
+                ..Trace::default()
+            })
+            .contains("dropped (vip_no_service)")
+        );
+        k.dport = 22u16.to_be();
+        assert_eq!(path(&f, &k, 0, &timeouts).vip_host_port, Some(true));
+        k.proto = PROTO_UDP;
+        assert_eq!(path(&f, &k, 0, &timeouts).vip_host_port, Some(false));
     }
 
     #[test]

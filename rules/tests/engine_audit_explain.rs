@@ -158,7 +158,7 @@ fn explain_shows_vetoes_freezes_and_overrides() {
     assert_eq!(e.overriding.as_ref().expect("override").reason, "drill");
     assert!(
         e.to_string()
-            .contains("override pool=dc3 until 62.000s: drill")
+            .contains("override pool=dc3 until 62.000s: \"drill\"")
     );
 }
 

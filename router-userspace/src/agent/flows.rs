@@ -132,7 +132,11 @@ impl Runtime {
         };
         let answer = path.backend().and_then(|b| catalog.backends.get(&b));
         let by = match (path.service, path.backend()) {
-            (None, _) => "no service",
+            (None, _) => match path.vip_host_port {
+                None => "no service",
+                Some(true) => "no service: host port",
+                Some(false) => "no service: dropped (vip_no_service)",
+            },
             (Some(_), Some(_)) if path.tracked_overrides => "tracked flow",
             (Some(_), Some(_)) => "new flow",
             (Some(_), None) if path.all_down_pass => "no backend: passed to the kernel",

@@ -432,6 +432,7 @@ impl Runtime {
             if let Some(p) = r.action.live_pools().find(|p| !known(p)) {
                 return Err(format!("unknown pool {p:?}"));
             }
+            self.same_family(group, &r.action)?;
         }
         let cause = if request.is_some() {
             "override set"
@@ -448,6 +449,45 @@ impl Runtime {
             .set_override(group, request, view, cause)
             .map_err(|e| e.to_string())?;
         Ok(self.publish(d, event))
+    }
+
+    /// Refuses `action` for `group` when one of its pools has a backend of another address
+    /// family than a service that uses the group: the program would forward that service's
+    /// packets to it. The same rule `validate` applies to a group's pools in the config.
+    fn same_family(&self, group: &str, action: &rules::engine::Action) -> Result<(), String> {
+        let Some(service) = self
+            .config
+            .services
+            .iter()
+            .find(|s| matches!(&s.to, crate::config::Target::Decide(g) if g == group))
+        else {
+            return Ok(());
+        };
+        let family = |a: &std::net::IpAddr| if a.is_ipv4() { "IPv4" } else { "IPv6" };
+        for name in action.live_pools() {
+            let other = self
+                .config
+                .pools
+                .iter()
+                .find(|p| p.name == name)
+                .and_then(|p| {
+                    p.backends
+                        .iter()
+                        .find(|b| b.address.is_ipv4() != service.vip.is_ipv4())
+                });
+            if let Some(b) = other {
+                return Err(format!(
+                    "pool {name:?} has {} backend {} but service {:?} of group {group:?} is {} \
+                     ({}): its packets cannot go there",
+                    family(&b.address),
+                    b.address,
+                    service.name,
+                    family(&service.vip),
+                    service.vip
+                ));
+            }
+        }
+        Ok(())
     }
 
     fn on_health(&mut self, ev: &HealthEvent) {

@@ -91,7 +91,7 @@ pub struct SetOverride {
 /// # Errors
 ///
 /// What is wrong with `text`, in words: neither `pool=` nor `split=` in front, a share of a
-/// split without its `:`, or a weight that does not parse as a `u32`.
+/// split without its `:` or its pool, or a weight that is not a `u32` of at least 1.
 pub fn parse_action(text: &str) -> Result<Action, String> {
     if let Some(p) = text.strip_prefix("pool=") {
         return Ok(Action::pool(p.trim()));
@@ -102,6 +102,12 @@ pub fn parse_action(text: &str) -> Result<Action, String> {
             .map(|x| {
                 let (p, w) = x.split_once(':').ok_or("a share is POOL:WEIGHT")?;
                 let w: u32 = w.trim().parse().map_err(|_| "a weight is a whole number")?;
+                if w == 0 {
+                    return Err("a weight is at least 1, as in the config (leave a pool out to give it none)");
+                }
+                if p.trim().is_empty() {
+                    return Err("a share names its pool: POOL:WEIGHT");
+                }
                 Ok((p.trim().to_owned(), w))
             })
             .collect::<Result<Vec<_>, &str>>()?;
@@ -266,5 +272,7 @@ mod tests {
             ]))
         );
         assert!(parse_action("dc2").is_err());
+        assert!(parse_action("split=dc1:0,dc2:100").is_err());
+        assert!(parse_action("split=:5,dc2:100").is_err());
     }
 }

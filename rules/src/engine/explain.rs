@@ -208,7 +208,7 @@ impl fmt::Display for Explanation {
             let forced = if o.forced { ", forced" } else { "" };
             writeln!(
                 f,
-                "  override {} until {until}{forced}: {}",
+                "  override {} until {until}{forced}: {:?}",
                 o.action, o.reason
             )?;
         }

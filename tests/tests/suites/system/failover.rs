@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, bail, ensure};
 use router_tests::{
-    addrs::{VIP_V4, backend_v4, vip_v4},
+    addrs::{VIP_V4, backend_v4, backend_v6, vip_v4},
     agent::{Agent, temp_dir, unique_pin_path},
     client::TcpSession,
     config_text::FAST_HTTP_CHECK,
@@ -88,6 +88,9 @@ pools:
       - {{ address: "{b3}", weight: 100 }}
       - {{ address: "{b4}", weight: 100 }}
     health_check: {check}
+  - name: v6
+    backends:
+      - {{ address: "{b6}" }}
 state:
   dc1_api_healthy:
     probe: {{ http: "http://{b1}:8080/health", interval: 100ms, timeout: 200ms, unhealthy_threshold: 2, healthy_threshold: 3 }}
@@ -116,6 +119,7 @@ decisions:
         b2 = b(2),
         b3 = b(3),
         b4 = b(4),
+        b6 = backend_v6(1),
     )
 }
 
@@ -151,7 +155,13 @@ impl Lab {
             _state_dir: state_dir,
         };
         lab.agent.wait_for(Duration::from_secs(5), |s| {
-            let all: Vec<_> = s.pools.iter().flat_map(|p| &p.backends).collect();
+            // Pool `v6` (unused, unprobed) is there only for an override of the wrong family.
+            let all: Vec<_> = s
+                .pools
+                .iter()
+                .filter(|p| p.name != "v6")
+                .flat_map(|p| &p.backends)
+                .collect();
             all.len() == 4 && all.iter().all(|b| b.healthy)
         })?;
         // Probe variables start healthy, so the group adopts dc1-primary at start. Wait for
@@ -633,6 +643,10 @@ fn maintenance_mode_moves_new_connections_at_once() -> Result<()> {
 }
 
 #[test]
+#[expect(
+    clippy::too_many_lines,
+    reason = "one table of bad inputs, then what stayed"
+)]
 fn bad_ctl_input_is_a_clear_error_and_changes_nothing() -> Result<()> {
     let _serial = serial();
     if privileged::require_root_and_bpf("bad_ctl_input_is_a_clear_error").is_err() {
@@ -651,7 +665,7 @@ fn bad_ctl_input_is_a_clear_error_and_changes_nothing() -> Result<()> {
     let before = lab.decisions()?;
     let before_switches = switches(&before).len();
 
-    let cases: [(&[&str], &[&str]); 5] = [
+    let cases: [(&[&str], &[&str]); 8] = [
         (
             &["state", "set", "dc1_api_healthy=false"],
             &["dc1_api_healthy", "probe"],
@@ -679,6 +693,38 @@ fn bad_ctl_input_is_a_clear_error_and_changes_nothing() -> Result<()> {
             &["web-failvoer"],
         ),
         (&["explain", "no-such-group"], &["no-such-group"]),
+        // A pool of the other address family: the service's packets cannot go there.
+        (
+            &[
+                "override", "set", GROUP, "--to", "pool=v6", "--reason", "test", "--force",
+            ],
+            &["v6", "IPv6", "web"],
+        ),
+        (
+            &[
+                "override",
+                "set",
+                GROUP,
+                "--to",
+                "split=dc1:50,v6:50",
+                "--reason",
+                "test",
+                "--force",
+            ],
+            &["v6", "IPv6"],
+        ),
+        (
+            &[
+                "override",
+                "set",
+                GROUP,
+                "--to",
+                "split=dc1:0,dc2:100",
+                "--reason",
+                "test",
+            ],
+            &["at least 1"],
+        ),
     ];
     for (args, needles) in cases {
         let err = match lab.ctl(args) {
