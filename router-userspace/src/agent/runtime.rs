@@ -269,7 +269,7 @@ impl Runtime {
                 self.give_weights(&pool);
             }
         }
-        self.decide(&[], false, "timer", Instant::now());
+        self.decide(&[], false, crate::decision::TIMER, Instant::now());
     }
 
     /// When the next decision deadline falls, as an instant (`None`: none pending, or too far

@@ -75,9 +75,12 @@ async fn pass(api: &Api, selector: &Selector) -> Result<Purged, String> {
 pub async fn purge(State(api): State<Api>, Json(q): Json<FlowQuery>) -> Response {
     if q.is_empty() && !q.all {
         return bad(
-            "a purge needs a filter (vip, service, backend, client), or all to purge every \
+            "a purge needs a filter (vip, service, backend, client), or all (--all) to purge every \
              tracked flow",
         );
+    }
+    if !q.is_empty() && q.all {
+        return bad("all (--all) purges every tracked flow: give it or a filter, not both");
     }
     let (selector, _) = match selector(&api, &q).await {
         Ok(s) => s,

@@ -129,7 +129,7 @@ pub async fn flows(
         let a: PurgeAnswer =
             serde_json::from_value(v).context("the agent's answer has another shape")?;
         println!(
-            "purged {} tracked flows ({} backends renewed): their next packets are new flows",
+            "purged {} connection-tracking entries, live or expired ({} backends renewed): their next packets are new flows",
             a.purged, a.renewed
         );
         return Ok(());

@@ -22,6 +22,10 @@ use crate::{
     publish::Publisher,
 };
 
+/// The cause of an evaluation a group's passed deadline made (`stable_for`, `cooldown`,
+/// `failback_after` or an override's TTL ending), as the audit records it.
+pub const TIMER: &str = "timer";
+
 /// Why a driver operation failed; nothing changed.
 #[derive(Debug, thiserror::Error)]
 pub enum DriverError {
@@ -307,17 +311,23 @@ impl Driver {
         cause: &str,
     ) -> Vec<Decided> {
         let rules = self.rules.clone();
-        let due: Vec<usize> = (0..self.groups.len())
-            .filter(|&i| {
+        // A group due only because its deadline passed is evaluated for its timer, whatever
+        // change made this evaluation happen: the audit names the timer as its cause.
+        let due: Vec<(usize, &str)> = (0..self.groups.len())
+            .filter(|&i| !self.groups[i].following)
+            .filter_map(|i| {
                 let reads = &rules.groups[i].reads;
-                !self.groups[i].following
-                    && (all
-                        || changed.iter().any(|s| reads.contains(s))
-                        || self.groups[i].deadline.is_some_and(|d| d <= view.now))
+                if all || changed.iter().any(|s| reads.contains(s)) {
+                    Some((i, cause))
+                } else if self.groups[i].deadline.is_some_and(|d| d <= view.now) {
+                    Some((i, TIMER))
+                } else {
+                    None
+                }
             })
             .collect();
         let mut out = Vec::new();
-        for i in due {
+        for (i, cause) in due {
             match self.evaluate(i, view, cause, Op::Evaluate) {
                 Ok(d) => out.push(d),
                 Err(e) => log::error!("decision group {}: {e}", self.groups[i].group.name()),

@@ -15,7 +15,7 @@ mod driver;
 mod explain;
 
 pub use audit::{Audit, AuditFile};
-pub use driver::{Decided, Driver, DriverError, View};
+pub use driver::{Decided, Driver, DriverError, TIMER, View};
 pub use explain::{Condition, GroupExplanation};
 
 /// Audit records kept in memory.

@@ -172,6 +172,25 @@ fn a_switch_writes_exactly_one_word_shared_by_every_service_of_the_group() {
     assert_eq!(rec.to, Some(Action::pool("dc2")));
 }
 
+/// A group whose deadline passed, evaluated because some other change arrived first (a
+/// health result, a slot it does not read), switches for its timer: the audit says `timer`,
+/// not the unrelated change.
+#[test]
+fn a_switch_due_to_a_passed_deadline_is_audited_as_the_timer_whatever_woke_the_loop() {
+    let mut w = world(SwitchPolicy {
+        stable_for: ms(50),
+        cooldown: ms(0),
+        failback_after: ms(1000),
+    });
+    let changed = w.store.set_probe("dc1_api_healthy", false);
+    assert!(w.change(&changed, ms(10)).is_empty());
+    let region = w.store.set_push("region", "\"us\"").expect("set");
+    assert_eq!(w.change(&region, ms(70)).len(), 1);
+    let rec = w.audit.log.iter().last().expect("audit");
+    assert_eq!(rec.kind, AuditKind::Switch);
+    assert_eq!(rec.cause, crate::decision::TIMER);
+}
+
 #[test]
 fn only_groups_that_read_a_changed_slot_reevaluate_and_deadlines_drive_the_timer() {
     let mut w = world(SwitchPolicy {
