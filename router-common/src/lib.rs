@@ -274,6 +274,14 @@ pub const POOL_F_ALL_DOWN_PASS: u32 = 1 << 0;
 /// the inactive half again.
 pub const POOL_F_SECOND_CHANCE: u32 = 1 << 1;
 
+/// Pool flag: a decision group just left this pool for another (a switch, not a failure: the
+/// pool is the group's decision word's fallback), and a TCP packet that opens no connection and
+/// has no tracked flow, on a service whose word names this pool as its fallback, goes to the
+/// backend this pool's live table names if that backend keeps tracked flows: the second chance
+/// of a connection that began before the switch. The agent sets it before it writes the word
+/// that leaves the pool and clears it after the grace period (`conntrack.second_chance`).
+pub const POOL_F_LEFT_CHANCE: u32 = 1 << 2;
+
 /// The value of the `POOLS` map, indexed by pool slot.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]

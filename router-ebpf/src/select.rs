@@ -53,8 +53,8 @@ use router_common::{
     FILTER_FLAGS, FILTER_NAT_REPLY, FILTER_SERVICE, FILTER_WORDS, FLOW_CACHE_ENTRIES,
     FLOW_CACHE_LEASE, FLOW_CACHE_WAYS, FLOW_F_FIRST, FLOW_STATE_MASK, FLOW_STATES,
     FLOW_TCP_CLOSING, FLOW_TCP_SYN, FlowEntry, FlowKey, MAGLEV_LANES, MAGLEV_SIZE, MAX_POOLS,
-    NO_BACKEND, NO_POOL, POOL_F_ALL_DOWN_PASS, POOL_F_SECOND_CHANCE, PROTO_TCP, Reason,
-    SEEN_REFRESH, SVC_F_HASH_SOURCE, Service, TICK_SHIFT, expired, first_state, flow_hash,
+    NO_BACKEND, NO_POOL, POOL_F_ALL_DOWN_PASS, POOL_F_LEFT_CHANCE, POOL_F_SECOND_CHANCE, PROTO_TCP,
+    Reason, SEEN_REFRESH, SVC_F_HASH_SOURCE, Service, TICK_SHIFT, expired, first_state, flow_hash,
     hash::{filter_bit_words, flow_cache_set},
     keeps_flows, maglev_backend, maglev_index, next_state, opens, source_hash, tracked_fate,
 };
@@ -124,6 +124,24 @@ fn second_chance(pool: u16, hash: u32) -> Option<u32> {
         return None;
     }
     let at = maglev_index(pool, p.active ^ 1, hash % MAGLEV_SIZE);
+    let id = maglev_backend(MAGLEV.get(at / MAGLEV_LANES)?[(at % MAGLEV_LANES) as usize]);
+    usable_backend(id).map(|_| id)
+}
+
+/// The backend the live Maglev table of `pool` holds for `hash`, while a decision group that
+/// left `pool` gives it a second chance (`POOL_F_LEFT_CHANCE`) and that backend keeps tracked
+/// flows (up or draining); else `None`.
+#[inline(always)]
+fn left_chance(pool: u16, hash: u32) -> Option<u32> {
+    let pool = u32::from(pool);
+    if pool >= MAX_POOLS {
+        return None;
+    }
+    let p = POOLS.get(pool)?;
+    if p.flags & POOL_F_LEFT_CHANCE == 0 {
+        return None;
+    }
+    let at = maglev_index(pool, p.active, hash % MAGLEV_SIZE);
     let id = maglev_backend(MAGLEV.get(at / MAGLEV_LANES)?[(at % MAGLEV_LANES) as usize]);
     usable_backend(id).map(|_| id)
 }
@@ -558,11 +576,22 @@ pub fn select(
         && !miss.reselect
         && !miss.replace
         && miss.state != FLOW_TCP_SYN
-        && let Some(previous) = second_chance(pool, hash)
-        && previous != id
     {
-        id = previous;
-        reason = Reason::SecondChance;
+        // The pool's previous table first (its table changed), then the pool the group left
+        // (the decision changed): each only while the agent keeps its flag set.
+        let previous = match second_chance(pool, hash) {
+            Some(previous) => Some(previous),
+            None if decision.fallback != NO_POOL && decision.fallback != pool => {
+                left_chance(decision.fallback, hash)
+            }
+            None => None,
+        };
+        if let Some(previous) = previous
+            && previous != id
+        {
+            id = previous;
+            reason = Reason::SecondChance;
+        }
     }
     if id == NO_BACKEND && decision.fallback != NO_POOL {
         id = maglev_lookup(decision.fallback, hash);

@@ -7,8 +7,8 @@ use std::{
 };
 
 use router_common::{
-    ABI_VERSION, POOL_F_ALL_DOWN_PASS, SVC_F_HASH_SOURCE, SVC_F_IPIP, SVC_F_NAT, SVC_F_VIP_LIMIT,
-    Service, next_hop_index,
+    ABI_VERSION, POOL_F_ALL_DOWN_PASS, POOL_F_LEFT_CHANCE, SVC_F_HASH_SOURCE, SVC_F_IPIP,
+    SVC_F_NAT, SVC_F_VIP_LIMIT, Service, next_hop_index,
 };
 
 use super::{
@@ -198,10 +198,13 @@ impl Publisher {
             // still sends them; freed before, a new backend could take the slot the old table
             // names.
             staged.retired.extend(old_backends.into_values());
-            let flags = match p.when_all_down {
-                WhenAllDown::Drop => 0,
-                WhenAllDown::Pass => POOL_F_ALL_DOWN_PASS,
-            };
+            // A group's second chance on the pool outlives the apply (its deadline ends it).
+            let left = old.as_ref().map_or(0, |o| o.flags & POOL_F_LEFT_CHANCE);
+            let flags = left
+                | match p.when_all_down {
+                    WhenAllDown::Drop => 0,
+                    WhenAllDown::Pass => POOL_F_ALL_DOWN_PASS,
+                };
             let flags_changed = old.as_ref().is_none_or(|o| o.flags != flags);
             let state = match old {
                 Some(o) => PoolState {
@@ -216,6 +219,9 @@ impl Publisher {
                     chance_until: o
                         .chance_until
                         .map(|t| t.min(self.now.saturating_add(cfg.conntrack.second_chance))),
+                    left_until: o
+                        .left_until
+                        .map(|t| t.min(self.now.saturating_add(cfg.conntrack.second_chance))),
                     ..o
                 },
                 None => PoolState {
@@ -227,6 +233,7 @@ impl Publisher {
                     marks,
                     second_chance: cfg.conntrack.second_chance,
                     chance_until: None,
+                    left_until: None,
                     active: 1,
                     live: None,
                     digest: None,

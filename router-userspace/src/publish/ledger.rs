@@ -285,6 +285,8 @@ impl Publisher {
                     second_chance: std::time::Duration::ZERO,
                     chance_until: (pool.flags & router_common::POOL_F_SECOND_CHANCE != 0)
                         .then_some(std::time::Duration::ZERO),
+                    left_until: (pool.flags & router_common::POOL_F_LEFT_CHANCE != 0)
+                        .then_some(std::time::Duration::ZERO),
                     active: pool.active & 1,
                     live,
                     digest,

@@ -218,7 +218,8 @@ impl BackendState {
 pub struct PoolState {
     /// Pool slot.
     pub slot: u32,
-    /// `POOL_F_*` flags.
+    /// `POOL_F_*` flags, with `POOL_F_LEFT_CHANCE` while a decision group that left the pool
+    /// gives its flows a second chance (`POOL_F_SECOND_CHANCE` is never here).
     pub flags: u32,
     /// Backends in configuration order.
     pub backends: Vec<BackendState>,
@@ -234,6 +235,9 @@ pub struct PoolState {
     /// Engine time the second chance ends, while the map's `POOL_F_SECOND_CHANCE` is set
     /// (`flags` never holds it).
     chance_until: Option<Duration>,
+    /// Engine time the second chance of a decision that left the pool ends, while `flags`
+    /// holds `POOL_F_LEFT_CHANCE`.
+    left_until: Option<Duration>,
     /// Which half is live.
     active: u32,
     /// The live table (None before the first write).
@@ -271,6 +275,13 @@ impl PoolState {
     #[must_use]
     pub fn second_chance_until(&self) -> Option<Duration> {
         self.chance_until
+    }
+
+    /// Engine time the second chance of a decision group that left the pool ends
+    /// (`POOL_F_LEFT_CHANCE` set), if it has one.
+    #[must_use]
+    pub fn left_chance_until(&self) -> Option<Duration> {
+        self.left_until
     }
 }
 
@@ -453,7 +464,11 @@ impl Publisher {
     /// read `conntrack.second_chance` after its flip.
     #[must_use]
     pub fn next_second_chance_end(&self) -> Option<Duration> {
-        self.pools.values().filter_map(|p| p.chance_until).min()
+        self.pools
+            .values()
+            .flat_map(|p| [p.chance_until, p.left_until])
+            .flatten()
+            .min()
     }
 
     /// Ends every second chance whose time is up (`POOL_F_SECOND_CHANCE` cleared). Returns the
@@ -469,8 +484,16 @@ impl Publisher {
     ) -> Result<Vec<String>, PublishError> {
         let mut ended = Vec::new();
         for (name, pool) in &mut self.pools {
+            let mut end = false;
+            if pool.left_until.is_some_and(|t| t <= self.now) {
+                tables::end_left_chance(dp, pool)?;
+                end = true;
+            }
             if pool.chance_until.is_some_and(|t| t <= self.now) {
                 tables::end_second_chance(dp, pool)?;
+                end = true;
+            }
+            if end {
                 ended.push(name.clone());
             }
         }

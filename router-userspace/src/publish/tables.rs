@@ -4,7 +4,9 @@
 
 use std::{collections::HashSet, time::Duration};
 
-use router_common::{BACKEND_STATE_MASK, BACKEND_UP, MAGLEV_SIZE, POOL_F_SECOND_CHANCE, Pool};
+use router_common::{
+    BACKEND_STATE_MASK, BACKEND_UP, MAGLEV_SIZE, POOL_F_LEFT_CHANCE, POOL_F_SECOND_CHANCE, Pool,
+};
 
 use super::{PoolState, PublishError};
 use crate::{
@@ -228,4 +230,53 @@ pub(super) fn end_second_chance(
     )?;
     pool.chance_until = None;
     Ok(())
+}
+
+/// Begins the second chance of the flows a decision group is leaving `pool` with: its `POOLS`
+/// entry with `POOL_F_LEFT_CHANCE` (kept in `flags`) until `until`.
+pub(super) fn begin_left_chance(
+    dp: &mut dyn Dataplane,
+    pool: &mut PoolState,
+    until: std::time::Duration,
+) -> Result<(), PublishError> {
+    let flags = pool.flags | POOL_F_LEFT_CHANCE;
+    dp.set_pool(
+        pool.slot,
+        Pool {
+            active: pool.active,
+            flags: map_flags(pool, flags),
+        },
+    )?;
+    pool.flags = flags;
+    pool.left_until = Some(until);
+    Ok(())
+}
+
+/// Ends the second chance of a decision group that left `pool`: its `POOLS` entry without
+/// `POOL_F_LEFT_CHANCE`.
+pub(super) fn end_left_chance(
+    dp: &mut dyn Dataplane,
+    pool: &mut PoolState,
+) -> Result<(), PublishError> {
+    let flags = pool.flags & !POOL_F_LEFT_CHANCE;
+    dp.set_pool(
+        pool.slot,
+        Pool {
+            active: pool.active,
+            flags: map_flags(pool, flags),
+        },
+    )?;
+    pool.flags = flags;
+    pool.left_until = None;
+    Ok(())
+}
+
+/// `flags` as the pool's `POOLS` entry holds them: with `POOL_F_SECOND_CHANCE` while its
+/// previous table gets its second chance.
+fn map_flags(pool: &PoolState, flags: u32) -> u32 {
+    if pool.chance_until.is_some() {
+        flags | POOL_F_SECOND_CHANCE
+    } else {
+        flags
+    }
 }

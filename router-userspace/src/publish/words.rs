@@ -130,6 +130,19 @@ impl Publisher {
         if word == g.word && g.action.as_ref() == Some(action) {
             return Ok(None);
         }
+        // A switch away from a pool that still serves (it is the new fallback): the flows that
+        // began there get their second chance, flagged before the word that leaves it.
+        let left = fallback.as_deref().filter(|f| {
+            g.action
+                .as_ref()
+                .is_some_and(|from| from != action && from.live_pools().any(|p| p == *f))
+        });
+        if let Some(pool) = left.and_then(|f| self.pools.get_mut(f))
+            && !pool.second_chance.is_zero()
+        {
+            let until = self.now.saturating_add(pool.second_chance);
+            super::tables::begin_left_chance(dp, pool, until)?;
+        }
         dp.set_decision(slot, word)?;
         let word_changed = self.groups.get_mut(group).map(|g| {
             g.action = Some(action.clone());

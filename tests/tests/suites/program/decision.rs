@@ -4,7 +4,7 @@
 
 use std::{net::IpAddr, time::Instant};
 
-use anyhow::{Result, ensure};
+use anyhow::{Context as _, Result, ensure};
 use router_common::Reason;
 use router_tests::{
     addrs::{CLIENT_V4, VIP_V4, backend_v4},
@@ -139,6 +139,136 @@ fn the_first_packet_after_a_decision_write_follows_it_for_every_service_of_the_g
                 1,
                 Reason::ConntrackHit,
             ),
+        ],
+    )
+}
+
+/// A frame of the SYN of `src_port → VIP:port`, which must reach backend `to`, counted under
+/// `reason`.
+fn syn_to_backend(name: &str, port: u16, src_port: u16, to: usize, reason: Reason) -> Step {
+    let frame = packets::syn(IpAddr::V4(CLIENT_V4), src_port, VIP_V4.into(), port);
+    forwarded(name, frame, reason)
+        .out(Out::Mac)
+        .to(To::Is(to))
+        .into()
+}
+
+fn flush(name: &str) -> Step {
+    step(name, |lab, _| {
+        lab.flush_conntrack();
+        Ok(())
+    })
+}
+
+/// With `conntrack.second_chance`, a switch that leaves a pool which still serves (dc1 → dc2)
+/// flags it (`POOL_F_LEFT_CHANCE`, decision 0035): a TCP segment that opens no connection and
+/// has no tracked flow — a connection that began on dc1 and reached a node that never saw its
+/// SYN — goes to the backend dc1's table names while the grace lasts; a SYN follows the new
+/// decision; once the grace ends, every new flow does.
+#[test]
+fn after_a_switch_an_untracked_segment_keeps_the_pool_left_during_the_grace() -> Result<()> {
+    use std::time::Duration;
+
+    use router_common::POOL_F_LEFT_CHANCE;
+    if privileged::require_root_and_bpf("left chance").is_err() {
+        return Ok(());
+    }
+    const GRACE: Duration = Duration::from_mins(1);
+    let mut cfg = config();
+    cfg.conntrack.second_chance = GRACE;
+    let mut lab = Lab::new("lc", 2, &cfg)?;
+    run(
+        &mut lab,
+        [
+            step("publish dc1", |lab, _| {
+                let Lab {
+                    publisher, maps, ..
+                } = lab;
+                publisher.publish_decision(maps, "g", &Action::pool("dc1"))?;
+                Ok(())
+            }),
+            to_backend("a connection on dc1", 80, 50100, 1, Reason::NewFlow),
+            step("switch to dc2", |lab, _| {
+                let Lab {
+                    publisher, maps, ..
+                } = lab;
+                publisher.publish_decision(maps, "g", &Action::pool("dc2"))?;
+                let dc1 = &publisher.pools()["dc1"];
+                ensure!(
+                    dc1.flags & POOL_F_LEFT_CHANCE != 0 && dc1.left_chance_until().is_some(),
+                    "dc1 is not flagged: {:#x}",
+                    dc1.flags
+                );
+                Ok(())
+            }),
+            to_backend(
+                "tracked, it stays on dc1",
+                80,
+                50100,
+                1,
+                Reason::ConntrackHit,
+            ),
+            flush("the node forgets it, as one ECMP moved it to never knew it"),
+            to_backend(
+                "untracked, it keeps dc1's backend",
+                80,
+                50100,
+                1,
+                Reason::SecondChance,
+            ),
+            to_backend("tracked where it went", 80, 50100, 1, Reason::ConntrackHit),
+            flush("forgotten again"),
+            syn_to_backend("a SYN follows the decision", 80, 50100, 2, Reason::NewFlow),
+            flush("forgotten again"),
+            step("the grace ends", |lab, _| {
+                let until = lab.publisher.pools()["dc1"]
+                    .left_chance_until()
+                    .context("no grace")?;
+                lab.publisher.set_now(until);
+                let ended = lab.publisher.end_second_chances(&mut lab.maps)?;
+                ensure!(ended == ["dc1"], "ended {ended:?}");
+                ensure!(lab.publisher.pools()["dc1"].flags & POOL_F_LEFT_CHANCE == 0);
+                Ok(())
+            }),
+            to_backend(
+                "after the grace, untracked segments follow the decision",
+                80,
+                50100,
+                2,
+                Reason::NewFlow,
+            ),
+        ],
+    )
+}
+
+/// Without `conntrack.second_chance`, a switch flags nothing: an untracked segment follows the
+/// decision at once.
+#[test]
+fn without_a_grace_a_switch_gives_no_second_chance() -> Result<()> {
+    if privileged::require_root_and_bpf("no left chance").is_err() {
+        return Ok(());
+    }
+    let mut lab = Lab::new("nlc", 2, &config())?;
+    run(
+        &mut lab,
+        [
+            step("publish dc1", |lab, _| {
+                let Lab {
+                    publisher, maps, ..
+                } = lab;
+                publisher.publish_decision(maps, "g", &Action::pool("dc1"))?;
+                Ok(())
+            }),
+            to_backend("a connection on dc1", 80, 50200, 1, Reason::NewFlow),
+            step("switch to dc2", |lab, _| {
+                let Lab {
+                    publisher, maps, ..
+                } = lab;
+                publisher.publish_decision(maps, "g", &Action::pool("dc2"))?;
+                Ok(())
+            }),
+            flush("the node forgets it"),
+            to_backend("untracked, it follows dc2", 80, 50200, 2, Reason::NewFlow),
         ],
     )
 }

@@ -21,8 +21,10 @@
 //!    alone): the router rehashes, flows land on nodes that never tracked them, and the
 //!    second chance keeps every one on its backend.
 //! 4. **Failover decisions on the fleet**: `use_dc2` pushed from a follower sends new flows to
-//!    `dc2`; over 20 switches, the latency from the leader's decision to the last node's map
-//!    write (from the nodes' records in etcd) is printed as p50/p99.
+//!    `dc2`; a node then goes silent, and the connections that began on `dc1` before the switch,
+//!    rehashed onto nodes that never tracked them, stay on `dc1`'s backends (the second chance
+//!    of the pool a group left); over 20 switches, the latency from the leader's decision to
+//!    the last node's map write (from the nodes' records in etcd) is printed as p50/p99.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::{Duration, Instant};
@@ -517,8 +519,22 @@ fn the_whole_fleet_balances_survives_its_leaders_death_keeps_flows_on_rejoin_and
     drop(sessions);
 
     // 4. Failover decisions on the fleet, pushed from a follower: new flows go to dc2.
+    // Connections open on dc1 first, each with its node.
     let leader = run.leaders()?[0];
     let follower = (leader + 1) % NODES;
+    let mut sessions = run
+        .fleet
+        .client
+        .run(|| -> Result<Vec<(TcpSession, usize)>> {
+            let mut out = Vec::new();
+            for k in 0..60 {
+                let mut s = TcpSession::connect(vip())?;
+                s.echo(&payload(k, 256))?;
+                let node = run.node_of(s.local_addr()?.port())?;
+                out.push((s, node));
+            }
+            Ok(out)
+        })??;
     run.ctl(follower, &["state", "set", "use_dc2=true"])?;
     until(Duration::from_secs(5), || {
         Ok(pool_of(&run.words(leader)?) != pool_of(&dc1))
@@ -534,6 +550,37 @@ fn the_whole_fleet_balances_survives_its_leaders_death_keeps_flows_on_rejoin_and
         "use_dc2 pushed from lb{}: every node moved, new connections {tally:?}",
         follower + 1
     );
+    // A node dies after the switch: the router rehashes the connections that began on dc1
+    // onto nodes that never tracked them, whose decision is dc2; the second chance of the
+    // pool the group left keeps them on dc1's backends (decision 0035).
+    let gone = (leader + 2) % NODES;
+    let chances_before = run.agents.iter().map(second_chances).sum::<Result<u64>>()?;
+    run.fleet.silence(gone + 1)?;
+    let gone_hop = bird::balancer_up(gone + 1);
+    run.wait_router(Duration::from_secs(5), |h| !h.contains(&gone_hop))?;
+    let mut moved = 0;
+    for (k, (s, node)) in sessions.iter_mut().enumerate() {
+        let now = run.node_of(s.local_addr()?.port())?;
+        moved += usize::from(now != *node);
+        s.echo(&payload(300 + k, 256)).with_context(|| {
+            format!(
+                "a connection of dc1 ({}) moved from lb{} to lb{} after the switch broke",
+                s.backend(),
+                *node + 1,
+                now + 1
+            )
+        })?;
+    }
+    let chances = run.agents.iter().map(second_chances).sum::<Result<u64>>()? - chances_before;
+    println!(
+        "lb{} silenced after the switch: {moved} of {} connections opened on dc1 moved node, \
+         all kept ({chances} packets took a second chance)",
+        gone + 1,
+        sessions.len()
+    );
+    ensure!(moved > 0, "the rehash moved no connection");
+    ensure!(chances > 0, "no moved connection needed its second chance");
+    drop(sessions);
     // The switch latency over 20 switches, from the nodes' records in etcd.
     let mut latencies = Vec::new();
     let mut value = false;
