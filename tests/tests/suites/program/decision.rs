@@ -170,10 +170,10 @@ fn after_a_switch_an_untracked_segment_keeps_the_pool_left_during_the_grace() ->
     use std::time::Duration;
 
     use router_common::POOL_F_LEFT_CHANCE;
+    const GRACE: Duration = Duration::from_mins(1);
     if privileged::require_root_and_bpf("left chance").is_err() {
         return Ok(());
     }
-    const GRACE: Duration = Duration::from_mins(1);
     let mut cfg = config();
     cfg.conntrack.second_chance = GRACE;
     let mut lab = Lab::new("lc", 2, &cfg)?;
