@@ -486,7 +486,7 @@ impl Publisher {
         for (name, pool) in &mut self.pools {
             let mut end = false;
             if pool.left_until.is_some_and(|t| t <= self.now) {
-                tables::end_left_chance(dp, pool)?;
+                tables::set_left_chance(dp, pool, None)?;
                 end = true;
             }
             if pool.chance_until.is_some_and(|t| t <= self.now) {

@@ -232,14 +232,18 @@ pub(super) fn end_second_chance(
     Ok(())
 }
 
-/// Begins the second chance of the flows a decision group is leaving `pool` with: its `POOLS`
-/// entry with `POOL_F_LEFT_CHANCE` (kept in `flags`) until `until`.
-pub(super) fn begin_left_chance(
+/// Begins (`until` is `Some`) or ends (`None`) the second chance of the flows a decision group
+/// left `pool` with: its `POOLS` entry with or without `POOL_F_LEFT_CHANCE` (kept in `flags`).
+pub(super) fn set_left_chance(
     dp: &mut dyn Dataplane,
     pool: &mut PoolState,
-    until: std::time::Duration,
+    until: Option<Duration>,
 ) -> Result<(), PublishError> {
-    let flags = pool.flags | POOL_F_LEFT_CHANCE;
+    let flags = if until.is_some() {
+        pool.flags | POOL_F_LEFT_CHANCE
+    } else {
+        pool.flags & !POOL_F_LEFT_CHANCE
+    };
     dp.set_pool(
         pool.slot,
         Pool {
@@ -248,26 +252,7 @@ pub(super) fn begin_left_chance(
         },
     )?;
     pool.flags = flags;
-    pool.left_until = Some(until);
-    Ok(())
-}
-
-/// Ends the second chance of a decision group that left `pool`: its `POOLS` entry without
-/// `POOL_F_LEFT_CHANCE`.
-pub(super) fn end_left_chance(
-    dp: &mut dyn Dataplane,
-    pool: &mut PoolState,
-) -> Result<(), PublishError> {
-    let flags = pool.flags & !POOL_F_LEFT_CHANCE;
-    dp.set_pool(
-        pool.slot,
-        Pool {
-            active: pool.active,
-            flags: map_flags(pool, flags),
-        },
-    )?;
-    pool.flags = flags;
-    pool.left_until = None;
+    pool.left_until = until;
     Ok(())
 }
 

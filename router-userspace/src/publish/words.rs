@@ -141,7 +141,7 @@ impl Publisher {
             && !pool.second_chance.is_zero()
         {
             let until = self.now.saturating_add(pool.second_chance);
-            super::tables::begin_left_chance(dp, pool, until)?;
+            super::tables::set_left_chance(dp, pool, Some(until))?;
         }
         dp.set_decision(slot, word)?;
         let word_changed = self.groups.get_mut(group).map(|g| {

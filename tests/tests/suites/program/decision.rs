@@ -93,13 +93,7 @@ fn the_first_packet_after_a_decision_write_follows_it_for_every_service_of_the_g
     run(
         &mut lab,
         [
-            step("publish dc1", |lab, _| {
-                let Lab {
-                    publisher, maps, ..
-                } = lab;
-                publisher.publish_decision(maps, "g", &Action::pool("dc1"))?;
-                Ok(())
-            }),
+            publish("publish dc1", "dc1"),
             to_backend("dc1 first: api", 80, 50000, 1, Reason::NewFlow),
             to_backend("dc1 first: ws", 443, 50000, 1, Reason::NewFlow),
             step("publish dc2", |lab, _| {
@@ -153,6 +147,17 @@ fn syn_to_backend(name: &str, port: u16, src_port: u16, to: usize, reason: Reaso
         .into()
 }
 
+/// A step that publishes `pool=POOL` for group `g`.
+fn publish(name: &str, pool: &'static str) -> Step {
+    step(name, move |lab, _| {
+        let Lab {
+            publisher, maps, ..
+        } = lab;
+        publisher.publish_decision(maps, "g", &Action::pool(pool))?;
+        Ok(())
+    })
+}
+
 fn flush(name: &str) -> Step {
     step(name, |lab, _| {
         lab.flush_conntrack();
@@ -180,13 +185,7 @@ fn after_a_switch_an_untracked_segment_keeps_the_pool_left_during_the_grace() ->
     run(
         &mut lab,
         [
-            step("publish dc1", |lab, _| {
-                let Lab {
-                    publisher, maps, ..
-                } = lab;
-                publisher.publish_decision(maps, "g", &Action::pool("dc1"))?;
-                Ok(())
-            }),
+            publish("publish dc1", "dc1"),
             to_backend("a connection on dc1", 80, 50100, 1, Reason::NewFlow),
             step("switch to dc2", |lab, _| {
                 let Lab {
@@ -252,21 +251,9 @@ fn without_a_grace_a_switch_gives_no_second_chance() -> Result<()> {
     run(
         &mut lab,
         [
-            step("publish dc1", |lab, _| {
-                let Lab {
-                    publisher, maps, ..
-                } = lab;
-                publisher.publish_decision(maps, "g", &Action::pool("dc1"))?;
-                Ok(())
-            }),
+            publish("publish dc1", "dc1"),
             to_backend("a connection on dc1", 80, 50200, 1, Reason::NewFlow),
-            step("switch to dc2", |lab, _| {
-                let Lab {
-                    publisher, maps, ..
-                } = lab;
-                publisher.publish_decision(maps, "g", &Action::pool("dc2"))?;
-                Ok(())
-            }),
+            publish("switch to dc2", "dc2"),
             flush("the node forgets it"),
             to_backend("untracked, it follows dc2", 80, 50200, 2, Reason::NewFlow),
         ],

@@ -240,6 +240,40 @@ impl Running {
             .with_context(|| format!("no node in {text:?}"))
     }
 
+    /// `n` TCP connections from the client to the VIP, each echoing one payload of `size`
+    /// bytes, with the node (0-based) the router sends it through.
+    fn open_sessions(&self, n: usize, size: usize) -> Result<Vec<(TcpSession, usize)>> {
+        self.fleet.client.run(|| {
+            let mut out = Vec::new();
+            for k in 0..n {
+                let mut s = TcpSession::connect(vip())?;
+                s.echo(&payload(k, size))?;
+                let node = self.node_of(s.local_addr()?.port())?;
+                out.push((s, node));
+            }
+            Ok(out)
+        })?
+    }
+
+    /// Echoes one more payload (256 bytes, numbered from `first`) on every session, each of
+    /// which must survive; returns how many now go through another node than they began on.
+    fn echo_moved(&self, sessions: &mut [(TcpSession, usize)], first: usize) -> Result<usize> {
+        let mut moved = 0;
+        for (k, (s, node)) in sessions.iter_mut().enumerate() {
+            let now = self.node_of(s.local_addr()?.port())?;
+            moved += usize::from(now != *node);
+            s.echo(&payload(first + k, 256)).with_context(|| {
+                format!(
+                    "a connection to {} moved from lb{} to lb{} broke",
+                    s.backend(),
+                    *node + 1,
+                    now + 1
+                )
+            })?;
+        }
+        Ok(moved)
+    }
+
     /// Waits (up to 10 s) until every live node sees backend `i` (1-based) of pool `pool` as
     /// `healthy`.
     fn wait_health(&self, pool: &str, i: usize, healthy: bool) -> Result<()> {
@@ -350,19 +384,7 @@ fn the_whole_fleet_balances_survives_its_leaders_death_keeps_flows_on_rejoin_and
 
     // 2. The leader's node dies: silent to the router (its link stays up), its agent and its
     // BIRD killed with SIGKILL. Established connections first, each with its node.
-    let mut sessions = run
-        .fleet
-        .client
-        .run(|| -> Result<Vec<(TcpSession, usize)>> {
-            let mut out = Vec::new();
-            for k in 0..30 {
-                let mut s = TcpSession::connect(vip())?;
-                s.echo(&payload(k, 512))?;
-                let node = run.node_of(s.local_addr()?.port())?;
-                out.push((s, node));
-            }
-            Ok(out)
-        })??;
+    let mut sessions = run.open_sessions(30, 512)?;
     let survivor = (leader + 1) % NODES;
     let revision = run.revision(survivor)?;
     let killed = Instant::now();
@@ -460,19 +482,7 @@ fn the_whole_fleet_balances_survives_its_leaders_death_keeps_flows_on_rejoin_and
     // on b1), b2 comes back; every node's previous table is now b1's alone.
     run.servers[1].set_healthy(false);
     run.wait_health("dc1", 2, false)?;
-    let mut sessions = run
-        .fleet
-        .client
-        .run(|| -> Result<Vec<(TcpSession, usize)>> {
-            let mut out = Vec::new();
-            for k in 0..60 {
-                let mut s = TcpSession::connect(vip())?;
-                s.echo(&payload(k, 256))?;
-                let node = run.node_of(s.local_addr()?.port())?;
-                out.push((s, node));
-            }
-            Ok(out)
-        })??;
+    let mut sessions = run.open_sessions(60, 256)?;
     ensure!(
         sessions.iter().all(|(s, _)| s.backend() == "b1"),
         "a connection reached a backend other than b1 while b2 was down"
@@ -494,18 +504,7 @@ fn the_whole_fleet_balances_survives_its_leaders_death_keeps_flows_on_rejoin_and
         &balancer_bird(leader + 1),
     )?);
     let (_, rejoined) = run.wait_router(SESSIONS_UP, |h| h.len() == NODES)?;
-    let mut moved = 0;
-    for (k, (s, node)) in sessions.iter_mut().enumerate() {
-        let now = run.node_of(s.local_addr()?.port())?;
-        moved += usize::from(now != *node);
-        s.echo(&payload(200 + k, 256)).with_context(|| {
-            format!(
-                "a connection moved from lb{} to lb{} broke",
-                *node + 1,
-                now + 1
-            )
-        })?;
-    }
+    let moved = run.echo_moved(&mut sessions, 200)?;
     let chances = run.agents.iter().map(second_chances).sum::<Result<u64>>()? - chances_before;
     println!(
         "lb{} rejoined the router's route {} ms after it was heard again: {moved} of {} \
@@ -522,19 +521,7 @@ fn the_whole_fleet_balances_survives_its_leaders_death_keeps_flows_on_rejoin_and
     // Connections open on dc1 first, each with its node.
     let leader = run.leaders()?[0];
     let follower = (leader + 1) % NODES;
-    let mut sessions = run
-        .fleet
-        .client
-        .run(|| -> Result<Vec<(TcpSession, usize)>> {
-            let mut out = Vec::new();
-            for k in 0..60 {
-                let mut s = TcpSession::connect(vip())?;
-                s.echo(&payload(k, 256))?;
-                let node = run.node_of(s.local_addr()?.port())?;
-                out.push((s, node));
-            }
-            Ok(out)
-        })??;
+    let mut sessions = run.open_sessions(60, 256)?;
     run.ctl(follower, &["state", "set", "use_dc2=true"])?;
     until(Duration::from_secs(5), || {
         Ok(pool_of(&run.words(leader)?) != pool_of(&dc1))
@@ -558,19 +545,7 @@ fn the_whole_fleet_balances_survives_its_leaders_death_keeps_flows_on_rejoin_and
     run.fleet.silence(gone + 1)?;
     let gone_hop = bird::balancer_up(gone + 1);
     run.wait_router(Duration::from_secs(5), |h| !h.contains(&gone_hop))?;
-    let mut moved = 0;
-    for (k, (s, node)) in sessions.iter_mut().enumerate() {
-        let now = run.node_of(s.local_addr()?.port())?;
-        moved += usize::from(now != *node);
-        s.echo(&payload(300 + k, 256)).with_context(|| {
-            format!(
-                "a connection of dc1 ({}) moved from lb{} to lb{} after the switch broke",
-                s.backend(),
-                *node + 1,
-                now + 1
-            )
-        })?;
-    }
+    let moved = run.echo_moved(&mut sessions, 300)?;
     let chances = run.agents.iter().map(second_chances).sum::<Result<u64>>()? - chances_before;
     println!(
         "lb{} silenced after the switch: {moved} of {} connections opened on dc1 moved node, \
