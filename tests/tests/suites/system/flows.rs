@@ -178,7 +178,10 @@ fn flows_lists_open_connections_exactly_and_a_purge_re_selects_a_backends_flows(
         &["flows", "--purge", "--backend", &purged.to_string()],
     )?;
     ensure!(
-        said.contains(&format!("purged {} tracked flows", on_purged.len())),
+        said.contains(&format!(
+            "purged {} connection-tracking entries",
+            on_purged.len()
+        )),
         "purge said {said:?}"
     );
     ensure!(
