@@ -308,9 +308,11 @@ fn agent(it: &Item<AgentSpec>, report: &mut Report) -> Option<Agent> {
 ///
 /// # Errors
 ///
-/// The file cannot be read, or holds a token shorter than [`MIN_API_TOKEN_LEN`] or with
-/// characters other than printable ASCII.
+/// The file cannot be read, group or others may read or write it (as OpenSSH refuses such a
+/// private key: whoever reads the token drives the agent), or it holds a token shorter than
+/// [`MIN_API_TOKEN_LEN`] or with characters other than printable ASCII.
 pub(crate) fn read_token(path: &std::path::Path) -> Result<String, Bad> {
+    use std::os::unix::fs::PermissionsExt as _;
     let text = std::fs::read_to_string(path)
         .map_err(|e| (format!("{} cannot be read: {e}", path.display()), None))?;
     let token = text.trim();
@@ -330,6 +332,20 @@ pub(crate) fn read_token(path: &std::path::Path) -> Result<String, Bad> {
                 path.display()
             ),
             hint(),
+        ));
+    }
+    let mode = std::fs::metadata(path)
+        .map_err(|e| (format!("{} cannot be read: {e}", path.display()), None))?
+        .permissions()
+        .mode();
+    if mode & 0o077 != 0 {
+        return Err((
+            format!(
+                "{} may be read or written by group or others (mode {:04o})",
+                path.display(),
+                mode & 0o7777
+            ),
+            Some(format!("chmod 600 {}", path.display())),
         ));
     }
     Ok(token.to_owned())
@@ -913,4 +929,36 @@ pub(super) fn unparsed_hint(parsed: &Parsed, report: &Report, lead: &str) -> Opt
         "{lead} {}, which could not be loaded",
         files.join(", ")
     ))
+}
+
+#[cfg(test)]
+mod token_tests {
+    use std::os::unix::fs::PermissionsExt as _;
+
+    use super::read_token;
+
+    #[test]
+    fn a_token_file_others_may_read_is_refused_with_the_chmod_that_fixes_it() {
+        let path = std::env::temp_dir().join(format!("switchyard-token-{}", std::process::id()));
+        std::fs::write(&path, "0123456789abcdef0123\n").unwrap();
+        for (mode, ok) in [
+            (0o644, false),
+            (0o640, false),
+            (0o602, false),
+            (0o600, true),
+            (0o400, true),
+        ] {
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
+            let got = read_token(&path);
+            match (ok, &got) {
+                (true, Ok(t)) => assert_eq!(t, "0123456789abcdef0123"),
+                (false, Err((msg, Some(hint)))) => {
+                    assert!(msg.contains(&format!("(mode {mode:04o})")), "{msg}");
+                    assert_eq!(hint, &format!("chmod 600 {}", path.display()));
+                }
+                _ => panic!("mode {mode:o}: {got:?}"),
+            }
+        }
+        std::fs::remove_file(&path).unwrap();
+    }
 }

@@ -81,6 +81,11 @@ fn a_remote_api_answers_its_token_only_and_open_reads_when_asked() -> Result<()>
     let dir = temp_dir("token")?;
     let token_file = dir.join("api.token");
     std::fs::write(&token_file, format!("{TOKEN}\n"))?;
+    // As the README tells the operator: the token file is the owner's alone.
+    std::fs::set_permissions(
+        &token_file,
+        std::os::unix::fs::PermissionsExt::from_mode(0o600),
+    )?;
     let pin = router_tests::agent::unique_pin_path();
     // `status` from the harness reads the token from the config directory.
     let mut agent = Agent::start(&topo, &[("10-web.yaml", config(&token_file, false, &pin))])?;

@@ -71,6 +71,11 @@ fn scenario(logs: &std::path::Path) -> Result<()> {
     // Every request needs the token: `top` reads it from the config directory.
     let token_file = logs.join("api.token");
     std::fs::write(&token_file, "9f4c2a7e1b3d5f60718293a4b5c6d7e8\n")?;
+    // As the README tells the operator: the token file is the owner's alone.
+    std::fs::set_permissions(
+        &token_file,
+        std::os::unix::fs::PermissionsExt::from_mode(0o600),
+    )?;
     // A second service, decided by group `edge`: pool `web` by default, `spare` (the first
     // backend alone) while `maintenance` holds.
     let cfg = ConfigText::new()
