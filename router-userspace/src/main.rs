@@ -93,9 +93,11 @@ enum Cmd {
     /// Check a config directory: every error with file, line and key path, then lint warnings
     /// about decision groups. Exit 1 on errors (warnings alone exit 0).
     Validate {
-        /// Directory of `*.yaml` fragments.
-        #[arg(default_value = DEFAULT_DIR)]
-        dir: PathBuf,
+        /// Directory of `*.yaml` fragments (default /etc/switchyard).
+        dir: Option<PathBuf>,
+        /// The same directory, spelled as every other command takes it.
+        #[arg(long, value_name = "DIR", conflicts_with = "dir")]
+        config_dir: Option<PathBuf>,
     },
     /// Show the running agent: interfaces, services, pools, backend health, generation.
     Status {
@@ -293,25 +295,30 @@ fn run(args: Args) -> Result<ExitCode> {
                 );
             }
         }
-        Cmd::Validate { dir } => match config::load_dir(&dir) {
-            Ok(cfg) => {
-                for warning in config::lint(&cfg) {
-                    println!("warning: {warning}");
+        Cmd::Validate { dir, config_dir } => {
+            let dir = config_dir
+                .or(dir)
+                .unwrap_or_else(|| PathBuf::from(DEFAULT_DIR));
+            match config::load_dir(&dir) {
+                Ok(cfg) => {
+                    for warning in config::lint(&cfg) {
+                        println!("warning: {warning}");
+                    }
+                    println!(
+                        "{}: valid ({} services, {} pools, {} state variables, {} decision groups)",
+                        dir.display(),
+                        cfg.services.len(),
+                        cfg.pools.len(),
+                        cfg.state.len(),
+                        cfg.decisions.len()
+                    );
                 }
-                println!(
-                    "{}: valid ({} services, {} pools, {} state variables, {} decision groups)",
-                    dir.display(),
-                    cfg.services.len(),
-                    cfg.pools.len(),
-                    cfg.state.len(),
-                    cfg.decisions.len()
-                );
+                Err(e) => {
+                    eprintln!("{e}");
+                    return Ok(ExitCode::FAILURE);
+                }
             }
-            Err(e) => {
-                eprintln!("{e}");
-                return Ok(ExitCode::FAILURE);
-            }
-        },
+        }
         Cmd::Fleet {
             cmd: FleetCmd::Status { config_dir, json },
         } => fleet_status(&config_dir, json)?,
