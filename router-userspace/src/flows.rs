@@ -160,8 +160,8 @@ impl Selector {
     ///
     /// # Errors
     ///
-    /// An address or prefix that does not parse, a service the agent does not publish, a
-    /// backend address in none of its pools.
+    /// An address or prefix that does not parse, a virtual IP or service the agent does not
+    /// publish, a backend address in none of its pools.
     pub fn new(q: &FlowQuery, catalog: &Catalog) -> Result<Self, String> {
         let vip = q
             .vip
@@ -172,6 +172,20 @@ impl Selector {
                     .map_err(|_| format!("vip {v:?} is not an address"))
             })
             .transpose()?;
+        if let Some(v) = vip {
+            let vips: BTreeSet<IpAddr> = catalog
+                .services
+                .values()
+                .map(|(_, k)| key_addr(&k.addr, k.family))
+                .collect();
+            if !vips.contains(&v) {
+                let known: Vec<String> = vips.iter().map(ToString::to_string).collect();
+                return Err(format!(
+                    "no service has virtual IP {v} (the agent publishes: {})",
+                    known.join(", ")
+                ));
+            }
+        }
         let services = q
             .service
             .as_deref()
@@ -506,7 +520,22 @@ mod tests {
             family: FAMILY_V4,
         };
         Catalog {
-            services: [(3, ("web".to_owned(), svc)), (4, ("dns".to_owned(), svc))].into(),
+            services: [
+                (3, ("web".to_owned(), svc)),
+                (4, ("dns".to_owned(), svc)),
+                (
+                    5,
+                    (
+                        "web6".to_owned(),
+                        ServiceKey {
+                            addr: "2001:db8::10".parse::<Ipv6Addr>().unwrap().octets(),
+                            family: FAMILY_V6,
+                            ..svc
+                        },
+                    ),
+                ),
+            ]
+            .into(),
             backends: [
                 (10, ("a".to_owned(), "198.18.1.1".parse().unwrap())),
                 (11, ("a".to_owned(), "198.18.1.2".parse().unwrap())),
@@ -558,7 +587,6 @@ mod tests {
             pick(query(|q| q.vip = Some("198.18.0.10".into()))),
             [5000, 5001, 5002]
         );
-        assert!(pick(query(|q| q.vip = Some("198.18.0.11".into()))).is_empty());
         assert_eq!(
             pick(query(|q| {
                 q.backend = Some("198.18.1.1".into());
@@ -583,6 +611,10 @@ mod tests {
         assert!(err(query(|q| q.client = Some("198.18.0.1/24".into()))).contains("host bits"));
         assert!(err(query(|q| q.client = Some("198.18.0.0/33".into()))).contains("0 to 32"));
         assert!(err(query(|q| q.vip = Some("1.2.3".into()))).contains("not an address"));
+        assert!(
+            err(query(|q| q.vip = Some("198.18.0.11".into())))
+                .contains("no service has virtual IP 198.18.0.11")
+        );
     }
 
     #[test]
