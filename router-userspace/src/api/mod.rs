@@ -93,9 +93,10 @@ async fn authorize(
     (
         StatusCode::UNAUTHORIZED,
         [(header::WWW_AUTHENTICATE, "Bearer")],
-        Json(
-            serde_json::json!({ "error": "missing or wrong bearer token (agent.api_token_file)" }),
-        ),
+        Json(serde_json::json!({
+            "error": "missing or wrong bearer token (agent.api_token_file, which the agent \
+                      reads when it starts: after changing the file, restart the agent)"
+        })),
     )
         .into_response()
 }

@@ -212,7 +212,8 @@ pub async fn status(dir: &Path, api: Option<&str>, json: bool) -> Result<(), Sta
         .map_err(StatusError::Token)?;
     let resp = request.send().await.map_err(unreachable)?;
     if resp.status() == reqwest::StatusCode::UNAUTHORIZED {
-        return Err(StatusError::Refused(resp.text().await.unwrap_or_default()));
+        let text = resp.text().await.unwrap_or_default();
+        return Err(StatusError::Refused(refusal(&text)));
     }
     if json {
         let text = resp.text().await.map_err(unreachable)?;
@@ -801,4 +802,14 @@ mod tests {
             );
         }
     }
+}
+
+/// What the agent said when it refused a request: the sentence of its `{"error": …}` answer,
+/// or the body as it came when it is not one.
+#[must_use]
+pub fn refusal(body: &str) -> String {
+    serde_json::from_str::<serde_json::Value>(body)
+        .ok()
+        .and_then(|v| v.get("error").and_then(|e| e.as_str()).map(str::to_owned))
+        .unwrap_or_else(|| body.trim().to_owned())
 }

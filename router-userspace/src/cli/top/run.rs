@@ -70,7 +70,8 @@ async fn get(c: &reqwest::Client, target: &Target, path: &str) -> Result<String,
         }
     })?;
     if resp.status() == reqwest::StatusCode::UNAUTHORIZED {
-        return Err(PollError::Refused(resp.text().await.unwrap_or_default()));
+        let body = resp.text().await.unwrap_or_default();
+        return Err(PollError::Refused(crate::cli::refusal(&body)));
     }
     if !resp.status().is_success() {
         return Err(PollError::Failed(format!("GET {url}: {}", resp.status())));
