@@ -303,15 +303,10 @@ impl Publisher {
             let action = match (pool_name(d.pool_a), pool_name(d.pool_b)) {
                 (None, _) => None,
                 (Some(a), None) => Some(Action::Pool(a)),
-                (Some(a), Some(b)) => Some(Action::Split(vec![
-                    (
-                        a,
-                        u32::from(
-                            router_common::SPLIT_SCALE - d.split_b.min(router_common::SPLIT_SCALE),
-                        ),
-                    ),
-                    (b, u32::from(d.split_b)),
-                ])),
+                (Some(a), Some(b)) => {
+                    let [wa, wb] = word_weights(d.split_b);
+                    Some(Action::Split(vec![(a, wa), (b, wb)]))
+                }
             };
             let fallback = pool_name(d.fallback);
             p.groups.insert(
@@ -357,5 +352,31 @@ fn take(slots: &mut Slots, slot: u32, what: &str, limit: u32) -> Result<(), Rest
         None => Err(RestoreError::Mismatch(format!(
             "{what} slot {slot} is beyond the limit {limit}"
         ))),
+    }
+}
+
+/// The weights of a split whose second pool takes `split_b` / `SPLIT_SCALE` of new flows, in the
+/// smallest of the word's units, tenths or percents that give them whole: a split written as
+/// `95:5` reads back as `95:5`, not as the word's `9500:500`.
+fn word_weights(split_b: u16) -> [u32; 2] {
+    let scale = u32::from(router_common::SPLIT_SCALE);
+    let b = u32::from(split_b).min(scale);
+    let a = scale - b;
+    let unit = [100, 10]
+        .into_iter()
+        .find(|u| a % u == 0 && b % u == 0)
+        .unwrap_or(1);
+    [a / unit, b / unit]
+}
+
+#[cfg(test)]
+mod word_weight_tests {
+    #[test]
+    fn a_split_reads_back_in_the_largest_whole_unit() {
+        assert_eq!(super::word_weights(500), [95, 5]);
+        assert_eq!(super::word_weights(50), [995, 5]);
+        assert_eq!(super::word_weights(1), [9999, 1]);
+        assert_eq!(super::word_weights(5000), [50, 50]);
+        assert_eq!(super::word_weights(u16::MAX), [0, 100]);
     }
 }
