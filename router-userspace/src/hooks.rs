@@ -331,7 +331,7 @@ async fn serve(
     };
     while let Some(event) = events.recv().await {
         let outcome = match &hook.target {
-            HookTarget::Command(argv) => command(argv, &event, hook.timeout).await,
+            HookTarget::Command(argv) => command(&hook.name, argv, &event, hook.timeout).await,
             HookTarget::Url(url) => match &client {
                 Some(client) => post(client, url, &event, hook.timeout).await,
                 None => Outcome::Failed("no HTTP client".to_owned()),
@@ -375,9 +375,71 @@ impl Drop for ProcessGroup {
     }
 }
 
+/// Bytes of one run's standard error that reach the log, at most; the rest is counted.
+const STDERR_LIMIT: usize = 8 * 1024;
+/// Bytes of one line of standard error that reach the log, at most.
+const STDERR_LINE_LIMIT: usize = 512;
+
+/// Logs a hook run's standard error ([`stderr_lines`]), each line prefixed with the hook's
+/// name, then how much of it was left out.
+async fn log_stderr(hook: String, stderr: tokio::process::ChildStderr) {
+    let unlogged = stderr_lines(stderr, |line| log::info!("hook {hook}: {line}")).await;
+    if unlogged > 0 {
+        warn!(
+            "hook {hook}: {unlogged} more bytes of standard error not logged (at most \
+             {STDERR_LIMIT} a run, {STDERR_LINE_LIMIT} a line)"
+        );
+    }
+}
+
+/// Reads `input` to its end and gives `out` each line, control characters escaped, up to
+/// [`STDERR_LIMIT`] bytes in all and [`STDERR_LINE_LIMIT`] a line: a chatty or hostile command
+/// can neither flood the log nor forge its lines, and memory is bounded by one line. Returns
+/// the bytes left out.
+async fn stderr_lines(
+    mut input: impl tokio::io::AsyncRead + Unpin,
+    mut out: impl FnMut(&str),
+) -> usize {
+    use tokio::io::AsyncReadExt as _;
+    let mut chunk = [0u8; 4096];
+    let mut line = Vec::with_capacity(STDERR_LINE_LIMIT);
+    let (mut logged, mut unlogged) = (0usize, 0usize);
+    let mut emit = |line: &mut Vec<u8>, unlogged: &mut usize| {
+        if logged + line.len() < STDERR_LIMIT {
+            logged += line.len() + 1;
+            out(&String::from_utf8_lossy(line).escape_debug().to_string());
+        } else {
+            *unlogged += line.len() + 1;
+        }
+        line.clear();
+    };
+    let mut open = false;
+    loop {
+        let n = match input.read(&mut chunk).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        for &b in &chunk[..n] {
+            open = true;
+            if b == b'\n' {
+                emit(&mut line, &mut unlogged);
+                open = false;
+            } else if line.len() < STDERR_LINE_LIMIT {
+                line.push(b);
+            } else {
+                unlogged += 1;
+            }
+        }
+    }
+    if open {
+        emit(&mut line, &mut unlogged);
+    }
+    unlogged
+}
+
 /// Runs `argv` with `event` on its standard input (and in `SWITCHYARD_EVENT`), for at most
-/// `timeout`.
-async fn command(argv: &[String], event: &str, timeout: Duration) -> Outcome {
+/// `timeout`; its standard error goes to the log under hook `name` ([`log_stderr`]).
+async fn command(name: &str, argv: &[String], event: &str, timeout: Duration) -> Outcome {
     use tokio::io::AsyncWriteExt as _;
     let Some((program, arguments)) = argv.split_first() else {
         return Outcome::Failed("empty command".to_owned());
@@ -386,7 +448,7 @@ async fn command(argv: &[String], event: &str, timeout: Duration) -> Outcome {
     cmd.args(arguments)
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::inherit())
+        .stderr(std::process::Stdio::piped())
         .process_group(0)
         .kill_on_drop(true);
     if event.len() <= ENV_LIMIT {
@@ -397,6 +459,13 @@ async fn command(argv: &[String], event: &str, timeout: Duration) -> Outcome {
         Err(e) => return Outcome::Failed(format!("cannot run {program}: {e}")),
     };
     let mut group = ProcessGroup(child.id().and_then(|id| i32::try_from(id).ok()));
+    // Read while the command runs (a full pipe would stall it); what it left running in the
+    // background may hold the pipe open, so the reader is given a moment after the command
+    // ends, then dropped.
+    let stderr = child
+        .stderr
+        .take()
+        .map(|e| tokio::spawn(log_stderr(name.to_owned(), e)));
     let stdin = child.stdin.take();
     let run = async {
         if let Some(mut stdin) = stdin {
@@ -406,8 +475,20 @@ async fn command(argv: &[String], event: &str, timeout: Duration) -> Outcome {
         }
         child.wait().await
     };
-    match tokio::time::timeout(timeout, run).await {
+    let outcome = tokio::time::timeout(timeout, run).await;
+    let finish_stderr = async {
+        if let Some(mut reader) = stderr {
+            if tokio::time::timeout(Duration::from_millis(100), &mut reader)
+                .await
+                .is_err()
+            {
+                reader.abort();
+            }
+        }
+    };
+    match outcome {
         Ok(Ok(status)) => {
+            finish_stderr.await;
             // It exited: what it left running in the background is its own.
             group.0 = None;
             if status.success() {
@@ -416,11 +497,15 @@ async fn command(argv: &[String], event: &str, timeout: Duration) -> Outcome {
                 Outcome::Failed(format!("{program}: {status}"))
             }
         }
-        Ok(Err(e)) => Outcome::Failed(format!("waiting for {program}: {e}")),
+        Ok(Err(e)) => {
+            finish_stderr.await;
+            Outcome::Failed(format!("waiting for {program}: {e}"))
+        }
         Err(_) => {
             drop(group);
             // Reaped here, so no zombie waits for tokio's orphan reaper.
             let _ = child.wait().await;
+            finish_stderr.await;
             Outcome::Timeout
         }
     }

@@ -380,3 +380,27 @@ async fn a_url_hook_that_gets_no_answer_times_out() {
     assert_eq!((status.ok, status.failed), (0, 0));
     drop(listener);
 }
+
+#[tokio::test]
+async fn standard_error_reaches_the_log_bounded_and_escaped() {
+    let mut lines = Vec::new();
+    let input: &[u8] = b"one\n\x1b[31mred\nlast without newline";
+    let left = stderr_lines(input, |l| lines.push(l.to_owned())).await;
+    assert_eq!(left, 0);
+    assert_eq!(lines, ["one", "\\u{1b}[31mred", "last without newline"]);
+
+    // One line of 200,000 bytes: its first STDERR_LINE_LIMIT bytes, the rest counted.
+    let mut lines = Vec::new();
+    let long = vec![b'x'; 200_000];
+    let left = stderr_lines(&long[..], |l| lines.push(l.to_owned())).await;
+    assert_eq!(lines.len(), 1);
+    assert_eq!(lines[0].len(), STDERR_LINE_LIMIT);
+    assert_eq!(left, 200_000 - STDERR_LINE_LIMIT);
+
+    // Many short lines: at most STDERR_LIMIT bytes of them, the rest counted.
+    let mut logged = 0;
+    let many = b"0123456789abcdef\n".repeat(10_000);
+    let left = stderr_lines(&many[..], |l| logged += l.len() + 1).await;
+    assert!(logged < STDERR_LIMIT, "{logged}");
+    assert_eq!(logged + left, many.len());
+}
