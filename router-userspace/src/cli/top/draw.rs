@@ -189,7 +189,7 @@ fn decisions(f: &mut Frame, view: &View, area: Rect) {
         ),
         top,
     );
-    let rows = switches
+    let rows: Vec<Row> = switches
         .into_iter()
         .map(|(w, ago)| {
             Row::new(vec![
@@ -201,13 +201,22 @@ fn decisions(f: &mut Frame, view: &View, area: Rect) {
             ])
         })
         .collect();
+    // The switch takes the width the fixed columns leave, twice the cause's share: where the
+    // group went is the fact that matters.
+    let widths = [
+        Constraint::Length(8),
+        Constraint::Length(12),
+        Constraint::Fill(2),
+        Constraint::Length(16),
+        Constraint::Fill(1),
+    ];
     f.render_widget(
-        table(
-            "last switches".into(),
-            &["when", "group", "switch", "by", "cause"],
-            rows,
-            &[8, 12, 28, 16, 30],
-        ),
+        Table::new(rows, widths)
+            .header(
+                Row::new(vec!["when", "group", "switch", "by", "cause"])
+                    .style(Style::new().add_modifier(Modifier::BOLD)),
+            )
+            .block(Block::new().borders(Borders::TOP).title("last switches")),
         bottom,
     );
 }

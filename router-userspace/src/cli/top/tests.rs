@@ -327,11 +327,17 @@ fn human_numbers_fit_five_characters() {
 fn the_screen_shows_services_backends_health_and_the_pause() {
     use ratatui::{Terminal, backend::TestBackend};
     let mut v = View::new();
-    v.update(sample(
-        Instant::now(),
-        false,
-        &metrics((0, 0), (0, 0), 0, 3),
-    ));
+    let mut s = sample(Instant::now(), false, &metrics((0, 0), (0, 0), 0, 3));
+    s.status.time = 100;
+    s.switches = vec![Switch {
+        at_us: 97_500_000,
+        group: "edge".into(),
+        from: "split=dc1:50,dc2:50".into(),
+        to: "pool=dc2".into(),
+        by: "override".into(),
+        cause: "override set".into(),
+    }];
+    v.update(s);
     v.key(Key::Char('p'));
     let mut t = Terminal::new(TestBackend::new(140, 30)).unwrap();
     t.draw(|f| draw::draw(f, &v, "http://127.0.0.1:9900"))
@@ -357,6 +363,8 @@ fn the_screen_shows_services_backends_health_and_the_pause() {
         "down: health check failed",
         "no_backend",
         "q quit",
+        // A split's whole switch, where it went included.
+        "split=dc1:50,dc2:50 → pool=dc2",
     ] {
         assert!(text.contains(want), "{want:?} missing from\n{text}");
     }
