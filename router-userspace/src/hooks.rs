@@ -477,13 +477,12 @@ async fn command(name: &str, argv: &[String], event: &str, timeout: Duration) ->
     };
     let outcome = tokio::time::timeout(timeout, run).await;
     let finish_stderr = async {
-        if let Some(mut reader) = stderr {
-            if tokio::time::timeout(Duration::from_millis(100), &mut reader)
+        if let Some(mut reader) = stderr
+            && tokio::time::timeout(Duration::from_millis(100), &mut reader)
                 .await
                 .is_err()
-            {
-                reader.abort();
-            }
+        {
+            reader.abort();
         }
     };
     match outcome {

@@ -681,6 +681,16 @@ pub fn fleet_text(v: &crate::fleet::FleetView) -> String {
     o
 }
 
+/// What the agent said when it refused a request: the sentence of its `{"error": …}` answer,
+/// or the body as it came when it is not one.
+#[must_use]
+pub fn refusal(body: &str) -> String {
+    serde_json::from_str::<serde_json::Value>(body)
+        .ok()
+        .and_then(|v| v.get("error").and_then(|e| e.as_str()).map(str::to_owned))
+        .unwrap_or_else(|| body.trim().to_owned())
+}
+
 #[cfg(test)]
 mod tests {
     #[test]
@@ -802,14 +812,4 @@ mod tests {
             );
         }
     }
-}
-
-/// What the agent said when it refused a request: the sentence of its `{"error": …}` answer,
-/// or the body as it came when it is not one.
-#[must_use]
-pub fn refusal(body: &str) -> String {
-    serde_json::from_str::<serde_json::Value>(body)
-        .ok()
-        .and_then(|v| v.get("error").and_then(|e| e.as_str()).map(str::to_owned))
-        .unwrap_or_else(|| body.trim().to_owned())
 }
