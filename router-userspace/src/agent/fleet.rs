@@ -257,6 +257,7 @@ impl Runtime {
         }
         if f.record.generation != generation {
             f.record.generation = generation;
+            f.record.applied_at_ns = now_ns();
             let _ = f.out.try_send(FleetOut::Record(f.record.clone()));
         }
     }
@@ -720,6 +721,7 @@ impl Runtime {
                 short(&doc.hash)
             );
             f.record.config_revision = Some(revision);
+            f.record.applied_at_ns = now_ns();
             f.record.config_hash = Some(doc.hash);
             f.record.config_latency_us = Some(us);
         }

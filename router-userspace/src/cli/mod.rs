@@ -667,9 +667,14 @@ pub fn fleet_text(v: &crate::fleet::FleetView) -> String {
             } else {
                 runs.join(" ")
             },
-            humantime::format_rfc3339_millis(
-                std::time::UNIX_EPOCH + std::time::Duration::from_nanos(n.record.applied_at_ns)
-            ),
+            if n.record.applied_at_ns == 0 {
+                "never".to_owned()
+            } else {
+                humantime::format_rfc3339_millis(
+                    std::time::UNIX_EPOCH + std::time::Duration::from_nanos(n.record.applied_at_ns),
+                )
+                .to_string()
+            },
             n.record
                 .latency_us
                 .map_or("-".to_owned(), |us| format!("{us} µs")),
@@ -693,6 +698,24 @@ pub fn refusal(body: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_node_that_applied_nothing_yet_says_never_not_1970() {
+        let view = crate::fleet::FleetView {
+            config: None,
+            groups: Vec::new(),
+            nodes: vec![crate::fleet::NodeView {
+                node: "lb1".into(),
+                record: crate::fleet::NodeRecord::default(),
+                behind: Vec::new(),
+                generations_behind: 0,
+                config_behind: false,
+            }],
+        };
+        let text = super::fleet_text(&view);
+        assert!(text.contains("applied at never"), "{text}");
+        assert!(!text.contains("1970"), "{text}");
+    }
+
     #[test]
     fn maps_prints_each_map_s_key_and_value_layout_and_command() {
         let text = super::maps_text(std::path::Path::new("/sys/fs/bpf/nowhere/v1"));

@@ -125,7 +125,8 @@ pub struct NodeRecord {
     pub generation: u64,
     /// Per group, the revision of the published decision the node's maps hold.
     pub decisions: std::collections::BTreeMap<String, i64>,
-    /// When the node last wrote a published decision into its maps, ns since the Unix epoch.
+    /// When the node last wrote a published decision, a config generation or a shared config
+    /// into its maps, ns since the Unix epoch; 0: not yet.
     pub applied_at_ns: u64,
     /// From that decision's `decided_at_ns` to this node's map write, µs.
     pub latency_us: Option<u64>,
