@@ -61,11 +61,19 @@ fn target_dir(ws: &Workspace) -> PathBuf {
 }
 
 fn build(ws: &Workspace) -> Result<PathBuf> {
-    println!("xtask: cargo build --release -p router-userspace --bin switchyard");
+    println!(
+        "xtask: cargo build --release -p router-userspace --bin switchyard \
+         (a first release build takes about ten minutes)"
+    );
+    let start = std::time::Instant::now();
     run(ws
         .cargo()
         .args(["build", "--quiet", "--release", "-p", "router-userspace"])
         .args(["--bin", "switchyard"]))?;
+    println!(
+        "xtask: release switchyard built ({:.0} s)",
+        start.elapsed().as_secs_f64()
+    );
     let release = target_dir(ws).join("release");
     let bin = release.join("switchyard");
     let out = release.join("package");
