@@ -51,7 +51,7 @@ pub enum StateError {
         kind: &'static str,
     },
     /// The value does not parse as the variable's type.
-    #[error("{name} is a {ty}; {value:?} is not a {ty}")]
+    #[error("{name} is a {ty}; {value:?} is not a {ty} ({})", spellings(*ty))]
     WrongType {
         /// The variable.
         name: String,
@@ -60,6 +60,15 @@ pub enum StateError {
         /// The value given.
         value: String,
     },
+}
+
+/// How a value of `ty` is written, for an error that refuses one.
+const fn spellings(ty: Type) -> &'static str {
+    match ty {
+        Type::Bool => "true or false; TRUE and FALSE as in rules",
+        Type::Number => "a finite number",
+        Type::String => "any text",
+    }
 }
 
 #[derive(Clone, Debug)]

@@ -191,6 +191,13 @@ fn set_is_typed_push_only_and_reports_only_real_changes() {
         s.set_push("maintenance_mode", "yes"),
         Err(StateError::WrongType { .. })
     ));
+    assert_eq!(
+        s.set_push("maintenance_mode", "True")
+            .unwrap_err()
+            .to_string(),
+        "maintenance_mode is a bool; \"True\" is not a bool (true or false; TRUE and FALSE as \
+         in rules)"
+    );
     assert!(matches!(
         s.set_push("dc1_api_healthy", "false"),
         Err(StateError::NotPush { kind: "probe", .. })
