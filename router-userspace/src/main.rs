@@ -156,9 +156,10 @@ enum Cmd {
         /// Remove the decapsulator instead.
         #[arg(long)]
         detach: bool,
-        /// XDP mode: native (driver) or generic (skb).
-        #[arg(long, value_enum, default_value = "native")]
-        mode: Mode,
+        /// XDP mode: native (driver, the default) or generic (skb). A decapsulator already
+        /// attached keeps the mode it runs in.
+        #[arg(long, value_enum)]
+        mode: Option<Mode>,
         /// bpffs directory; the links are pinned in its `decap/` subdirectory.
         #[arg(long, default_value = config::DEFAULT_PIN_PATH)]
         pin_path: PathBuf,
@@ -388,7 +389,13 @@ fn write_man(dir: &Path) -> Result<()> {
 
 /// `switchyard decap`: attaches (or with `detach`, removes) the decapsulator on each
 /// interface.
-fn decap_command(interfaces: &[String], detach: bool, mode: Mode, pin_path: &Path) -> Result<()> {
+fn decap_command(
+    interfaces: &[String],
+    detach: bool,
+    asked: Option<Mode>,
+    pin_path: &Path,
+) -> Result<()> {
+    let mode = asked.unwrap_or(Mode::Native);
     require_root("decap")?;
     // Every interface must exist before the first is changed: a missing one changes nothing.
     for iface in interfaces {
@@ -403,6 +410,14 @@ fn decap_command(interfaces: &[String], detach: bool, mode: Mode, pin_path: &Pat
         match decap::attach(iface, mode, pin_path)? {
             attach::Attached::Adopted(running) => {
                 println!("{iface}: decapsulator already attached ({running} mode)");
+                if let Some(m) = attach::ModeMismatch::of(asked, running) {
+                    println!(
+                        "{iface}: --mode {} was asked for; it keeps running in {running} mode \
+                         (to change it: switchyard decap --detach --iface {iface}, then attach \
+                         again)",
+                        m.asked.name()
+                    );
+                }
             }
             attach::Attached::New => {
                 println!("{iface}: decapsulator attached ({})", mode.name());

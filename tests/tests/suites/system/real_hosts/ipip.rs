@@ -159,6 +159,14 @@ fn ipip_serves_routed_backends_that_decapsulate_themselves() -> Result<()> {
     // Running it again changes nothing.
     let again = Decap::run(topo.backend(2), &decaps[0].pin_path, &[])?;
     ensure!(again.contains("already attached"), "{again:?}");
+    ensure!(!again.contains("was asked for"), "{again:?}");
+    // Asking for another mode keeps the one it runs in, and says how to change it.
+    let other = Decap::run(topo.backend(2), &decaps[0].pin_path, &["--mode", "generic"])?;
+    ensure!(
+        other.contains("already attached (native mode)")
+            && other.contains("--mode generic was asked for; it keeps running in native mode"),
+        "{other:?}"
+    );
 
     let v4: Vec<(IpAddr, u32)> = POOL
         .iter()
