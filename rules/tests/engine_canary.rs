@@ -93,7 +93,7 @@ impl Ramp {
         self.group.evaluate(&input).expect("evaluate")
     }
 
-    fn op(&mut self, t: u64, op: CanaryOp) -> Result<Decision, EngineError> {
+    fn op(&mut self, t: u64, op: &CanaryOp) -> Result<Decision, EngineError> {
         let input = Input::new(ms(t), &self.truths, &self.facts)
             .automatic(self.automatic)
             .rollback(self.rollback)
@@ -207,7 +207,7 @@ fn a_rollback_condition_true_from_the_start_never_sends_a_flow_to_the_canary() {
 fn pause_freezes_the_step_and_its_hold_and_resume_goes_on_with_what_was_left() {
     let mut r = Ramp::new();
     r.at(0);
-    let d = r.op(4_000, CanaryOp::Pause).expect("pause");
+    let d = r.op(4_000, &CanaryOp::Pause).expect("pause");
     assert!(d.switched.is_none());
     assert_eq!(d.next_deadline, None);
     let record = d.audit.last().expect("a record");
@@ -218,11 +218,11 @@ fn pause_freezes_the_step_and_its_hold_and_resume_goes_on_with_what_was_left() {
     assert_eq!(status.hold_left, Some(ms(6_000)));
     assert!(r.at(50_000).switched.is_none(), "a paused ramp stepped");
     assert!(matches!(
-        r.op(50_000, CanaryOp::Pause),
+        r.op(50_000, &CanaryOp::Pause),
         Err(EngineError::CanaryState { .. })
     ));
 
-    let d = r.op(50_000, CanaryOp::Resume).expect("resume");
+    let d = r.op(50_000, &CanaryOp::Resume).expect("resume");
     assert!(d.switched.is_none());
     assert_eq!(d.next_deadline, Some(ms(56_000)));
     assert!(r.at(55_999).switched.is_none());
@@ -231,7 +231,7 @@ fn pause_freezes_the_step_and_its_hold_and_resume_goes_on_with_what_was_left() {
         split("stable", 75, "canary", 25)
     );
     assert!(matches!(
-        r.op(56_001, CanaryOp::Resume),
+        r.op(56_001, &CanaryOp::Resume),
         Err(EngineError::CanaryState { .. })
     ));
 }
@@ -240,7 +240,7 @@ fn pause_freezes_the_step_and_its_hold_and_resume_goes_on_with_what_was_left() {
 fn a_paused_ramp_still_rolls_back() {
     let mut r = Ramp::new();
     r.at(0);
-    r.op(1_000, CanaryOp::Pause).expect("pause");
+    r.op(1_000, &CanaryOp::Pause).expect("pause");
     r.rollback = true;
     assert_eq!(canary_switch(&r.at(2_000)).to, pool("stable"));
     assert_eq!(r.state(), RampPhase::RolledBack);
@@ -252,7 +252,7 @@ fn abort_needs_a_reason_drops_the_share_at_once_and_stops() {
     r.at(0);
     r.at(10_000);
     assert!(matches!(
-        r.op(11_000, CanaryOp::Abort("  ".into())),
+        r.op(11_000, &CanaryOp::Abort("  ".into())),
         Err(EngineError::MissingReason { .. })
     ));
     assert_eq!(
@@ -261,7 +261,7 @@ fn abort_needs_a_reason_drops_the_share_at_once_and_stops() {
         "a refused abort changed the ramp"
     );
     let d = r
-        .op(11_000, CanaryOp::Abort("error budget spent".into()))
+        .op(11_000, &CanaryOp::Abort("error budget spent".into()))
         .expect("abort");
     let s = canary_switch(&d);
     assert_eq!(s.to, pool("stable"));
@@ -277,7 +277,7 @@ fn abort_needs_a_reason_drops_the_share_at_once_and_stops() {
         CanaryOp::Abort("again".into()),
     ] {
         assert!(matches!(
-            r.op(40_000, op),
+            r.op(40_000, &op),
             Err(EngineError::CanaryState { .. })
         ));
     }
@@ -292,7 +292,7 @@ fn a_group_without_a_ramp_refuses_canary_operations() {
     let truths = [true, false, false];
     let input = Input::new(ms(0), &truths, &facts);
     assert!(matches!(
-        g.canary_op(CanaryOp::Pause, &input),
+        g.canary_op(&CanaryOp::Pause, &input),
         Err(EngineError::NoCanary { .. })
     ));
     assert!(g.canary_status().is_none());

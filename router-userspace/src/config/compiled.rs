@@ -135,6 +135,11 @@ pub(crate) fn from_checked(
 
 /// `cfg`'s rules over `schema`, each expression's compiled form from `expr` (the returned
 /// rules' schema is left empty: the caller moves its own in).
+#[expect(
+    clippy::too_many_lines,
+    reason = "the state variables, then each group's parts in turn: whens, require, gate, \
+              rollback_when, the slots it reads, its engine config"
+)]
 fn assemble(
     cfg: &Config,
     schema: &Schema,

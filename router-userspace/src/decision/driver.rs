@@ -469,7 +469,7 @@ impl Driver {
                 Op::Evaluate => group.evaluate(&input)?,
                 Op::Set(request) => group.set_override(request, &input)?,
                 Op::Clear => group.clear_override(&input)?,
-                Op::Canary(op) => group.canary_op(op, &input)?,
+                Op::Canary(op) => group.canary_op(&op, &input)?,
             }
         };
         self.groups[i].deadline = decision.next_deadline;

@@ -422,8 +422,7 @@ fn canary_operations_go_through_the_driver_and_refuse_a_group_without_a_ramp() {
             view,
             "canary pause",
         )
-        .err()
-        .expect("no ramp");
+        .expect_err("no ramp");
     assert!(e.to_string().contains("has no canary ramp"), "{e}");
 
     let mut w = world_of(with_canary(&[1_000, 10_000]));

@@ -491,7 +491,7 @@ decisions:
     let canary = config.decisions[0].canary.clone().expect("a canary ramp");
     assert_eq!(canary.pool, "canary");
     assert_eq!(canary.steps, [50, 500, 2_525, 10_000]);
-    assert_eq!(canary.hold, Duration::from_secs(600));
+    assert_eq!(canary.hold, Duration::from_mins(10));
     assert_eq!(
         canary.rollback_when.as_deref(),
         Some("pool.canary.healthy_ratio < 0.9")

@@ -100,7 +100,7 @@ impl Canary {
         match action {
             Action::Pool(_) if share >= SHARE_SCALE => Action::Pool(self.pool.clone()),
             Action::Pool(p) => {
-                let (rest, canary) = if share % 100 == 0 {
+                let (rest, canary) = if share.is_multiple_of(100) {
                     (100 - share / 100, share / 100)
                 } else {
                     (SHARE_SCALE - share, share)
@@ -346,7 +346,7 @@ impl Group {
     /// group without `canary:`, [`EngineError::MissingReason`] for an abort without a reason,
     /// and [`EngineError::CanaryState`] for a pause of a ramp that is not ramping, a resume of
     /// one that is not paused, and an abort of one that has stopped.
-    pub fn canary_op(&mut self, op: CanaryOp, input: &Input<'_>) -> Result<Decision, EngineError> {
+    pub fn canary_op(&mut self, op: &CanaryOp, input: &Input<'_>) -> Result<Decision, EngineError> {
         self.check_truths(input)?;
         let group = self.config.name.clone();
         if self.config.canary.is_none() {
@@ -368,7 +368,7 @@ impl Group {
             op: what.to_owned(),
             state: phase,
         };
-        let (cause, reason) = match &op {
+        let (cause, reason) = match op {
             CanaryOp::Pause if phase != RampPhase::Ramping => return Err(refuse("pause")),
             CanaryOp::Resume if phase != RampPhase::Paused => return Err(refuse("resume")),
             CanaryOp::Abort(_) if phase.stopped() => return Err(refuse("abort")),
