@@ -326,6 +326,7 @@ fn higher_priority_first_then_declaration_order() {
         ],
         default: None,
         policy: SwitchPolicy::default(),
+        canary: None,
     };
     let group = Group::new(config.clone()).expect("valid");
     let ids: Vec<_> = group.rules_in_order().map(|r| r.id.as_str()).collect();

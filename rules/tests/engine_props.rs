@@ -70,6 +70,7 @@ fn config(policy: (u64, u64, u64), with_default: bool) -> GroupConfig {
             cooldown: Duration::from_millis(policy.1),
             failback_after: Duration::from_millis(policy.2),
         },
+        canary: None,
     }
 }
 
@@ -228,6 +229,7 @@ proptest! {
             let since_last = last_switch.map(|t| d.now.checked_sub(t).expect("time runs forward"));
             match switch.kind {
                 SwitchKind::Adopt => prop_assert!(switch.from.is_none()),
+                SwitchKind::Canary => prop_assert!(false, "a canary switch without a ramp"),
                 SwitchKind::Override => {}
                 SwitchKind::Emergency => {
                     prop_assert!(step.automatic, "emergency exit while frozen");

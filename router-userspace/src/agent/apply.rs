@@ -245,6 +245,8 @@ impl Runtime {
         let mut store = Store::new(cfg, health);
         store.carry_over(&self.store);
         let mut driver = Driver::new(cfg);
+        // Before resume: it matches the maps' words at the ramps' shares.
+        driver.carry_ramps(&self.driver);
         driver.resume(cfg, &self.publisher, self.now());
         if self.fleet.is_some() {
             driver.follow_all_but(&self.driver.leading());

@@ -8,7 +8,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use rules::engine::{AuditRecord, OverrideRequest};
+use rules::engine::{AuditRecord, CanaryOp, OverrideRequest, RampStatus};
 use tokio::sync::oneshot;
 
 use super::apply::Outcome;
@@ -105,6 +105,17 @@ pub enum Command {
         /// The switch written, if the override switched the group.
         reply: Reply<Option<Published>>,
     },
+    /// `ctl canary pause|resume|abort`.
+    Canary {
+        /// The group.
+        group: String,
+        /// What to do.
+        op: CanaryOp,
+        /// When the API took the request.
+        event: Instant,
+        /// The ramp afterwards, and the switch written if the share changed.
+        reply: Reply<(RampStatus, Option<Published>)>,
+    },
     /// `ctl backend drain` or `ctl backend undrain`.
     Drain {
         /// The pool.
@@ -163,6 +174,8 @@ pub enum Query {
     Running(oneshot::Sender<Option<u64>>),
     /// `GET /weights/{pool}`.
     Weights(String, Reply<crate::api::weights::PoolWeightsView>),
+    /// `GET /canary/{group}`: the group's canary ramp, with its next step in seconds from now.
+    Canary(String, Reply<crate::api::ctl::CanaryView>),
     /// The names of the published service and backend slots (`GET /flows`,
     /// `POST /flows/purge`).
     FlowCatalog(oneshot::Sender<crate::flows::Catalog>),

@@ -268,21 +268,20 @@ impl Runtime {
         let Some(active) = self.driver.active(group).cloned() else {
             return;
         };
+        // What this node's maps hold: the active action at its canary ramp's share.
+        let action = self
+            .driver
+            .published(group)
+            .cloned()
+            .unwrap_or_else(|| active.action.clone());
         let Some(f) = &self.fleet else { return };
         let same = f
             .published
             .get(group)
-            .is_some_and(|(_, d)| d.action == active.action);
-        if !same && f.sent.get(group) != Some(&active.action) {
-            let word = self.publisher.action_word(Some(&active.action), None);
-            self.send_decision(
-                group,
-                &active.action,
-                &active.by,
-                word,
-                "leader elected",
-                None,
-            );
+            .is_some_and(|(_, d)| d.action == action);
+        if !same && f.sent.get(group) != Some(&action) {
+            let word = self.publisher.action_word(Some(&action), None);
+            self.send_decision(group, &action, &active.by, word, "leader elected", None);
         }
     }
 

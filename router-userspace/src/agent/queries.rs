@@ -264,6 +264,7 @@ impl Runtime {
             backends,
             state,
             overrides: self.driver.active_overrides(),
+            canaries: self.driver.canaries(),
             announced: self.announced.as_ref().map_or_else(Vec::new, |on| {
                 self.publisher
                     .vips()

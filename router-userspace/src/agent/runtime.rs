@@ -214,6 +214,14 @@ impl Runtime {
             } => {
                 let _ = reply.send(self.set_override(&group, request, event));
             }
+            Command::Canary {
+                group,
+                op,
+                event,
+                reply,
+            } => {
+                let _ = reply.send(self.canary_op(&group, op, event));
+            }
             Command::Drain {
                 pool,
                 address,
@@ -449,6 +457,60 @@ impl Runtime {
             .set_override(group, request, view, cause)
             .map_err(|e| e.to_string())?;
         Ok(self.publish(d, event))
+    }
+
+    /// `ctl canary pause|resume|abort GROUP`: the ramp's change goes through the group's
+    /// evaluation, its audit and, when the share changes, the map write, like any switch. A
+    /// fleet member changes only the ramps of the groups it leads.
+    fn canary_op(
+        &mut self,
+        group: &str,
+        op: rules::engine::CanaryOp,
+        event: Instant,
+    ) -> Result<(rules::engine::RampStatus, Option<Published>), String> {
+        if self.fleet.is_some() && !self.driver.leads(group) {
+            return Err(format!(
+                "decision group {group:?} is decided by its fleet leader: change its canary \
+                 ramp there"
+            ));
+        }
+        let cause = match &op {
+            rules::engine::CanaryOp::Pause => "canary pause",
+            rules::engine::CanaryOp::Resume => "canary resume",
+            rules::engine::CanaryOp::Abort(_) => "canary abort",
+        };
+        let view = View {
+            state: self.store.state(),
+            health: self.publisher.health(),
+            now: self.started.elapsed(),
+        };
+        let d = self
+            .driver
+            .canary_op(group, op, view, cause)
+            .map_err(|e| e.to_string())?;
+        let published = self.publish(d, event);
+        let status = self
+            .driver
+            .canary_status(group)
+            .map_err(|e| e.to_string())?;
+        Ok((status, published))
+    }
+
+    /// `ctl canary status GROUP`.
+    fn canary_view(&self, group: &str) -> Result<crate::api::ctl::CanaryView, String> {
+        let ramp = self
+            .driver
+            .canary_status(group)
+            .map_err(|e| e.to_string())?;
+        let now = self.now();
+        Ok(crate::api::ctl::CanaryView {
+            group: group.to_owned(),
+            next_step_in_s: ramp
+                .next_step_at
+                .map(|at| at.saturating_sub(now).as_secs_f64()),
+            published: self.driver.published(group).map(ToString::to_string),
+            ramp,
+        })
     }
 
     /// Refuses `action` for `group` when one of its pools has a backend of another address
@@ -715,6 +777,9 @@ impl Runtime {
             }
             Query::Weights(pool, reply) => {
                 let _ = reply.send(self.weights_view(&pool));
+            }
+            Query::Canary(group, reply) => {
+                let _ = reply.send(self.canary_view(&group));
             }
             Query::FlowCatalog(reply) => {
                 let _ = reply.send(self.flow_catalog());

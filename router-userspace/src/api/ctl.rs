@@ -11,6 +11,8 @@
 //! | `GET /decisions` | `?group=G` | the audit trail |
 //! | `GET /explain/{group}` | | explain |
 //! | `POST /what-if` | `{"group","set":["var=value",…]}` | explain on a hypothetical state |
+//! | `GET /canary/{group}` | | the group's canary ramp |
+//! | `POST /canary/{group}/{op}` | `{"reason"?}` | `pause`, `resume` or `abort` (a reason) |
 //!
 //! Changes go to the agent's event loop as commands, reads as queries. Errors are
 //! `400 {"error": "…"}`; nothing changes.
@@ -22,7 +24,7 @@ use axum::{
     extract::{Path, Query, State},
     response::{IntoResponse, Response},
 };
-use rules::engine::{Action, OverrideRequest};
+use rules::engine::{Action, CanaryOp, OverrideRequest, RampStatus};
 use serde::{Deserialize, Serialize};
 
 use super::{Api, answer, bad};
@@ -151,6 +153,62 @@ pub async fn set_override(State(api): State<Api>, Json(req): Json<SetOverride>) 
 /// `DELETE /override/{group}`.
 pub async fn clear_override(State(api): State<Api>, Path(group): Path<String>) -> Response {
     override_op(&api, group, None).await
+}
+
+/// `GET /canary/{group}`: a group's canary ramp.
+#[derive(Debug, Serialize)]
+pub struct CanaryView {
+    /// The group.
+    pub group: String,
+    /// The ramp (`state`, `step`, `share`, `next_step_at_us`, …).
+    #[serde(flatten)]
+    pub ramp: RampStatus,
+    /// Seconds until the next step, while ramping.
+    pub next_step_in_s: Option<f64>,
+    /// What the group publishes (`split=stable:95,canary:5`).
+    pub published: Option<String>,
+}
+
+/// `GET /canary/{group}`.
+pub async fn canary_status(State(api): State<Api>, Path(group): Path<String>) -> Response {
+    let r = api
+        .query(|reply| command::Query::Canary(group, reply))
+        .await;
+    answer(r)
+}
+
+/// `POST /canary/{group}/{op}` body.
+#[derive(Debug, Default, Serialize, Deserialize)]
+pub struct CanaryRequest {
+    /// Why (required for `abort`).
+    #[serde(default)]
+    pub reason: Option<String>,
+}
+
+/// `POST /canary/{group}/{op}`: `pause`, `resume` or `abort`.
+pub async fn canary_op(
+    State(api): State<Api>,
+    Path((group, op)): Path<(String, String)>,
+    Json(req): Json<CanaryRequest>,
+) -> Response {
+    let op = match (op.as_str(), req.reason) {
+        ("pause", _) => CanaryOp::Pause,
+        ("resume", _) => CanaryOp::Resume,
+        ("abort", reason) => CanaryOp::Abort(reason.unwrap_or_default()),
+        (other, _) => return bad(format!("{other:?}: expected pause, resume or abort")),
+    };
+    let event = Instant::now();
+    let r = api
+        .ask(|reply| Command::Canary {
+            group,
+            op,
+            event,
+            reply,
+        })
+        .await;
+    answer(r.map(|r| {
+        r.map(|(ramp, switched)| serde_json::json!({ "ramp": ramp, "switched": switched }))
+    }))
 }
 
 /// `POST /backend/drain` and `POST /backend/undrain` body.

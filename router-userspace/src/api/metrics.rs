@@ -169,6 +169,8 @@ pub struct Scrape {
     pub overrides: usize,
     /// Each virtual IP and whether it is announced (empty without `announce:`).
     pub announced: Vec<(std::net::IpAddr, bool)>,
+    /// Each decision group's canary ramp.
+    pub canaries: Vec<(String, rules::engine::RampStatus)>,
 }
 
 impl std::fmt::Debug for Scrape {
@@ -307,8 +309,42 @@ impl Collector for ScrapeCollector {
                 &announced,
             )?;
         }
+        canaries(&self.0, &mut encoder)?;
         state(&self.0, &mut encoder)
     }
+}
+
+/// Each canary ramp: its share (a ratio, 0 to 1) and its state (1 for the state it is in, 0
+/// for the others).
+fn canaries(scrape: &Scrape, encoder: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
+    if scrape.canaries.is_empty() {
+        return Ok(());
+    }
+    let mut m = encoder.encode_descriptor(
+        "canary_share",
+        "Share of new flows a decision group's canary ramp sends to its canary pool (0 to 1)",
+        None,
+        MetricType::Gauge,
+    )?;
+    for (group, ramp) in &scrape.canaries {
+        let labels: Labels = vec![("group", group.clone())];
+        ConstGauge::new(f64::from(ramp.share.0) / f64::from(rules::engine::SHARE_SCALE))
+            .encode(m.encode_family(&labels)?)?;
+    }
+    let mut rows = Vec::new();
+    for (group, ramp) in &scrape.canaries {
+        for phase in rules::engine::RampPhase::ALL {
+            let labels = vec![("group", group.clone()), ("state", phase.name().to_owned())];
+            rows.push((labels, u64::from(ramp.state == phase)));
+        }
+    }
+    family(
+        encoder,
+        "canary_state",
+        "1 for the state a decision group's canary ramp is in, 0 for the others",
+        MetricType::Gauge,
+        &rows,
+    )
 }
 
 /// The program's counters by reason and by service, then [`backends`].

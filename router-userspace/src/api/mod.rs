@@ -161,6 +161,8 @@ pub async fn serve(listener: tokio::net::TcpListener, api: Api) {
         .route("/versions/{n}", get(versions::show))
         .route("/diff/{a}/{b}", get(versions::diff))
         .route("/weights/{pool}", get(weights::get))
+        .route("/canary/{group}", get(ctl::canary_status))
+        .route("/canary/{group}/{op}", post(ctl::canary_op))
         .route("/flows", get(flows::list))
         .route("/flows/purge", post(flows::purge))
         .route("/trace", get(flows::trace))

@@ -74,6 +74,41 @@ pub enum Ctl {
         /// The version to restore.
         n: u64,
     },
+    /// `canary status|pause|resume|abort GROUP`: a decision group's canary ramp.
+    Canary {
+        /// `status`, `pause`, `resume` or `abort`.
+        #[command(subcommand)]
+        op: CanaryCmd,
+    },
+}
+
+/// `ctl canary …`.
+#[derive(Debug, Subcommand)]
+pub enum CanaryCmd {
+    /// The ramp: its state, step, share, and when the next step is due.
+    Status {
+        /// The decision group.
+        group: String,
+    },
+    /// Freezes the step and what is left of its hold (`rollback_when` still applies).
+    Pause {
+        /// The decision group.
+        group: String,
+    },
+    /// Goes on from a pause with what was left of the hold.
+    Resume {
+        /// The decision group.
+        group: String,
+    },
+    /// Sends no new flows to the canary pool any more and stops the ramp, audited with the
+    /// reason.
+    Abort {
+        /// The decision group.
+        group: String,
+        /// Why (required).
+        #[arg(long)]
+        reason: String,
+    },
 }
 
 /// `ctl state …`.
@@ -231,6 +266,24 @@ fn request(c: &reqwest::Client, base: &str, cmd: &Ctl) -> Result<reqwest::Reques
         Ctl::Rollback { n } => c.post(format!("{base}/rollback/{n}")),
         Ctl::Versions => c.get(format!("{base}/versions")),
         Ctl::Diff { a, b } => c.get(format!("{base}/diff/{a}/{b}")),
+        Ctl::Canary {
+            op: CanaryCmd::Status { group },
+        } => c.get(format!("{base}/canary/{group}")),
+        Ctl::Canary {
+            op: CanaryCmd::Pause { group },
+        } => c
+            .post(format!("{base}/canary/{group}/pause"))
+            .json(&json!({})),
+        Ctl::Canary {
+            op: CanaryCmd::Resume { group },
+        } => c
+            .post(format!("{base}/canary/{group}/resume"))
+            .json(&json!({})),
+        Ctl::Canary {
+            op: CanaryCmd::Abort { group, reason },
+        } => c
+            .post(format!("{base}/canary/{group}/abort"))
+            .json(&json!({ "reason": reason })),
     })
 }
 
@@ -307,6 +360,22 @@ pub fn render(cmd: &Ctl, v: &Value) -> Result<String> {
         }
         Ctl::Apply | Ctl::Rollback { .. } => o = outcome_text(v),
         Ctl::Versions => o = versions_table(v),
+        Ctl::Canary {
+            op: CanaryCmd::Status { .. },
+        } => o = canary_text(v),
+        Ctl::Canary { op } => {
+            let (group, done) = match op {
+                CanaryCmd::Pause { group } => (group, "paused"),
+                CanaryCmd::Resume { group } => (group, "resumed"),
+                CanaryCmd::Abort { group, .. } => (group, "aborted"),
+                CanaryCmd::Status { group } => (group, "unchanged"),
+            };
+            let _ = writeln!(o, "canary ramp of {group} {done}");
+            o.push_str(&canary_text(&v["ramp"]));
+            if !v["switched"].is_null() {
+                o.push_str(&switched_line(group, v));
+            }
+        }
         Ctl::Diff { a, b } => {
             let changes = v["changes"].as_array().cloned().unwrap_or_default();
             if changes.is_empty() {
@@ -350,6 +419,52 @@ fn switched_line(group: &str, v: &Value) -> String {
         s["word"].as_u64().unwrap_or(0),
         s["latency_us"].as_u64().unwrap_or(0)
     )
+}
+
+/// A canary ramp (`GET /canary/{group}`, or the `ramp` of an operation's answer):
+/// `canary pool canary: ramping, step 2 of 4 (25%), steps 5%, 25%, 50%, 100%, hold 10m`, then
+/// when the next step is due, what the group publishes and its `rollback_when`.
+fn canary_text(v: &Value) -> String {
+    use std::fmt::Write as _;
+    let pct = |x: &Value| format!("{}%", x.as_f64().unwrap_or(0.0));
+    let steps: Vec<String> = v["steps"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(pct)
+        .collect();
+    let hold = std::time::Duration::from_micros(v["hold_us"].as_u64().unwrap_or(0));
+    let mut o = format!(
+        "canary pool {}: {}, step {} of {} ({}), steps {}, hold {}\n",
+        v["pool"].as_str().unwrap_or("?"),
+        v["state"].as_str().unwrap_or("?"),
+        v["step"].as_u64().unwrap_or(0),
+        steps.len(),
+        pct(&v["share"]),
+        steps.join(", "),
+        humantime::format_duration(hold)
+    );
+    if let Some(s) = v["next_step_in_s"].as_f64() {
+        let _ = writeln!(o, "  next step in {s:.1}s");
+    }
+    if let Some(left) = v["hold_left_us"].as_u64() {
+        let left = std::time::Duration::from_millis(left / 1000);
+        let _ = writeln!(
+            o,
+            "  paused with {} of the hold left",
+            humantime::format_duration(left)
+        );
+    }
+    if let Some(p) = v["published"].as_str() {
+        let _ = writeln!(o, "  publishes {p}");
+    }
+    match v["rollback_when"].as_str() {
+        Some("") | None => {}
+        Some(r) => {
+            let _ = writeln!(o, "  rollback_when: {r}");
+        }
+    }
+    o
 }
 
 /// `ctl backend drain/undrain`: what became of the backend (`{"changed": bool}`).
@@ -475,6 +590,7 @@ pub fn decisions_table(group: Option<&str>, records: &[AuditRecord]) -> String {
             (AuditKind::OverrideCleared, _) => "override cleared".to_owned(),
             (AuditKind::OverrideExpired, _) => "override expired".to_owned(),
             (AuditKind::Breaker, _) => "circuit breaker".to_owned(),
+            (AuditKind::Canary, _) => "canary".to_owned(),
         };
         let change = match r.kind {
             AuditKind::Switch => format!("{} → {}", action(&r.from), action(&r.to)),
@@ -487,6 +603,10 @@ pub fn decisions_table(group: Option<&str>, records: &[AuditRecord]) -> String {
             ),
             AuditKind::OverrideSet => action(&r.to),
             AuditKind::OverrideCleared | AuditKind::OverrideExpired => String::new(),
+            AuditKind::Canary => r
+                .values
+                .get("canary.state")
+                .map_or_else(String::new, |s| format!("ramp {s}")),
         };
         let by = r.by.as_ref().map_or("-".to_owned(), ToString::to_string);
         let latency = r.latency_us.map_or("-".to_owned(), |us| format!("{us} µs"));
@@ -519,6 +639,7 @@ fn switch_kind(k: SwitchKind) -> &'static str {
         SwitchKind::Emergency => "emergency",
         SwitchKind::Resume => "resume",
         SwitchKind::Override => "override",
+        SwitchKind::Canary => "canary",
     }
 }
 
@@ -812,6 +933,43 @@ mod tests {
         assert_eq!(
             text(&Ctl::Diff { a: 1, b: 1 }, r#"{"changes":[]}"#),
             "versions 1 and 1 define the same resources\n"
+        );
+    }
+
+    #[test]
+    fn canary_status_says_where_the_ramp_is_and_what_the_group_publishes() {
+        use super::CanaryCmd;
+        let cmd = Ctl::Canary {
+            op: CanaryCmd::Status {
+                group: "web".into(),
+            },
+        };
+        let answer = r#"{"group": "web", "pool": "canary", "state": "ramping", "step": 2,
+            "steps": [5.0, 25.0, 50.0, 100.0], "share": 25.0, "hold_us": 600000000,
+            "next_step_at_us": 1000, "hold_left_us": null,
+            "rollback_when": "pool.canary.healthy_ratio < 0.9", "next_step_in_s": 312.44,
+            "published": "split=stable:75,canary:25"}"#;
+        assert_eq!(
+            text(&cmd, answer),
+            "canary pool canary: ramping, step 2 of 4 (25%), steps 5%, 25%, 50%, 100%, hold \
+             10m\n  next step in 312.4s\n  publishes split=stable:75,canary:25\n  \
+             rollback_when: pool.canary.healthy_ratio < 0.9\n"
+        );
+        let abort = Ctl::Canary {
+            op: CanaryCmd::Abort {
+                group: "web".into(),
+                reason: "bad build".into(),
+            },
+        };
+        let answer = r#"{"ramp": {"pool": "canary", "state": "aborted", "step": 2,
+            "steps": [5.0, 25.0], "share": 0.0, "hold_us": 1000000, "next_step_at_us": null,
+            "hold_left_us": null, "rollback_when": ""},
+            "switched": {"group": "web", "to": {"pool": "stable"}, "word": 1, "latency_us": 7}}"#;
+        assert_eq!(
+            text(&abort, answer),
+            "canary ramp of web aborted\ncanary pool canary: aborted, step 2 of 2 (0%), steps \
+             5%, 25%, hold 1s\nweb switched to pool=stable: decision word 0x1 written 7 µs \
+             after the request\n"
         );
     }
 }

@@ -63,6 +63,8 @@ pub struct Group {
     pub require: Option<Compiled>,
     /// The slot of `automatic`.
     pub automatic: Option<Slot>,
+    /// The canary ramp's `rollback_when`.
+    pub rollback: Option<Compiled>,
     /// Every slot whose change can change the group's decision: what its expressions and
     /// gate read, and the pool built-ins of every pool its actions name (pool health feeds
     /// the emergency exit and `require`).
@@ -133,6 +135,11 @@ pub(crate) fn from_checked(
 
 /// `cfg`'s rules over `schema`, each expression's compiled form from `expr` (the returned
 /// rules' schema is left empty: the caller moves its own in).
+#[expect(
+    clippy::too_many_lines,
+    reason = "the state variables, then each group's parts in turn: whens, require, gate, \
+              rollback_when, the slots it reads, its engine config"
+)]
 fn assemble(
     cfg: &Config,
     schema: &Schema,
@@ -177,9 +184,16 @@ fn assemble(
             .collect::<Result<Vec<_>, _>>()?;
         let require = g.require.as_deref().map(&mut compile).transpose()?;
         let automatic = g.automatic.as_deref().map(slot).transpose()?;
+        let rollback = g
+            .canary
+            .as_ref()
+            .and_then(|c| c.rollback_when.as_deref())
+            .map(&mut compile)
+            .transpose()?;
         let mut reads: BTreeSet<Slot> = whens
             .iter()
             .chain(require.iter())
+            .chain(rollback.iter())
             .flat_map(|w| w.reads().iter().copied())
             .collect();
         reads.extend(automatic);
@@ -188,6 +202,7 @@ fn assemble(
             .iter()
             .flat_map(|r| r.then.live_pools())
             .chain(g.default.iter().flat_map(rules::engine::Action::live_pools))
+            .chain(g.canary.iter().map(|c| c.pool.as_str()))
             .collect();
         for p in pools {
             for what in ["healthy", "healthy_count"] {
@@ -213,6 +228,12 @@ fn assemble(
                 cooldown: g.switch.cooldown,
                 failback_after: g.switch.failback_after,
             },
+            canary: g.canary.as_ref().map(|c| rules::engine::Canary {
+                pool: c.pool.clone(),
+                steps: c.steps.clone(),
+                hold: c.hold,
+                rollback_when: c.rollback_when.clone().unwrap_or_default(),
+            }),
         };
         // The engine's own checks (a rule's action, the policy) run here, once.
         let engine = rules::engine::Group::new(config.clone()).map_err(|e| e.to_string())?;
@@ -222,6 +243,7 @@ fn assemble(
             whens,
             require,
             automatic,
+            rollback,
             reads,
         });
     }

@@ -746,6 +746,24 @@ pub struct DecisionGroup {
     /// What becomes of the flows tracked on the pool the group leaves when it fails back
     /// (switches back to a pool it had left; default keep).
     pub on_failback: FlowPolicy,
+    /// `canary:` — a ramp of new flows onto a canary pool.
+    pub canary: Option<CanaryRamp>,
+}
+
+/// `decisions[].canary`: the share of new flows sent to `pool` rises through `steps`, one step
+/// per `hold`, while `rollback_when` stays false; when it turns true the share drops to zero
+/// and the ramp stops (`rules::engine::canary`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CanaryRamp {
+    /// The canary pool (of the group's address family).
+    pub pool: String,
+    /// Shares in units of 1/`rules::engine::SHARE_SCALE` (`5%` is 500), increasing, each in
+    /// (0, 100 %].
+    pub steps: Vec<u32>,
+    /// How long each step holds before the next.
+    pub hold: Duration,
+    /// A bool expression, compiled like `when`; `None`: no automatic rollback.
+    pub rollback_when: Option<String>,
 }
 
 /// `decisions[].rules[]`.

@@ -271,6 +271,17 @@ pub(crate) struct DecisionGroupSpec {
     pub require: Option<String>,
     pub automatic: Option<String>,
     pub on_failback: Option<String>,
+    pub canary: Option<CanarySpec>,
+}
+
+/// `decisions[].canary`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct CanarySpec {
+    pub pool: Option<String>,
+    pub steps: Option<Vec<String>>,
+    pub hold: Option<String>,
+    pub rollback_when: Option<String>,
 }
 
 /// `decisions[].rules[]`.

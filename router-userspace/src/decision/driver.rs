@@ -11,8 +11,8 @@ use std::{
 use rules::{
     Compiled, Slot, State, Value,
     engine::{
-        Action, AuditRecord, By, Decision, EngineError, Facts, Group, Input, OverrideRequest,
-        Switch,
+        Action, AuditKind, AuditRecord, By, CanaryOp, Decision, EngineError, Facts, Group, Input,
+        OverrideRequest, RampStatus, Switch, SwitchKind,
     },
 };
 
@@ -75,6 +75,7 @@ enum Op {
     Evaluate,
     Set(OverrideRequest),
     Clear,
+    Canary(CanaryOp),
 }
 
 /// Every decision group of a configuration and its switching state.
@@ -208,6 +209,17 @@ impl Driver {
             .active()
     }
 
+    /// What `group` publishes: its active action at its canary ramp's share (`None` for an
+    /// unknown group or before its first decision).
+    #[must_use]
+    pub fn published(&self, group: &str) -> Option<&Action> {
+        self.groups
+            .iter()
+            .find(|g| g.group.name() == group)?
+            .group
+            .published()
+    }
+
     /// Starts (`true`) or stops deciding `group` here. A group that starts leading goes on
     /// from the action it follows (its hysteresis and cooldown as [`Driver::follow`] set
     /// them); the caller evaluates it next. Returns whether the group is known.
@@ -262,21 +274,32 @@ impl Driver {
             };
             let word = publisher.action_word(Some(&published), None);
             let config = g.group.config().clone();
-            let candidate = config
+            // With a canary ramp, the maps hold a rule's action at the ramp's share.
+            let ramp = g.group.ramp().clone();
+            let share = g.group.canary_share();
+            let ramped = |a: &Action| match &config.canary {
+                Some(c) => c.apply(a, share),
+                None => a.clone(),
+            };
+            let matched = config
                 .rules
                 .iter()
                 .map(|r| &r.action)
                 .chain(config.default.iter())
-                .find(|a| publisher.action_word(Some(a), None) == word)
-                .cloned()
-                .unwrap_or(published);
+                .find(|a| publisher.action_word(Some(&ramped(a)), None) == word)
+                .cloned();
+            // What the maps hold, in the config's form when it matched.
+            let holds = matched.as_ref().map_or_else(|| published.clone(), &ramped);
+            let candidate = matched.unwrap_or(published);
             let known = candidate
                 .live_pools()
                 .all(|p| cfg.pools.iter().any(|q| q.name == p));
             if !known {
                 continue;
             }
-            if let Ok(group) = Group::resume(config, candidate, now) {
+            if let Ok(mut group) = Group::resume(config, candidate, now) {
+                group.restore_ramp(ramp);
+                group.published_as(holds);
                 g.group = group;
                 resumed.push(name);
             }
@@ -294,9 +317,11 @@ impl Driver {
             .filter(|(_, g)| g.group.active().is_none())
             .filter_map(|(i, g)| {
                 let (truths, facts, open) = inputs(&self.rules, i, view);
-                let input = Input::new(view.now, &truths, &facts).automatic(open);
+                let input = Input::new(view.now, &truths, &facts)
+                    .automatic(open)
+                    .rollback(rollback(&self.rules, i, view));
                 let d = g.group.what_if(&input).ok()?;
-                Some((g.group.name().to_owned(), d.active?.action))
+                Some((g.group.name().to_owned(), d.published?))
             })
             .collect()
     }
@@ -353,6 +378,66 @@ impl Driver {
         self.evaluate(i, view, cause, op)
     }
 
+    /// Pauses, resumes or aborts the canary ramp of `group` (`ctl canary`), evaluating it.
+    ///
+    /// # Errors
+    ///
+    /// [`DriverError`] for an unknown group, or what the engine refuses (no ramp, a ramp in
+    /// the wrong state, an abort without a reason).
+    pub fn canary_op(
+        &mut self,
+        group: &str,
+        op: CanaryOp,
+        view: View<'_>,
+        cause: &str,
+    ) -> Result<Decided, DriverError> {
+        let i = self.index(group)?;
+        self.evaluate(i, view, cause, Op::Canary(op))
+    }
+
+    /// The canary ramp of `group` (`ctl canary status`).
+    ///
+    /// # Errors
+    ///
+    /// [`DriverError::UnknownGroup`]; [`DriverError::Engine`] with
+    /// [`EngineError::NoCanary`] for a group without `canary:`.
+    pub fn canary_status(&self, group: &str) -> Result<RampStatus, DriverError> {
+        let i = self.index(group)?;
+        self.groups[i].group.canary_status().ok_or_else(|| {
+            DriverError::Engine(EngineError::NoCanary {
+                group: group.into(),
+            })
+        })
+    }
+
+    /// Every ramp, by group in declaration order, for the metrics.
+    #[must_use]
+    pub fn canaries(&self) -> Vec<(String, RampStatus)> {
+        self.groups
+            .iter()
+            .filter_map(|g| Some((g.group.name().to_owned(), g.group.canary_status()?)))
+            .collect()
+    }
+
+    /// Takes over the ramps of `old` (the driver of the config before an apply) for each
+    /// group whose `canary:` block is the same in both: an apply that does not change it keeps
+    /// its ramp where it is; one that changes it (or adds it) starts the ramp over. Call before
+    /// [`Driver::resume`], which matches the maps' words at the ramps' shares.
+    pub fn carry_ramps(&mut self, old: &Self) {
+        for g in &mut self.groups {
+            let Some(canary) = g.group.config().canary.clone() else {
+                continue;
+            };
+            let same = old.groups.iter().find(|o| {
+                o.group.name() == g.group.name()
+                    && o.group.config().canary.as_ref() == Some(&canary)
+            });
+            if let Some(o) = same {
+                g.group.restore_ramp(o.group.ramp().clone());
+            }
+        }
+    }
+
     pub(crate) fn index(&self, group: &str) -> Result<usize, DriverError> {
         self.groups
             .iter()
@@ -377,12 +462,14 @@ impl Driver {
             let (truths, facts, open) = inputs(&rules, i, view);
             let input = Input::new(view.now, &truths, &facts)
                 .automatic(open)
-                .cause(cause);
+                .cause(cause)
+                .rollback(rollback(&rules, i, view));
             let group = &mut self.groups[i].group;
             match op {
                 Op::Evaluate => group.evaluate(&input)?,
                 Op::Set(request) => group.set_override(request, &input)?,
                 Op::Clear => group.clear_override(&input)?,
+                Op::Canary(op) => group.canary_op(&op, &input)?,
             }
         };
         self.groups[i].deadline = decision.next_deadline;
@@ -399,16 +486,21 @@ impl Driver {
                 vetoed.join(", ")
             );
         }
-        let switch_to = match (&decision.switched, &decision.active) {
-            (Some(_), Some(active)) => Some(active.action.clone()),
-            _ => None,
-        };
+        // What the maps get: the switch's published form (a ramp's share applied).
+        let switch_to = decision.switched.as_ref().map(|s| s.to.clone());
         let g = &rules.groups[i];
         let records = decision
             .audit
             .into_iter()
             .map(|mut record| {
-                if let Some(By::Rule(id)) = &record.by
+                let canary =
+                    record.kind == AuditKind::Canary || record.switch == Some(SwitchKind::Canary);
+                if canary {
+                    // A ramp's record: the values `rollback_when` read, next to the ramp's.
+                    if let Some(expr) = &g.rollback {
+                        record.values.extend(explain_values(expr, view.state));
+                    }
+                } else if let Some(By::Rule(id)) = &record.by
                     && let Some(pos) = g.config.rules.iter().position(|r| &r.id == id)
                     && let Some(expr) = g.whens.get(pos)
                 {
@@ -482,6 +574,14 @@ pub(super) fn inputs<'a>(
         ratio: rules.target_ratio,
     };
     (truths, facts, gate(g.automatic, view.state))
+}
+
+/// The value of group `i`'s `rollback_when` over `view` (false without one).
+pub(super) fn rollback(rules: &Rules, i: usize, view: View<'_>) -> bool {
+    rules.groups[i]
+        .rollback
+        .as_ref()
+        .is_some_and(|r| r.eval(view.state))
 }
 
 /// The gate: true without `automatic`; an unset gate reads as open.

@@ -8,7 +8,7 @@ use rules::{
 };
 use serde::Serialize;
 
-use super::driver::{Driver, DriverError, View, explain_values, gate, inputs};
+use super::driver::{Driver, DriverError, View, explain_values, gate, inputs, rollback};
 use crate::config::compiled::Group;
 
 /// A group's explanation with the values each expression read.
@@ -29,7 +29,7 @@ pub struct GroupExplanation {
 /// One rule's expression and the values it read.
 #[derive(Clone, Debug, Serialize)]
 pub struct Condition {
-    /// Rule id (or `require`, `automatic`).
+    /// Rule id (or `rollback_when`, `automatic`).
     pub id: String,
     /// Its expression.
     pub expr: String,
@@ -49,7 +49,9 @@ impl Driver {
         let i = self.index(group)?;
         let g = &self.rules().groups[i];
         let (truths, facts, open) = inputs(self.rules(), i, view);
-        let input = Input::new(view.now, &truths, &facts).automatic(open);
+        let input = Input::new(view.now, &truths, &facts)
+            .automatic(open)
+            .rollback(rollback(self.rules(), i, view));
         let explanation = self.engine_group(i).explain(&input)?;
         let state = view.state;
         let mut conditions: Vec<Condition> = g
@@ -64,6 +66,14 @@ impl Driver {
                 truth: w.eval(state),
             })
             .collect();
+        if let Some(r) = &g.rollback {
+            conditions.push(Condition {
+                id: "rollback_when".into(),
+                expr: r.source().to_owned(),
+                values: explain_values(r, state),
+                truth: r.eval(state),
+            });
+        }
         if let Some(slot) = g.automatic {
             let name = store_name(g, slot, state);
             conditions.push(Condition {

@@ -39,7 +39,10 @@ fn ms(n: u64) -> Duration {
 }
 
 fn world(switch: SwitchPolicy) -> World {
-    let cfg = web_failover(switch);
+    world_of(web_failover(switch))
+}
+
+fn world_of(cfg: Config) -> World {
     let mut publisher = Publisher::new();
     let mut health = publisher.health().clone();
     health.configure(&cfg);
@@ -326,4 +329,120 @@ fn a_followed_group_is_not_evaluated_until_it_leads_and_then_goes_on_from_the_fo
     assert!(w.driver.leads("web-failover"));
     assert!(w.run(&[], true, ms(40)).is_empty(), "no flap on takeover");
     assert!(!w.driver.set_leading("no-such-group", true));
+}
+
+/// `web_failover` with a canary ramp onto dc2 at `steps` (basis points), a hold of 1 s, rolled
+/// back when a dc2 backend is down.
+fn with_canary(steps: &[u32]) -> Config {
+    let mut cfg = web_failover(SwitchPolicy::default());
+    cfg.decisions[0].canary = Some(crate::config::model::CanaryRamp {
+        pool: "dc2".into(),
+        steps: steps.to_vec(),
+        hold: ms(1_000),
+        rollback_when: Some("pool.dc2.healthy_ratio < 0.9".into()),
+    });
+    cfg.compiled().expect("rules")
+}
+
+impl World {
+    /// An apply of `cfg`, as the agent's: a new driver takes the ramps it keeps, resumes the
+    /// published words, and every group is evaluated.
+    fn apply(&mut self, cfg: &Config, now: Duration) -> Vec<Published> {
+        let mut driver = Driver::new(cfg);
+        driver.carry_ramps(&self.driver);
+        driver.resume(cfg, &self.publisher, now);
+        self.driver = driver;
+        self.run(&[], true, now)
+    }
+
+    fn split_b(&self) -> (u16, u16) {
+        let d = self.word();
+        (d.pool_b, d.split_b)
+    }
+}
+
+#[test]
+fn a_canary_ramp_is_written_step_by_step_and_an_apply_keeps_or_restarts_it() {
+    let steps = [1_000, 5_000, 10_000];
+    let mut w = world_of(with_canary(&steps));
+    let dc2 = w.pool("dc2");
+    assert_eq!(w.word().pool_a, w.pool("dc1"));
+    assert_eq!(w.split_b(), (dc2, 1_000));
+    assert_eq!(w.driver.next_deadline(), Some(ms(1_000)));
+    assert!(w.timer(ms(999)).is_empty());
+    assert_eq!(w.timer(ms(1_000)).len(), 1);
+    assert_eq!(w.split_b(), (dc2, 5_000));
+    let rec = w.audit.log.iter().last().expect("audit");
+    assert_eq!(rec.switch, Some(rules::engine::SwitchKind::Canary));
+    assert_eq!(rec.cause, "canary");
+
+    // An apply that keeps the block: nothing is written, the ramp goes on from its step.
+    let n = w.dp.log.len();
+    assert!(w.apply(&with_canary(&steps), ms(1_500)).is_empty());
+    assert_eq!(w.dp.log.len(), n, "an unrelated apply rewrote the word");
+    let ramp = w.driver.canary_status("web-failover").expect("ramp");
+    assert_eq!((ramp.step, ramp.next_step_at), (2, Some(ms(2_000))));
+
+    // One that changes it starts over at its first step.
+    let changed = [2_000, 10_000];
+    assert_eq!(w.apply(&with_canary(&changed), ms(1_600)).len(), 1);
+    assert_eq!(w.split_b(), (dc2, 2_000));
+    let ramp = w.driver.canary_status("web-failover").expect("ramp");
+    assert_eq!((ramp.step, ramp.next_step_at), (1, Some(ms(2_600))));
+
+    // A canary backend down: rollback_when is true and the share goes to zero in the
+    // evaluation that sees it.
+    let out = w.health("dc2", "198.18.2.11", false, ms(1_700));
+    assert_eq!(out.len(), 1);
+    assert_eq!(w.word().pool_a, w.pool("dc1"));
+    assert_eq!(w.word().pool_b, NO_POOL);
+    let ramp = w.driver.canary_status("web-failover").expect("ramp");
+    assert_eq!(ramp.state, rules::engine::RampPhase::RolledBack);
+    let rec = w.audit.log.iter().last().expect("audit");
+    assert_eq!(
+        rec.values.get("pool.dc2.healthy_ratio").map(String::as_str),
+        Some("0.5")
+    );
+    assert_eq!(w.driver.next_deadline(), None);
+}
+
+#[test]
+fn canary_operations_go_through_the_driver_and_refuse_a_group_without_a_ramp() {
+    let mut w = world(SwitchPolicy::default());
+    let view = View {
+        state: w.store.state(),
+        health: w.publisher.health(),
+        now: ms(1),
+    };
+    let e = w
+        .driver
+        .canary_op(
+            "web-failover",
+            rules::engine::CanaryOp::Pause,
+            view,
+            "canary pause",
+        )
+        .expect_err("no ramp");
+    assert!(e.to_string().contains("has no canary ramp"), "{e}");
+
+    let mut w = world_of(with_canary(&[1_000, 10_000]));
+    let view = View {
+        state: w.store.state(),
+        health: w.publisher.health(),
+        now: ms(10),
+    };
+    let d = w
+        .driver
+        .canary_op(
+            "web-failover",
+            rules::engine::CanaryOp::Abort("bad build".into()),
+            view,
+            "canary abort",
+        )
+        .expect("abort");
+    assert_eq!(w.publish(vec![d]).len(), 1);
+    assert_eq!(w.word().pool_b, NO_POOL);
+    let rec = w.audit.log.iter().last().expect("audit");
+    assert_eq!(rec.reason.as_deref(), Some("bad build"));
+    assert_eq!(rec.cause, "canary abort");
 }

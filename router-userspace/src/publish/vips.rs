@@ -91,6 +91,8 @@ fn wanted(cfg: &Config) -> BTreeMap<IpAddr, (BTreeSet<String>, Vip)> {
                     for a in actions {
                         entry.0.extend(a.live_pools().map(str::to_owned));
                     }
+                    // A canary ramp sends new flows to its pool too.
+                    entry.0.extend(group.canary.iter().map(|c| c.pool.clone()));
                 }
             }
         }

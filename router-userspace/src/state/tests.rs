@@ -145,6 +145,7 @@ pub(crate) fn web_failover(switch: SwitchPolicy) -> Config {
             require: Some("target.healthy_count >= 1".into()),
             automatic: Some("automation_enabled".into()),
             on_failback: crate::config::FlowPolicy::Keep,
+            canary: None,
         }],
         rules: std::sync::Arc::default(),
     }

@@ -469,3 +469,38 @@ hooks:
     );
     assert!(load(&[("x.yaml", MINIMAL)]).hooks.is_empty());
 }
+
+#[test]
+fn a_canary_ramp_converts_its_steps_to_basis_points() {
+    let text = "\
+services:
+  - { name: web, vip: 198.18.0.10, port: 80, protocol: tcp, forward: dsr-l2, to: { decide: web } }
+pools:
+  - { name: stable, backends: [ { address: 198.18.1.11 } ] }
+  - { name: canary, backends: [ { address: 198.18.2.11 } ] }
+decisions:
+  - name: web
+    rules: [ { id: stable, when: \"true\", then: { pool: stable } } ]
+    canary:
+      pool: canary
+      steps: [0.5%, 5%, 25.25%, 100%]
+      hold: 10m
+      rollback_when: \"pool.canary.healthy_ratio < 0.9\"
+";
+    let config = load(&[("canary.yaml", text)]);
+    let canary = config.decisions[0].canary.clone().expect("a canary ramp");
+    assert_eq!(canary.pool, "canary");
+    assert_eq!(canary.steps, [50, 500, 2_525, 10_000]);
+    assert_eq!(canary.hold, Duration::from_mins(10));
+    assert_eq!(
+        canary.rollback_when.as_deref(),
+        Some("pool.canary.healthy_ratio < 0.9")
+    );
+    let engine = config.rules.groups[0]
+        .config
+        .canary
+        .clone()
+        .expect("compiled");
+    assert_eq!(engine.steps, canary.steps);
+    assert!(config.rules.groups[0].rollback.is_some());
+}

@@ -34,6 +34,10 @@ pub enum AuditKind {
     /// A backend's circuit breaker changed phase (`group` names the pool; `values` hold
     /// `backend`, `from` and `to`).
     Breaker,
+    /// A canary ramp changed state without changing what the group publishes (a pause, a
+    /// resume, a step under an override); `values` hold `canary.state`, `canary.step` and
+    /// `canary.share`. A change of the share is a `switch` record of switch kind `canary`.
+    Canary,
 }
 
 /// One audit record.

@@ -12,6 +12,7 @@ use serde::Serialize;
 
 use super::EngineError;
 use super::action::{Action, By};
+use super::canary::RampStatus;
 use super::group::{Active, Candidate, Group, Input, Wait};
 use super::overrides::Override;
 use super::time::{Time, opt_us, show, us};
@@ -75,8 +76,12 @@ pub struct Explanation {
     pub now: Time,
     /// The value of the `automatic` gate.
     pub automatic: bool,
-    /// The published action and its source.
+    /// The action the rules (or an override) chose and its source.
     pub active: Option<Active>,
+    /// What the group publishes: `active` with the canary ramp's share applied.
+    pub published: Option<Action>,
+    /// The canary ramp, if the group has one.
+    pub canary: Option<RampStatus>,
     /// The override in force.
     #[serde(rename = "override")]
     pub overriding: Option<Override>,
@@ -157,6 +162,8 @@ impl Group {
             now: input.now,
             automatic: input.automatic,
             active: decision.active.clone(),
+            published: decision.published.clone(),
+            canary: group.canary_status(),
             overriding: group.overriding.clone(),
             candidate: decision.candidate.clone(),
             wait: decision.wait.clone(),
@@ -203,6 +210,13 @@ impl fmt::Display for Explanation {
             None => f.write_str("nothing active")?,
         }
         writeln!(f, "; automatic {gate}")?;
+        if let Some(c) = &self.canary {
+            let published = self
+                .published
+                .as_ref()
+                .map_or("nothing".to_owned(), ToString::to_string);
+            writeln!(f, "  {c}; publishes {published}")?;
+        }
         if let Some(o) = &self.overriding {
             let until = o.expires_at.map_or("cleared".to_owned(), show);
             let forced = if o.forced { ", forced" } else { "" };

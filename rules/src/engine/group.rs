@@ -7,6 +7,7 @@ use serde::Serialize;
 use super::EngineError;
 use super::action::{Action, By, Facts};
 use super::audit::AuditRecord;
+use super::canary::{Canary, Note, Ramp};
 use super::overrides::Override;
 use super::time::{Time, opt_us, us};
 
@@ -49,6 +50,9 @@ pub struct GroupConfig {
     pub default: Option<Action>,
     /// `stable_for`, `cooldown`, `failback_after`.
     pub policy: SwitchPolicy,
+    /// The canary ramp (`canary:`), if any: what share of the rules' choice goes to the canary
+    /// pool ([`crate::engine::canary`]).
+    pub canary: Option<Canary>,
 }
 
 /// Everything one evaluation reads.
@@ -65,6 +69,8 @@ pub struct Input<'a> {
     /// What triggered the evaluation (a variable that changed, `timer`, `override set`), copied
     /// into audit records.
     pub cause: &'a str,
+    /// The value of the canary ramp's `rollback_when` (false without one).
+    pub rollback: bool,
 }
 
 impl<'a> Input<'a> {
@@ -76,7 +82,15 @@ impl<'a> Input<'a> {
             facts,
             automatic: true,
             cause: "",
+            rollback: false,
         }
+    }
+
+    /// Sets the value of the canary ramp's `rollback_when`.
+    #[must_use]
+    pub fn rollback(mut self, rollback: bool) -> Self {
+        self.rollback = rollback;
+        self
     }
 
     /// Sets the value of the `automatic` gate.
@@ -167,6 +181,9 @@ pub enum SwitchKind {
     Resume,
     /// To a manual override's action.
     Override,
+    /// The canary ramp's share changed (a step, a rollback, an abort), or the ramp applied to
+    /// an action again (an ended override): the rules' choice is the same.
+    Canary,
 }
 
 /// A change of the published action.
@@ -192,8 +209,12 @@ pub struct Decision {
     /// The time of the evaluation.
     #[serde(rename = "now_us", with = "us")]
     pub now: Time,
-    /// The action to publish (`None` only before the group ever had a candidate).
+    /// The action the rules (or an override) chose (`None` only before the group ever had a
+    /// candidate).
     pub active: Option<Active>,
+    /// What the group publishes: `active`'s action with the canary ramp's share applied
+    /// (the same action without a ramp).
+    pub published: Option<Action>,
     /// The switch this evaluation made, if any: the caller writes the map.
     pub switched: Option<Switch>,
     /// The action the rules choose (after vetoes), whether or not it is active.
@@ -231,6 +252,12 @@ pub struct Group {
     pub(super) vetoed: Vec<By>,
     /// The candidate whose blocked switch was audited as a freeze, to audit it once.
     pub(super) freeze_noted: Option<Action>,
+    /// The canary ramp's state (unused without `canary:`).
+    pub(super) ramp: Ramp,
+    /// What the group last published: the active action in its published form.
+    pub(super) published: Option<Action>,
+    /// A ramp transition of the evaluation under way, to audit.
+    pub(super) ramp_note: Option<Note>,
 }
 
 impl Group {
@@ -241,7 +268,7 @@ impl Group {
     /// When `config` is invalid: [`EngineError::EmptyGroupName`],
     /// [`EngineError::NothingToDecide`] (no rule and no default), [`EngineError::EmptyRuleId`],
     /// [`EngineError::DuplicateRuleId`], or [`EngineError::InvalidAction`] for a rule's or the
-    /// default's action ([`Action::problem`]).
+    /// default's action ([`Action::problem`]) or the canary ramp ([`Canary::problem`]).
     pub fn new(config: GroupConfig) -> Result<Self, EngineError> {
         validate(&config)?;
         let mut order: Vec<usize> = (0..config.rules.len()).collect();
@@ -257,6 +284,9 @@ impl Group {
             overriding: None,
             vetoed: Vec::new(),
             freeze_noted: None,
+            ramp: Ramp::default(),
+            published: None,
+            ramp_note: None,
         })
     }
 
@@ -273,11 +303,13 @@ impl Group {
             return Err(invalid(&config.name, "resumed action", problem));
         }
         let mut group = Self::new(config)?;
-        group.active = Some(Active {
+        let active = Active {
             action,
             by: By::Kept,
             since: now,
-        });
+        };
+        group.published = Some(group.publish_form(&active));
+        group.active = Some(active);
         Ok(group)
     }
 
@@ -312,6 +344,8 @@ impl Group {
         };
         self.active_rank = rank;
         self.last_switch = switched_at.map(|t| t.min(now));
+        // What the leader published is what this node's maps hold, ramp included.
+        self.published = Some(action.clone());
         self.active = Some(Active {
             action,
             by,
@@ -343,6 +377,12 @@ impl Group {
     #[must_use]
     pub fn active(&self) -> Option<&Active> {
         self.active.as_ref()
+    }
+
+    /// What the group publishes: the active action with the canary ramp's share applied.
+    #[must_use]
+    pub fn published(&self) -> Option<&Action> {
+        self.published.as_ref()
     }
 
     /// The time of the last switch, if any.
@@ -421,8 +461,11 @@ fn validate(config: &GroupConfig) -> Result<(), EngineError> {
             return Err(invalid(group, &format!("rule {}", rule.id), problem));
         }
     }
-    match config.default.as_ref().and_then(Action::problem) {
-        Some(problem) => Err(invalid(group, "default", problem)),
+    if let Some(problem) = config.default.as_ref().and_then(Action::problem) {
+        return Err(invalid(group, "default", problem));
+    }
+    match config.canary.as_ref().and_then(Canary::problem) {
+        Some(problem) => Err(invalid(group, "canary", problem)),
         None => Ok(()),
     }
 }

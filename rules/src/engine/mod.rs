@@ -57,11 +57,15 @@
 //!   because clearing an override, or choosing its TTL, is the operator handing control back.
 //! - **Resume.** [`Group::resume`] starts a group from an action published by a previous run; it
 //!   is kept in the same way.
+//! - **Canary ramp.** A group with `canary:` publishes its rules' choice with a share of new
+//!   flows sent to a canary pool, raised step by step and dropped to zero when `rollback_when`
+//!   turns true; each change of the share is a switch of kind `canary` ([`canary`]).
 //! - **Identity.** Switching means the action changes. If a different rule (or the default) with
 //!   the same action becomes the candidate, the active action is relabelled without a switch.
 
 mod action;
 mod audit;
+pub mod canary;
 mod explain;
 mod group;
 mod overrides;
@@ -70,6 +74,7 @@ mod time;
 
 pub use action::{Action, By, Facts, FixedFacts};
 pub use audit::{AuditKind, AuditLog, AuditRecord};
+pub use canary::{Canary, CanaryOp, Percent, Ramp, RampPhase, RampStatus, SHARE_SCALE};
 pub use explain::{DefaultExplanation, Explanation, RuleExplanation, RuleStatus};
 pub use group::{
     Active, Candidate, Decision, Group, GroupConfig, Input, Rule, Switch, SwitchKind, SwitchPolicy,
@@ -154,5 +159,22 @@ pub enum EngineError {
     NoOverride {
         /// The group.
         group: String,
+    },
+    /// A canary operation on a group without `canary:`.
+    #[error("decision group {group} has no canary ramp")]
+    NoCanary {
+        /// The group.
+        group: String,
+    },
+    /// A canary operation the ramp's state does not allow (pause when not ramping, resume
+    /// when not paused, abort once stopped).
+    #[error("decision group {group}: cannot {op} a canary ramp that is {state}")]
+    CanaryState {
+        /// The group.
+        group: String,
+        /// `pause`, `resume` or `abort`.
+        op: String,
+        /// Where the ramp is.
+        state: RampPhase,
     },
 }

@@ -32,6 +32,8 @@ impl Group {
         if let Some(ended) = expired {
             audit.push(self.override_ended(ended, AuditKind::OverrideExpired, input));
         }
+        // The ramp first: a switch of this evaluation publishes at the ramp's new share.
+        self.advance_ramp(input);
 
         let (choice, vetoed) = self.choose(input);
         self.note_vetoes(&vetoed, input, &mut audit);
@@ -92,10 +94,26 @@ impl Group {
             }
         }
 
+        let note = self.ramp_note.take();
+        let published = self.active.as_ref().map(|a| self.publish_form(a));
+        if switched.is_none()
+            && let Some(to) = published.filter(|p| Some(p) != self.published.as_ref())
+        {
+            switched = Some(self.republish(to, note, input, &mut audit));
+        } else if let Some(note) = note {
+            audit.push(self.ramp_record(note, input));
+        }
+        let ramp_due = self.ramp_deadline(input.automatic);
+        deadline = match (deadline, ramp_due) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+
         Decision {
             group: self.config.name.clone(),
             now,
             active: self.active.clone(),
+            published: self.published.clone(),
             switched,
             candidate: self.tracked.as_ref().map(|(c, _)| c.clone()),
             wait,
@@ -233,16 +251,20 @@ impl Group {
         audit: &mut Vec<AuditRecord>,
     ) -> Switch {
         let now = input.now;
-        let from = self.active.take().map(|a| a.action);
+        // From and to are what the maps held and will hold: the published forms.
+        let from = self.published.take();
+        let active = Active {
+            action: to,
+            by: by.clone(),
+            since: now,
+        };
+        let to = self.publish_form(&active);
         let mut record = AuditRecord::new(now, &self.config.name, AuditKind::Switch, input.cause)
             .moving(from.as_ref(), &to, by.clone());
         record.switch = Some(kind);
         audit.push(record);
-        self.active = Some(Active {
-            action: to.clone(),
-            by: by.clone(),
-            since: now,
-        });
+        self.active = Some(active);
+        self.published = Some(to.clone());
         self.active_rank = rank;
         self.last_switch = Some(now);
         Switch {
@@ -251,6 +273,44 @@ impl Group {
             by,
             kind,
             cause: input.cause.to_owned(),
+        }
+    }
+
+    /// Publishes `to`, the active action in a new published form, when the rules' choice
+    /// stayed: a canary ramp's transition (`note`: its cause and reason), or an action that
+    /// is the ramp's again (an ended override) or no longer (an override to the active
+    /// action). Not a switch of the policy's: no cooldown starts.
+    fn republish(
+        &mut self,
+        to: Action,
+        note: Option<super::canary::Note>,
+        input: &Input<'_>,
+        audit: &mut Vec<AuditRecord>,
+    ) -> Switch {
+        let by = self.active.as_ref().map_or(By::Kept, |a| a.by.clone());
+        let kind = if by == By::Override {
+            SwitchKind::Override
+        } else {
+            SwitchKind::Canary
+        };
+        let (cause, reason) = match note {
+            Some(n) => (n.cause, n.reason),
+            None => (input.cause.to_owned(), None),
+        };
+        let from = self.published.take();
+        let mut record = AuditRecord::new(input.now, &self.config.name, AuditKind::Switch, &cause)
+            .moving(from.as_ref(), &to, by.clone());
+        record.switch = Some(kind);
+        record.reason = reason;
+        self.ramp_values(&mut record);
+        audit.push(record);
+        self.published = Some(to.clone());
+        Switch {
+            from,
+            to,
+            by,
+            kind,
+            cause,
         }
     }
 }

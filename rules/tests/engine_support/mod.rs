@@ -51,6 +51,7 @@ pub fn three_rules(policy: SwitchPolicy) -> GroupConfig {
         ],
         default: None,
         policy,
+        canary: None,
     }
 }
 

@@ -19,6 +19,7 @@ use std::{
 use serde::{Deserialize, Serialize};
 
 mod render;
+use render::canary;
 use render::{
     action, breaker, dur, forward, group, hash, host_ports, opt, opt_action, opt_health,
     opt_quoted, pool, probe, protocol, push, rule, service, slow_start, source, target, vip,
@@ -552,6 +553,11 @@ impl Builder {
                     opt(b.automatic.as_deref()),
                 );
                 f.cmp("on_failback", a.on_failback.name(), b.on_failback.name());
+                f.cmp(
+                    "canary",
+                    canary(a.canary.as_ref()),
+                    canary(b.canary.as_ref()),
+                );
                 // Declaration order breaks priority ties: compare the order of the rules both
                 // have (added and removed ones are listed on their own).
                 let ids_a: BTreeSet<&str> = a.rules.iter().map(|r| r.id.as_str()).collect();

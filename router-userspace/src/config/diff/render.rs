@@ -256,3 +256,22 @@ pub(super) fn when_all_down(w: WhenAllDown) -> &'static str {
         WhenAllDown::Pass => "pass",
     }
 }
+
+/// A `canary:` block: `pool canary steps 5%,25% hold 10m rollback_when "…"`, or `none`.
+pub(super) fn canary(c: Option<&crate::config::model::CanaryRamp>) -> String {
+    let Some(c) = c else {
+        return "none".to_owned();
+    };
+    let steps: Vec<String> = c
+        .steps
+        .iter()
+        .map(|s| rules::engine::Percent(*s).to_string())
+        .collect();
+    format!(
+        "pool {} steps {} hold {} rollback_when {}",
+        c.pool,
+        steps.join(","),
+        dur(c.hold),
+        opt_quoted(c.rollback_when.as_deref())
+    )
+}

@@ -13,10 +13,10 @@ use rules::{Compiled, Schema, Type, engine::Action};
 use super::{Field, ServiceDraft, leaf, missing, pool, required, state, unique_names};
 use crate::config::{
     load::Parsed,
-    model::{DecisionGroup, DecisionRule, SwitchPolicy},
+    model::{CanaryRamp, DecisionGroup, DecisionRule, SwitchPolicy},
     report::{Item, Report, index_path, key_path},
     schema,
-    spec::{ActionSpec, DecisionGroupSpec},
+    spec::{ActionSpec, CanarySpec, DecisionGroupSpec},
     values::{self, did_you_mean},
 };
 
@@ -137,6 +137,14 @@ pub(super) fn group(it: &Item<DecisionGroupSpec>, report: &mut Report) -> Draft 
         }
     };
     let on_failback = super::flow_policy(it, report, g.on_failback.as_deref(), "on_failback");
+    let canary = match &g.canary {
+        _ if it.is_broken("canary") => Field::Bad,
+        None => Field::Absent,
+        Some(c) => match canary(it, report, c, &mut refs) {
+            Some(c) => Field::Ok(Some(c)),
+            None => Field::Bad,
+        },
+    };
     let value = (|| {
         Some(DecisionGroup {
             name: name.clone()?,
@@ -146,9 +154,108 @@ pub(super) fn group(it: &Item<DecisionGroupSpec>, report: &mut Report) -> Draft 
             require: g.require.clone(),
             automatic: g.automatic.clone(),
             on_failback: on_failback?,
+            canary: canary.or(None)?,
         })
     })();
     Draft { name, refs, value }
+}
+
+/// `canary:`: the pool (a reference like an action's), the steps, the hold. `rollback_when` is
+/// compiled with the group's other expressions.
+fn canary<S>(
+    it: &Item<S>,
+    report: &mut Report,
+    c: &CanarySpec,
+    refs: &mut Vec<(String, String)>,
+) -> Option<CanaryRamp> {
+    let pool = required(it, report, c.pool.as_deref(), "canary", "pool", |v| {
+        if v.is_empty() {
+            Err(("pool name must not be empty".to_owned(), None))
+        } else {
+            Ok(v.to_owned())
+        }
+    });
+    if let Some(p) = &pool {
+        refs.push((key_path("canary", "pool"), p.clone()));
+    }
+    let hold = required(it, report, c.hold.as_deref(), "canary", "hold", |v| {
+        values::duration(v, "hold")
+    });
+    let steps_rel = key_path("canary", "steps");
+    let steps = match &c.steps {
+        _ if it.is_broken(&steps_rel) => None,
+        None => {
+            missing(it, report, "canary", "steps");
+            None
+        }
+        Some(list) if list.is_empty() => {
+            let message = "a canary ramp needs at least one step".to_owned();
+            let hint = Some("for example [5%, 25%, 50%, 100%]".to_owned());
+            it.err(report, &steps_rel, message, hint);
+            None
+        }
+        Some(list) => {
+            let mut out = Some(Vec::new());
+            let mut previous: Option<(u32, &str)> = None;
+            for (i, text) in list.iter().enumerate() {
+                let rel = index_path(&steps_rel, i);
+                let Some(share) = leaf(it, report, Some(text.as_str()), &rel, step_share).or(0)
+                else {
+                    out = None;
+                    continue;
+                };
+                if let Some((before, before_text)) = previous
+                    && share <= before
+                {
+                    let message =
+                        format!("canary steps must increase: {text} follows {before_text}");
+                    it.err(report, &rel, message, None);
+                    out = None;
+                }
+                previous = Some((share, text.as_str()));
+                if let Some(out) = out.as_mut() {
+                    out.push(share);
+                }
+            }
+            out
+        }
+    };
+    Some(CanaryRamp {
+        pool: pool?,
+        steps: steps?,
+        hold: hold?,
+        rollback_when: c.rollback_when.clone(),
+    })
+}
+
+/// A canary step: a percentage with at most two decimals (`5%`, `0.5%`) above 0 and at most
+/// 100, in units of 1/[`rules::engine::SHARE_SCALE`].
+fn step_share(v: &str) -> Result<u32, values::Bad> {
+    let bad = || {
+        (
+            format!("a canary step must be a percentage like 5% or 0.5%, not {v:?}"),
+            None,
+        )
+    };
+    let number = v.trim().strip_suffix('%').ok_or_else(bad)?.trim();
+    let (whole, fraction) = number.split_once('.').unwrap_or((number, ""));
+    let digits = |s: &str| s.bytes().all(|b| b.is_ascii_digit());
+    if whole.is_empty() || fraction.len() > 2 || !digits(whole) || !digits(fraction) {
+        return Err(bad());
+    }
+    let whole: u32 = whole.parse().map_err(|_| bad())?;
+    let fraction: u32 = format!("{fraction:0<2}").parse().map_err(|_| bad())?;
+    let share = whole
+        .checked_mul(100)
+        .and_then(|w| w.checked_add(fraction))
+        .ok_or_else(bad)?;
+    if share == 0 || share > rules::engine::SHARE_SCALE {
+        return Err((
+            format!("a canary step must be above 0% and at most 100%, not {v:?}"),
+            None,
+        ));
+    }
+    Ok(share)
 }
 
 /// `then:` or `default:` at `rel`: exactly one of pool, split.
@@ -326,6 +433,10 @@ fn expressions(
         }
         if let Some(require) = &g.require {
             compile(it, report, "require", (require, schema), true, exprs);
+        }
+        if let Some(rollback) = g.canary.as_ref().and_then(|c| c.rollback_when.as_ref()) {
+            let rel = key_path("canary", "rollback_when");
+            compile(it, report, &rel, (rollback, schema), false, exprs);
         }
         if let Some(gate) = &g.automatic {
             match schema.get(gate) {

@@ -68,6 +68,7 @@ fn config() -> Config {
             require: None,
             automatic: None,
             on_failback: switchyard::config::FlowPolicy::Keep,
+            canary: None,
         }],
         rules: std::sync::Arc::default(),
     }
