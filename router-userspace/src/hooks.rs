@@ -413,17 +413,14 @@ async fn stderr_lines(
         }
         line.clear();
     };
-    let mut open = false;
     loop {
         let n = match input.read(&mut chunk).await {
             Ok(0) | Err(_) => break,
             Ok(n) => n,
         };
         for &b in &chunk[..n] {
-            open = true;
             if b == b'\n' {
                 emit(&mut line, &mut unlogged);
-                open = false;
             } else if line.len() < STDERR_LINE_LIMIT {
                 line.push(b);
             } else {
@@ -431,7 +428,7 @@ async fn stderr_lines(
             }
         }
     }
-    if open {
+    if !line.is_empty() {
         emit(&mut line, &mut unlogged);
     }
     unlogged

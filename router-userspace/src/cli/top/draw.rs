@@ -21,7 +21,22 @@ fn rate_cells(r: Option<Rate>) -> [Cell<'static>; 2] {
 }
 
 fn table<'a>(title: String, header: &[&'a str], rows: Vec<Row<'a>>, widths: &[u16]) -> Table<'a> {
-    Table::new(rows, widths.iter().map(|w| Constraint::Length(*w)))
+    table_of(
+        title,
+        header,
+        rows,
+        widths.iter().map(|w| Constraint::Length(*w)),
+    )
+}
+
+/// [`table`] with any column constraints.
+fn table_of<'a>(
+    title: String,
+    header: &[&'a str],
+    rows: Vec<Row<'a>>,
+    widths: impl IntoIterator<Item = Constraint>,
+) -> Table<'a> {
+    Table::new(rows, widths)
         .header(Row::new(header.to_vec()).style(Style::new().add_modifier(Modifier::BOLD)))
         .block(Block::new().borders(Borders::TOP).title(title))
 }
@@ -189,7 +204,7 @@ fn decisions(f: &mut Frame, view: &View, area: Rect) {
         ),
         top,
     );
-    let rows: Vec<Row> = switches
+    let rows = switches
         .into_iter()
         .map(|(w, ago)| {
             Row::new(vec![
@@ -211,12 +226,12 @@ fn decisions(f: &mut Frame, view: &View, area: Rect) {
         Constraint::Fill(1),
     ];
     f.render_widget(
-        Table::new(rows, widths)
-            .header(
-                Row::new(vec!["when", "group", "switch", "by", "cause"])
-                    .style(Style::new().add_modifier(Modifier::BOLD)),
-            )
-            .block(Block::new().borders(Borders::TOP).title("last switches")),
+        table_of(
+            "last switches".into(),
+            &["when", "group", "switch", "by", "cause"],
+            rows,
+            widths,
+        ),
         bottom,
     );
 }
