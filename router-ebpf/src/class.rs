@@ -40,7 +40,7 @@ pub fn of(flow: &FlowKey, now: u32, count: bool, report: bool, bytes: u64) -> u3
         return bounded(*class);
     }
     // SAFETY: a map value, copied out.
-    if let Some(answer) = unsafe { CLIENT_ANSWERS.get(&client) }.copied()
+    if let Some(answer) = unsafe { CLIENT_ANSWERS.get(client) }.copied()
         && answer_live(answer.expires, now)
     {
         if count {
@@ -100,7 +100,7 @@ fn report(flow: &FlowKey, client: &ClientAddr, now: u32, bytes: u64) {
         addr: flow.src,
         vip: flow.dst,
     };
-    if UNKNOWN_CLIENTS.output(&record, 0).is_ok() {
+    if UNKNOWN_CLIENTS.output(record, 0).is_ok() {
         add(CLASS_STAT_RING_SENT, bytes);
     } else {
         let _ = CLIENT_ANSWERS.remove(client);

@@ -577,33 +577,7 @@ pub fn select(
     } else {
         flow_hash(flow)
     };
-    let flags = svc.flags;
-    let mut word = *DECISIONS.get(svc.decision).ok_or(Reason::BadState)?;
-    let classed = flags & (SVC_F_CLASSES | SVC_F_CLASSIFY) != 0;
-    let new = track && !miss.reselect;
-    let mut class = 0;
-    if classed {
-        class = crate::class::of(flow, now, new, new && flags & SVC_F_CLASSIFY != 0, bytes);
-        if class != 0 && flags & SVC_F_CLASSES != 0 {
-            word = *CLASS_DECISIONS
-                .get(class_decision_index(svc.decision, class))
-                .ok_or(Reason::BadState)?;
-        }
-    }
-    let decision = Decision::decode(word);
-    let pool = if flags & SVC_F_SPLIT_CLIENT == 0 {
-        decision.pick(hash)
-    } else {
-        decision.pick_at(client_split_point(
-            &flow.src,
-            flow.family == FAMILY_V6,
-            flags & SVC_F_SPLIT_PREFIX != 0,
-        ))
-    };
-    if classed && new {
-        let side = u32::from(pool != decision.pool_a);
-        crate::class::add(class_stat_index(class, side), bytes);
-    }
+    let (decision, pool) = pick(flow, svc, hash, track && !miss.reselect, now, bytes)?;
     let mut id = maglev_lookup(pool, hash);
     if track
         && flow.proto == PROTO_TCP
@@ -684,6 +658,50 @@ pub fn select(
         backend,
         reason,
     })
+}
+
+/// The decision word of a new flow of `svc` and the pool it picks (`hash`: the flow's, for a
+/// split by flow): with `SVC_F_CLASSES`, a client of class 1 or more takes its class's word in
+/// `CLASS_DECISIONS`, any other the service's in `DECISIONS`; under `SVC_F_SPLIT_CLIENT` the
+/// split point is the client's (or its network's). A `new` flow (tracked, not re-selected) of a
+/// service with a class flag is counted in `CLASS_STATS` (`bytes`: the packet's length), and
+/// may report its client ([`crate::class::of`]).
+#[inline(always)]
+fn pick(
+    flow: &FlowKey,
+    svc: &Service,
+    hash: u32,
+    new: bool,
+    now: u32,
+    bytes: u64,
+) -> Result<(Decision, u16), Reason> {
+    let flags = svc.flags;
+    let mut word = *DECISIONS.get(svc.decision).ok_or(Reason::BadState)?;
+    let classed = flags & (SVC_F_CLASSES | SVC_F_CLASSIFY) != 0;
+    let mut class = 0;
+    if classed {
+        class = crate::class::of(flow, now, new, new && flags & SVC_F_CLASSIFY != 0, bytes);
+        if class != 0 && flags & SVC_F_CLASSES != 0 {
+            word = *CLASS_DECISIONS
+                .get(class_decision_index(svc.decision, class))
+                .ok_or(Reason::BadState)?;
+        }
+    }
+    let decision = Decision::decode(word);
+    let pool = if flags & SVC_F_SPLIT_CLIENT == 0 {
+        decision.pick(hash)
+    } else {
+        decision.pick_at(client_split_point(
+            &flow.src,
+            flow.family == FAMILY_V6,
+            flags & SVC_F_SPLIT_PREFIX != 0,
+        ))
+    };
+    if classed && new {
+        let side = u32::from(pool != decision.pool_a);
+        crate::class::add(class_stat_index(class, side), bytes);
+    }
+    Ok((decision, pool))
 }
 
 /// A flow key as five 64-bit words, loaded as words (`router_common::hash::flow_words`).

@@ -16,7 +16,7 @@ use std::{
 
 use aya::maps::{MapData, RingBuf};
 use router_common::{FAMILY_V4, FAMILY_V6, UnknownClient};
-use tokio::io::unix::AsyncFd;
+use tokio::io::{Interest, unix::AsyncFd};
 
 /// One record of `UNKNOWN_CLIENTS`, decoded.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -101,9 +101,12 @@ impl UnknownClients {
     /// When the descriptor cannot be registered with tokio's reactor (no runtime, or epoll
     /// refuses it).
     pub fn into_async(self) -> io::Result<AsyncUnknownClients> {
-        Ok(AsyncUnknownClients {
-            fd: AsyncFd::new(self)?,
-        })
+        // SAFETY: the descriptor is the ring's map fd, owned by `self.ring` (an `OwnedFd` in
+        // its `MapData`), which the `AsyncFd` owns in turn: it stays open, and `as_raw_fd`
+        // returns it, for the `AsyncFd`'s whole life.
+        let fd = unsafe { AsyncFd::register_with_interest(self, Interest::READABLE) }
+            .map_err(|e| e.into_parts().1)?;
+        Ok(AsyncUnknownClients { fd })
     }
 }
 
