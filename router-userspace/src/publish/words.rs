@@ -58,10 +58,13 @@ impl Publisher {
                   the word's u16 fields"
     )]
     pub fn action_word(&self, action: Option<&Action>, fallback: Option<&str>) -> u64 {
+        // A `by_class` action's word for clients of no class is its `default`'s.
+        let action = action.map(|a| a.for_class(rules::engine::DEFAULT_CLASS));
         let slot = |name: &str| self.pools.get(name).map_or(NO_POOL, |p| p.slot as u16);
         let fallback = fallback.map_or(NO_POOL, slot);
         let mut d = match action {
-            None => Decision::pool(NO_POOL),
+            // A `by_class` without a default (never valid) sends nothing.
+            None | Some(Action::ByClass(_)) => Decision::pool(NO_POOL),
             Some(Action::Pool(p)) => Decision::pool(slot(p)),
             Some(Action::Split(shares)) => {
                 let live: Vec<&(String, u32)> = shares.iter().filter(|(_, w)| *w > 0).collect();

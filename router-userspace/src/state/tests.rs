@@ -145,7 +145,9 @@ pub(crate) fn web_failover(switch: SwitchPolicy) -> Config {
             require: Some("target.healthy_count >= 1".into()),
             automatic: Some("automation_enabled".into()),
             on_failback: crate::config::FlowPolicy::Keep,
+            split_by: crate::config::SplitBy::Flow,
         }],
+        classes: Vec::new(),
         rules: std::sync::Arc::default(),
     }
     .compiled()

@@ -68,7 +68,7 @@ mod overrides;
 mod policy;
 mod time;
 
-pub use action::{Action, By, Facts, FixedFacts};
+pub use action::{Action, By, DEFAULT_CLASS, Facts, FixedFacts};
 pub use audit::{AuditKind, AuditLog, AuditRecord};
 pub use explain::{DefaultExplanation, Explanation, RuleExplanation, RuleStatus};
 pub use group::{

@@ -552,6 +552,7 @@ impl Builder {
                     opt(b.automatic.as_deref()),
                 );
                 f.cmp("on_failback", a.on_failback.name(), b.on_failback.name());
+                f.cmp("split_by", a.split_by.name(), b.split_by.name());
                 // Declaration order breaks priority ties: compare the order of the rules both
                 // have (added and removed ones are listed on their own).
                 let ids_a: BTreeSet<&str> = a.rules.iter().map(|r| r.id.as_str()).collect();

@@ -68,7 +68,9 @@ fn config() -> Config {
             require: None,
             automatic: None,
             on_failback: switchyard::config::FlowPolicy::Keep,
+            split_by: switchyard::config::SplitBy::Flow,
         }],
+        classes: Vec::new(),
         rules: std::sync::Arc::default(),
     }
 }
