@@ -161,6 +161,36 @@ pub const fn split_point(hash: u32) -> u32 {
     finish(mix_word(SEED, hash), 4) % crate::SPLIT_SCALE as u32
 }
 
+/// Seed of [`client_split_point`]: another than the flow hash's, so that under
+/// `hash: source_ip` the pool a client's split point picks and the backend its source hash picks
+/// within that pool are independent.
+const CLIENT_SEED: u32 = 0x2c1b_3c6d;
+
+/// Where a client falls in a split (`SVC_F_SPLIT_CLIENT`), `0..SPLIT_SCALE`: a hash of its
+/// address `src` (network order, IPv4 in the first four bytes, `v6` for IPv6), or with `prefix`
+/// (`SVC_F_SPLIT_PREFIX`) of its /24 (IPv4) or /48 (IPv6). The same for every flow of the client
+/// (or network), on every node, in the program and in the agent's `trace`. The decision word's
+/// threshold ([`Decision::pick_at`](crate::Decision::pick_at)) then keeps a client on its side
+/// while the weights are unchanged.
+#[must_use]
+#[inline(always)]
+pub const fn client_split_point(src: &[u8; 16], v6: bool, prefix: bool) -> u32 {
+    let (w0, w1, w2, w3) = (word(src, 0), word(src, 4), word(src, 8), word(src, 12));
+    // The words are little-endian loads of network-order bytes: the first byte is the low one.
+    let (w0, w1, w2, w3) = if !prefix {
+        (w0, w1, w2, w3)
+    } else if v6 {
+        (w0, w1 & 0x0000_ffff, 0, 0)
+    } else {
+        (w0 & 0x00ff_ffff, 0, 0, 0)
+    };
+    let h = mix_word(CLIENT_SEED, w0);
+    let h = mix_word(h, w1);
+    let h = mix_word(h, w2);
+    let h = mix_word(h, w3);
+    finish(h, 16) % crate::SPLIT_SCALE as u32
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -214,9 +244,49 @@ mod tests {
         };
         assert_eq!(flow_hash(&key), GOLDEN_FLOW);
         assert_eq!(source_hash(&key.src), GOLDEN_SOURCE);
+        // So is a client's split point: the agent's trace computes it as the program does.
+        assert_eq!(client_split_point(&key.src, false, false), 2_293);
+        assert_eq!(client_split_point(&key.src, false, true), 7_655);
+        let v6 = [0x20, 0x01, 0x0d, 0xb8, 0, 5, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1];
+        assert_eq!(client_split_point(&v6, true, true), 3_228);
     }
 
     const GOLDEN_FLOW: u32 = 3_053_668_919;
+
+    #[test]
+    #[expect(
+        clippy::cast_possible_truncation,
+        reason = "the counter's bytes make the client addresses"
+    )]
+    fn a_client_s_split_point_is_its_address_s_or_its_network_s() {
+        let v4 = |c: u8, d: u8| {
+            let mut a = [0u8; 16];
+            a[..4].copy_from_slice(&[198, 18, c, d]);
+            a
+        };
+        let p = client_split_point(&v4(7, 1), false, false);
+        assert!(p < u32::from(crate::SPLIT_SCALE));
+        assert_eq!(p, client_split_point(&v4(7, 1), false, false));
+        // A /24 shares one point; another /24 has its own.
+        let net = client_split_point(&v4(7, 1), false, true);
+        assert_eq!(net, client_split_point(&v4(7, 200), false, true));
+        assert_ne!(net, client_split_point(&v4(8, 1), false, true));
+        // IPv6: the /48 is the first six bytes.
+        let mut a = [0x20, 0x01, 0x0d, 0xb8, 0, 5, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1];
+        let net6 = client_split_point(&a, true, true);
+        a[6] = 0xff;
+        a[15] = 9;
+        assert_eq!(net6, client_split_point(&a, true, true));
+        assert_ne!(
+            client_split_point(&a, true, false),
+            client_split_point(&[0; 16], true, false)
+        );
+        // Points of many clients spread evenly: a 5 % threshold takes about 5 % of them.
+        let below = (0..20_000u32)
+            .filter(|i| client_split_point(&v4((i >> 8) as u8, *i as u8), false, false) < 500)
+            .count();
+        assert!((850..=1_150).contains(&below), "{below} of 20000 below 500");
+    }
     const GOLDEN_SOURCE: u32 = 4_190_574_561;
 
     #[test]

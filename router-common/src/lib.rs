@@ -25,7 +25,7 @@ pub use reason::{Reason, Verdict};
 
 /// Version of the map layout. Maps are pinned under `<pin_path>/v<ABI_VERSION>/`; an agent
 /// refuses to adopt pinned maps of another version rather than reading them with the wrong shape.
-pub const ABI_VERSION: u32 = 9;
+pub const ABI_VERSION: u32 = 10;
 
 /// Entries in one Maglev lookup table: a prime, as the Maglev paper (§3.4) requires, large
 /// enough that each of a few hundred backends gets hundreds of slots.
@@ -104,6 +104,26 @@ pub const SVC_F_IPIP: u32 = 1 << 2;
 /// Service flag: its virtual IP limits new flows ([`Vip::new_flows`]): a new flow of the
 /// service reads and counts the address's `VIPS` entry.
 pub const SVC_F_VIP_LIMIT: u32 = 1 << 3;
+
+/// Service flag: a new flow of the service looks its client's class up (`CLIENT_CLASSES`, then
+/// a live `CLIENT_ANSWERS` entry); a class of 1 or more takes its word from `CLASS_DECISIONS`
+/// ([`class_decision_index`]) instead of `DECISIONS`. The agent writes every class word of the
+/// service's decision slot before it sets this flag: an unwritten word is zero, which is pool 0.
+pub const SVC_F_CLASSES: u32 = 1 << 4;
+/// Service flag: a new flow of the service whose client has neither a static class nor a live
+/// answer is reported in `UNKNOWN_CLIENTS` ([`UnknownClient`]), within the rate limit of
+/// [`UNKNOWN_BURST`] records per CPU per [`RATE_WINDOW_TICKS`] and once per client per
+/// [`UNKNOWN_HOLD_TICKS`].
+pub const SVC_F_CLASSIFY: u32 = 1 << 5;
+/// Service flag: the split point of a new flow (which pool of a split it takes) comes from a
+/// hash of its client's address ([`hash::client_split_point`]), not of its 5-tuple: a client
+/// keeps its side while the weights are unchanged, and a change of `split_b` moves only the
+/// clients between the old and the new threshold. The backend within the pool still comes from
+/// the flow hash (or the source hash under [`SVC_F_HASH_SOURCE`]).
+pub const SVC_F_SPLIT_CLIENT: u32 = 1 << 6;
+/// Service flag, with [`SVC_F_SPLIT_CLIENT`]: the split point hashes the client's /24 (IPv4) or
+/// /48 (IPv6) instead of its address, so the clients of one network share a side.
+pub const SVC_F_SPLIT_PREFIX: u32 = 1 << 7;
 
 /// The value of the `SERVICES` map.
 #[repr(C)]
@@ -191,6 +211,133 @@ pub const FILTER_SERVICE: u32 = 0;
 pub const FILTER_NAT_REPLY: u32 = 1;
 /// [`hash::filter_bit`] salt of a virtual IP: its address and family (port and protocol 0).
 pub const FILTER_VIP: u32 = 2;
+
+/// Client classes: class ids `1..=MAX_CLASSES`, assigned by the agent (classes sorted by name).
+/// Class 0 is no class: the rule's `default`, the word in `DECISIONS`.
+pub const MAX_CLASSES: u32 = 15;
+/// Entries of `CLIENT_CLASSES`: the prefixes of every class, IPv4 and IPv6 together.
+pub const MAX_CLASS_PREFIXES: u32 = 16_384;
+/// Entries of `CLASS_DECISIONS`: [`MAX_CLASSES`] + 1 words per decision slot (the one of class 0
+/// is unused: class 0 reads `DECISIONS`).
+pub const CLASS_DECISIONS_SIZE: u32 = MAX_DECISIONS * (MAX_CLASSES + 1);
+/// Entries of `CLIENT_ANSWERS` (an LRU: the least recently used answer is evicted first).
+pub const CLIENT_ANSWERS_SIZE: u32 = 65_536;
+/// Bytes of the `UNKNOWN_CLIENTS` ring buffer (a power of two, a multiple of the page size):
+/// about 5,000 records of 48 bytes (36 and the kernel's 8-byte header, rounded up to 8).
+pub const UNKNOWN_CLIENTS_BYTES: u32 = 256 * 1024;
+/// Records one CPU may put into `UNKNOWN_CLIENTS` per [`RATE_WINDOW_TICKS`] window (about a
+/// second): a flood of new clients costs the ring, and the agent, at most this many a second per
+/// CPU; the records past it are counted ([`CLASS_STAT_RING_LIMITED`]) and dropped.
+pub const UNKNOWN_BURST: u32 = 64;
+/// Ticks (about 8.6 s) a reported client is not reported again: with its record the program
+/// writes a placeholder answer of class 0 that lives this long into `CLIENT_ANSWERS`, which the
+/// classifier's answer replaces. One client's burst of connections costs one record.
+pub const UNKNOWN_HOLD_TICKS: u32 = 1 << 13;
+
+/// The prefix length of a `CLIENT_CLASSES` key for a CIDR of `bits` bits: the key's data is a
+/// [`ClientAddr`], whose 32-bit family word is matched whole before the address.
+#[must_use]
+#[expect(
+    clippy::inline_always,
+    reason = "called by the XDP program per new flow: inlined, it costs no BPF-to-BPF call"
+)]
+#[inline(always)]
+pub const fn class_prefix_len(bits: u32) -> u32 {
+    32 + bits
+}
+
+/// Index in `CLASS_DECISIONS` of the word of class `class` (1..=[`MAX_CLASSES`]) of decision
+/// slot `slot`. The result is not checked (the map lookup is).
+#[must_use]
+#[expect(
+    clippy::inline_always,
+    reason = "called by the XDP program per new flow: inlined, it costs no BPF-to-BPF call"
+)]
+#[inline(always)]
+pub const fn class_decision_index(slot: u32, class: u32) -> u32 {
+    slot.wrapping_mul(MAX_CLASSES + 1).wrapping_add(class)
+}
+
+/// A client address: the data of a `CLIENT_CLASSES` key (after its prefix length) and the key of
+/// `CLIENT_ANSWERS`. The family is a whole 32-bit word, so a trie prefix never matches across
+/// families.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub struct ClientAddr {
+    /// [`FAMILY_V4`] or [`FAMILY_V6`], widened, host order.
+    pub family: u32,
+    /// The address, network order; IPv4 in the first four bytes, the rest zero.
+    pub addr: [u8; 16],
+}
+
+/// The value of `CLIENT_ANSWERS`: a classifier's answer for one client address.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct ClientAnswer {
+    /// The class, 0..=[`MAX_CLASSES`] (0: no class, the `default`).
+    pub class: u32,
+    /// Until when the answer holds, in ticks of the program's clock ([`TICK_SHIFT`], the clock
+    /// of `FlowEntry.seen`): it is used while [`answer_live`].
+    pub expires: u32,
+}
+
+/// Whether an answer that `expires` at that tick still holds at `now`: `expires` is ahead of
+/// `now` by less than 2^31 ticks (a wrapping difference, as ages are).
+#[must_use]
+#[expect(
+    clippy::inline_always,
+    reason = "called by the XDP program per new flow: inlined, it costs no BPF-to-BPF call"
+)]
+#[inline(always)]
+#[expect(
+    clippy::cast_possible_wrap,
+    reason = "the wrapping difference read as signed: ahead (positive) or behind"
+)]
+pub const fn answer_live(expires: u32, now: u32) -> bool {
+    (expires.wrapping_sub(now) as i32) > 0
+}
+
+/// A record of `UNKNOWN_CLIENTS`: a new flow of a [`SVC_F_CLASSIFY`] service from a client with
+/// neither a static class nor a live answer.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct UnknownClient {
+    /// [`FAMILY_V4`] or [`FAMILY_V6`].
+    pub family: u8,
+    /// [`PROTO_TCP`] or [`PROTO_UDP`].
+    pub proto: u8,
+    /// The service's port, network-order bytes.
+    pub port: u16,
+    /// The client's address, network order; IPv4 in the first four bytes.
+    pub addr: [u8; 16],
+    /// The virtual IP, network order; IPv4 in the first four bytes.
+    pub vip: [u8; 16],
+}
+
+/// Index in `CLASS_STATS` of the new flows of class `class` (0..=[`MAX_CLASSES`]) sent to side
+/// `side` of their decision word (0: pool A, 1: pool B).
+#[must_use]
+#[expect(
+    clippy::inline_always,
+    reason = "called by the XDP program per new flow: inlined, it costs no BPF-to-BPF call"
+)]
+#[inline(always)]
+pub const fn class_stat_index(class: u32, side: u32) -> u32 {
+    class.wrapping_mul(2).wrapping_add(side & 1)
+}
+/// `CLASS_STATS` index: new flows classed by a live `CLIENT_ANSWERS` entry (no static class).
+pub const CLASS_STAT_ANSWER: u32 = (MAX_CLASSES + 1) * 2;
+/// `CLASS_STATS` index: new flows of a [`SVC_F_CLASSIFY`] service whose client had neither a
+/// static class nor a live answer.
+pub const CLASS_STAT_UNKNOWN: u32 = CLASS_STAT_ANSWER + 1;
+/// `CLASS_STATS` index: records put into `UNKNOWN_CLIENTS`.
+pub const CLASS_STAT_RING_SENT: u32 = CLASS_STAT_ANSWER + 2;
+/// `CLASS_STATS` index: records not sent, past this CPU's [`UNKNOWN_BURST`] of the window.
+pub const CLASS_STAT_RING_LIMITED: u32 = CLASS_STAT_ANSWER + 3;
+/// `CLASS_STATS` index: records not sent, the ring being full (the agent reads too slowly).
+pub const CLASS_STAT_RING_FULL: u32 = CLASS_STAT_ANSWER + 4;
+/// Entries of `CLASS_STATS`.
+pub const CLASS_STATS_ENTRIES: u32 = CLASS_STAT_ANSWER + 5;
 
 /// Virtual IPs in `VIPS`: as many as services.
 pub const MAX_VIPS: u32 = MAX_SERVICES;
@@ -916,7 +1063,21 @@ impl Decision {
     )]
     #[inline(always)]
     pub const fn pick(self, hash: u32) -> u16 {
-        if self.pool_b != NO_POOL && hash::split_point(hash) < self.split_b as u32 {
+        self.pick_at(hash::split_point(hash))
+    }
+
+    /// Which pool a new flow whose split point is `point` (in `0..SPLIT_SCALE`) uses: pool B
+    /// when `point` falls below `split_b` (and pool B is not [`NO_POOL`]), else pool A. A
+    /// threshold: raising `split_b` moves only the points between the old and the new value,
+    /// all from A to B.
+    #[must_use]
+    #[expect(
+        clippy::inline_always,
+        reason = "called by the XDP program per packet: inlined, it costs no BPF-to-BPF call"
+    )]
+    #[inline(always)]
+    pub const fn pick_at(self, point: u32) -> u16 {
+        if self.pool_b != NO_POOL && point < self.split_b as u32 {
             self.pool_b
         } else {
             self.pool_a
@@ -945,6 +1106,9 @@ mod pod {
     unsafe impl aya::Pod for super::Traffic {}
     unsafe impl aya::Pod for super::BackendSignals {}
     unsafe impl aya::Pod for super::Config {}
+    unsafe impl aya::Pod for super::ClientAddr {}
+    unsafe impl aya::Pod for super::ClientAnswer {}
+    unsafe impl aya::Pod for super::UnknownClient {}
 }
 
 #[cfg(test)]
@@ -1015,6 +1179,16 @@ mod tests {
         assert_eq!(size_of::<Vip>(), 56);
         assert_eq!(offset_of!(Vip, count), 48);
         assert_eq!(offset_of!(Vip, new_flows), 36);
+
+        assert_eq!(size_of::<ClientAddr>(), 20);
+        assert_eq!(offset_of!(ClientAddr, addr), 4);
+        assert_eq!(size_of::<ClientAnswer>(), 8);
+        assert_eq!(offset_of!(ClientAnswer, expires), 4);
+        assert_eq!(size_of::<UnknownClient>(), 36);
+        assert_eq!(offset_of!(UnknownClient, proto), 1);
+        assert_eq!(offset_of!(UnknownClient, port), 2);
+        assert_eq!(offset_of!(UnknownClient, addr), 4);
+        assert_eq!(offset_of!(UnknownClient, vip), 20);
 
         assert_eq!(size_of::<Traffic>(), 16);
         assert_eq!(size_of::<Config>(), 32);
@@ -1173,6 +1347,50 @@ mod tests {
         }
         // 5 % of 100,000 = 5,000; allow 0.3 percentage points.
         assert!((4_700..=5_300).contains(&b), "{b} of 100000 went to pool B");
+    }
+
+    #[test]
+    fn class_words_of_a_slot_are_disjoint_from_the_next_slot_s() {
+        assert_eq!(class_decision_index(0, 1), 1);
+        assert_eq!(class_decision_index(0, MAX_CLASSES), MAX_CLASSES);
+        assert_eq!(class_decision_index(1, 1), MAX_CLASSES + 2);
+        assert_eq!(
+            class_decision_index(MAX_DECISIONS - 1, MAX_CLASSES),
+            CLASS_DECISIONS_SIZE - 1
+        );
+        assert_eq!(class_stat_index(MAX_CLASSES, 1), CLASS_STAT_ANSWER - 1);
+        assert_eq!(class_prefix_len(24), 56);
+    }
+
+    #[test]
+    fn an_answer_lives_until_its_tick_across_the_clock_s_wrap() {
+        assert!(answer_live(100, 99));
+        assert!(!answer_live(100, 100), "expired at its tick");
+        assert!(!answer_live(100, 5_000));
+        assert!(answer_live(10, u32::MAX - 10), "across the wrap");
+        assert!(!answer_live(u32::MAX - 10, 10));
+        assert!(!answer_live(0, 0), "a zeroed entry is no answer");
+    }
+
+    #[test]
+    fn raising_a_threshold_moves_points_from_a_to_b_only() {
+        let at = |split_b| Decision {
+            pool_a: 0,
+            pool_b: 1,
+            split_b,
+            fallback: NO_POOL,
+        };
+        let (before, after) = (at(500), at(2_500));
+        let mut moved = 0;
+        for point in 0..u32::from(SPLIT_SCALE) {
+            let (b, a) = (before.pick_at(point), after.pick_at(point));
+            assert!(!(b == 1 && a == 0), "point {point} moved from B to A");
+            if b != a {
+                moved += 1;
+            }
+        }
+        assert_eq!(moved, 2_000, "exactly the points between the thresholds");
+        assert_eq!(Decision::pool(3).pick_at(0), 3, "no pool B: always A");
     }
 
     #[test]

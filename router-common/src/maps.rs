@@ -23,10 +23,49 @@
 //! | `VIPS` | hash | [`VipKey`] → [`Vip`] | agent → program | [`MAX_VIPS`] |
 //! | `BACKEND_SIGNALS` | per-CPU array | backend slot → [`BackendSignals`] | program → agent | [`MAX_BACKENDS`] |
 //! | `CLOCK` | array | [`CLOCK_AGENT`] → the agent's time, [`CLOCK_OFFSET`] → ns added to it (`u64` ns, see [`TICK_SHIFT`]) | agent, tests → program | [`CLOCK_ENTRIES`] |
+//! | `CLIENT_CLASSES` | LPM trie (`BPF_F_NO_PREALLOC`) | prefix length ([`class_prefix_len`]: 32 + the CIDR's bits) and [`ClientAddr`] → class id `u32` (1..=[`MAX_CLASSES`]) | agent → program | [`MAX_CLASS_PREFIXES`] |
+//! | `CLASS_DECISIONS` | array | [`class_decision_index`] (`slot·16 + class`) → decision word `u64` of that class | agent → program | [`CLASS_DECISIONS_SIZE`] |
+//! | `CLIENT_ANSWERS` | LRU hash | [`ClientAddr`] → [`ClientAnswer`] (class, expiry tick) | classifier (agent) → program; the program writes class-0 placeholders ([`UNKNOWN_HOLD_TICKS`]) | [`CLIENT_ANSWERS_SIZE`] |
+//! | `UNKNOWN_CLIENTS` | ring buffer | records [`UnknownClient`] | program → agent | [`UNKNOWN_CLIENTS_BYTES`] bytes |
+//! | `CLASS_STATS` | per-CPU array | [`class_stat_index`] (`class·2 + side`, side 0 pool A, 1 pool B) → [`Traffic`] of new flows; then [`CLASS_STAT_ANSWER`] (classed by an answer), [`CLASS_STAT_UNKNOWN`] (neither class nor answer), [`CLASS_STAT_RING_SENT`], [`CLASS_STAT_RING_LIMITED`], [`CLASS_STAT_RING_FULL`] | program → agent | [`CLASS_STATS_ENTRIES`] |
 //!
 //! Not pinned and not part of the layout: `FLOW_CACHE`, the program's per-CPU copies of
-//! `CONNTRACK` entries ([`CachedFlow`], [`FLOW_CACHE_ENTRIES`] per online CPU), and its
+//! `CONNTRACK` entries ([`CachedFlow`], [`FLOW_CACHE_ENTRIES`] per online CPU), `UNKNOWN_LIMIT`,
+//! each CPU's window and count of `UNKNOWN_CLIENTS` records ([`UNKNOWN_BURST`]), and its
 //! scratch space.
+//!
+//! A new flow of a service with [`SVC_F_CLASSES`] or [`SVC_F_CLASSIFY`] takes its client's class
+//! from `CLIENT_CLASSES` (the longest prefix), else from a live `CLIENT_ANSWERS` entry
+//! ([`answer_live`]); static classes win over answers. With [`SVC_F_CLASSES`], a class of 1 or
+//! more reads its word from `CLASS_DECISIONS`, class 0 from `DECISIONS`. With
+//! [`SVC_F_CLASSIFY`], a client with neither is reported in `UNKNOWN_CLIENTS`: at most
+//! [`UNKNOWN_BURST`] records per CPU per [`RATE_WINDOW_TICKS`], and, since each record writes a
+//! class-0 answer that lives [`UNKNOWN_HOLD_TICKS`], once per client until the classifier
+//! answers or the placeholder expires.
+//!
+//! [`ClientAddr`]: crate::ClientAddr
+//! [`ClientAnswer`]: crate::ClientAnswer
+//! [`UnknownClient`]: crate::UnknownClient
+//! [`class_prefix_len`]: crate::class_prefix_len
+//! [`class_decision_index`]: crate::class_decision_index
+//! [`class_stat_index`]: crate::class_stat_index
+//! [`answer_live`]: crate::answer_live
+//! [`MAX_CLASSES`]: crate::MAX_CLASSES
+//! [`MAX_CLASS_PREFIXES`]: crate::MAX_CLASS_PREFIXES
+//! [`CLASS_DECISIONS_SIZE`]: crate::CLASS_DECISIONS_SIZE
+//! [`CLIENT_ANSWERS_SIZE`]: crate::CLIENT_ANSWERS_SIZE
+//! [`UNKNOWN_CLIENTS_BYTES`]: crate::UNKNOWN_CLIENTS_BYTES
+//! [`UNKNOWN_BURST`]: crate::UNKNOWN_BURST
+//! [`UNKNOWN_HOLD_TICKS`]: crate::UNKNOWN_HOLD_TICKS
+//! [`RATE_WINDOW_TICKS`]: crate::RATE_WINDOW_TICKS
+//! [`CLASS_STAT_ANSWER`]: crate::CLASS_STAT_ANSWER
+//! [`CLASS_STAT_UNKNOWN`]: crate::CLASS_STAT_UNKNOWN
+//! [`CLASS_STAT_RING_SENT`]: crate::CLASS_STAT_RING_SENT
+//! [`CLASS_STAT_RING_LIMITED`]: crate::CLASS_STAT_RING_LIMITED
+//! [`CLASS_STAT_RING_FULL`]: crate::CLASS_STAT_RING_FULL
+//! [`CLASS_STATS_ENTRIES`]: crate::CLASS_STATS_ENTRIES
+//! [`SVC_F_CLASSES`]: crate::SVC_F_CLASSES
+//! [`SVC_F_CLASSIFY`]: crate::SVC_F_CLASSIFY
 //!
 //! [`ServiceKey`]: crate::ServiceKey
 //! [`Service`]: crate::Service
@@ -109,13 +148,24 @@ pub const CLOCK: &str = "CLOCK";
 /// retransmitted to it), which the agent's circuit breakers count.
 pub const BACKEND_SIGNALS: &str = "BACKEND_SIGNALS";
 
+/// Client classes by prefix: the longest prefix of a client's address names its class.
+pub const CLIENT_CLASSES: &str = "CLIENT_CLASSES";
+/// The decision words of client classes, `MAX_CLASSES + 1` per decision slot.
+pub const CLASS_DECISIONS: &str = "CLASS_DECISIONS";
+/// A classifier's answers by client address, with an expiry.
+pub const CLIENT_ANSWERS: &str = "CLIENT_ANSWERS";
+/// New flows of clients with neither a class nor an answer, for the classifier.
+pub const UNKNOWN_CLIENTS: &str = "UNKNOWN_CLIENTS";
+/// New flows by class and side of the split; answer, unknown-client and ring counters.
+pub const CLASS_STATS: &str = "CLASS_STATS";
+
 /// The program's per-CPU flow cache (`CachedFlow` entries, `FLOW_CACHE_ENTRIES` per online
 /// CPU): internal to one loaded program, like its scratch space. Not pinned and not in
 /// [`ALL`]; the agent only sizes it at load.
 pub const FLOW_CACHE: &str = "FLOW_CACHE";
 
 /// Every map the program defines, for pinning and `switchyard maps`.
-pub const ALL: [&str; 20] = [
+pub const ALL: [&str; 25] = [
     SERVICES,
     SERVICE_SLOTS,
     SERVICE_FILTER,
@@ -136,6 +186,11 @@ pub const ALL: [&str; 20] = [
     VIPS,
     CLOCK,
     BACKEND_SIGNALS,
+    CLIENT_CLASSES,
+    CLASS_DECISIONS,
+    CLIENT_ANSWERS,
+    UNKNOWN_CLIENTS,
+    CLASS_STATS,
 ];
 
 #[cfg(test)]

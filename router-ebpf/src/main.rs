@@ -19,6 +19,7 @@
               so no packet pays a BPF-to-BPF call"
 )]
 
+mod class;
 mod csum;
 mod forward;
 mod ipip;
@@ -180,7 +181,8 @@ fn process(ctx: &XdpContext) -> Outcome {
             // flow, so a fragmented datagram reaches the backend of the flow's whole
             // datagrams; the later fragments, which carry no ports, follow its choice through
             // `FRAGMENTS`.
-            match select(&pkt.flow, &svc, !pkt.is_icmp(), miss, now) {
+            let bytes = (ctx.data_end() - ctx.data()) as u64;
+            match select(&pkt.flow, &svc, !pkt.is_icmp(), miss, now, bytes) {
                 Ok(c) => (svc, c),
                 Err(reason) => return Outcome::unforwarded(reason, svc.id),
             }

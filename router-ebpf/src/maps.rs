@@ -6,15 +6,18 @@
 //! fields.
 
 use aya_ebpf::{
-    btf_maps::{Array, DevMapHash, HashMap, LruHashMap, PerCpuArray, ProgramArray},
+    btf_maps::{
+        Array, DevMapHash, HashMap, LpmTrie, LruHashMap, PerCpuArray, ProgramArray, RingBuf,
+    },
     macros::btf_map,
 };
 use router_common::{
-    Backend, BackendSignals, CONNTRACK_SIZE, CachedFlow, Config, FILTER_ENTRIES,
+    Backend, BackendSignals, CLASS_DECISIONS_SIZE, CLASS_STATS_ENTRIES, CLIENT_ANSWERS_SIZE,
+    CONNTRACK_SIZE, CachedFlow, ClientAddr, ClientAnswer, Config, FILTER_ENTRIES,
     FLOW_CACHE_ENTRIES, FRAGMENT_SIZE, FlowEntry, FlowKey, FragEntry, FragKey, MAGLEV_LANES,
-    MAGLEV_VALUES, MAX_BACKENDS, MAX_DECISIONS, MAX_POOLS, MAX_SERVICES, MAX_TX_PORTS, MAX_VIPS,
-    NatEntry, NextHop, Pool, Reason, Service, ServiceKey, ServiceSlot, Traffic, Verdict, Vip,
-    VipKey,
+    MAGLEV_VALUES, MAX_BACKENDS, MAX_CLASS_PREFIXES, MAX_DECISIONS, MAX_POOLS, MAX_SERVICES,
+    MAX_TX_PORTS, MAX_VIPS, NatEntry, NextHop, Pool, Reason, Service, ServiceKey, ServiceSlot,
+    Traffic, UNKNOWN_CLIENTS_BYTES, UnknownClient, Verdict, Vip, VipKey,
 };
 
 /// Services by `(VIP, port, protocol, family)`.
@@ -124,6 +127,39 @@ pub static VIPS: HashMap<VipKey, Vip, { MAX_VIPS as usize }> = HashMap::new();
 /// (zero, unless a test moves the clock forward to age tracked flows).
 #[btf_map]
 pub static CLOCK: Array<u64, { router_common::CLOCK_ENTRIES as usize }> = Array::new();
+
+/// Client classes: the longest prefix (`router_common::class_prefix_len`) of a client's
+/// `ClientAddr` names its class (1..=`MAX_CLASSES`). `BPF_F_NO_PREALLOC`, as the kernel requires
+/// of a trie (the type's default flags).
+#[btf_map]
+pub static CLIENT_CLASSES: LpmTrie<ClientAddr, u32, { MAX_CLASS_PREFIXES as usize }> =
+    LpmTrie::new();
+
+/// The decision words of client classes, at `router_common::class_decision_index`.
+#[btf_map]
+pub static CLASS_DECISIONS: Array<u64, { CLASS_DECISIONS_SIZE as usize }> = Array::new();
+
+/// A classifier's answers by client address (`router_common::ClientAnswer`); the program adds
+/// class-0 placeholders for the clients it reports.
+#[btf_map]
+pub static CLIENT_ANSWERS: LruHashMap<ClientAddr, ClientAnswer, { CLIENT_ANSWERS_SIZE as usize }> =
+    LruHashMap::new();
+
+/// Records of unknown clients (`router_common::UnknownClient`), for the agent's classifier.
+#[btf_map]
+pub static UNKNOWN_CLIENTS: RingBuf<UnknownClient, { UNKNOWN_CLIENTS_BYTES as usize }> =
+    RingBuf::new();
+
+/// Per-CPU new flows by class and side, and the answer and ring counters
+/// (`router_common::class_stat_index`, `CLASS_STAT_*`).
+#[btf_map]
+pub static CLASS_STATS: PerCpuArray<Traffic, { CLASS_STATS_ENTRIES as usize }> = PerCpuArray::new();
+
+/// Per CPU: the tick the current window of `UNKNOWN_CLIENTS` records began, and the records
+/// sent in it (`router_common::UNKNOWN_BURST`). Not part of the ABI: neither pinned nor read by
+/// the agent.
+#[btf_map]
+pub static UNKNOWN_LIMIT: PerCpuArray<[u32; 2], 1> = PerCpuArray::new();
 
 /// Per-CPU scratch space for the packet being processed (see `parse::Packet`). Not part of the
 /// ABI: the agent neither reads nor pins it.

@@ -49,19 +49,21 @@
 
 use aya_ebpf::helpers::generated::bpf_get_smp_processor_id;
 use router_common::{
-    Backend, CLOCK_AGENT, CLOCK_OFFSET, CachedFlow, Decision, FATE_KEEP, FATE_RESET, FILTER_F_NAT,
-    FILTER_FLAGS, FILTER_NAT_REPLY, FILTER_SERVICE, FILTER_WORDS, FLOW_CACHE_ENTRIES,
+    Backend, CLOCK_AGENT, CLOCK_OFFSET, CachedFlow, Decision, FAMILY_V6, FATE_KEEP, FATE_RESET,
+    FILTER_F_NAT, FILTER_FLAGS, FILTER_NAT_REPLY, FILTER_SERVICE, FILTER_WORDS, FLOW_CACHE_ENTRIES,
     FLOW_CACHE_LEASE, FLOW_CACHE_WAYS, FLOW_F_FIRST, FLOW_STATE_MASK, FLOW_STATES,
     FLOW_TCP_CLOSING, FLOW_TCP_SYN, FlowEntry, FlowKey, MAGLEV_LANES, MAGLEV_SIZE, MAX_POOLS,
     NO_BACKEND, NO_POOL, POOL_F_ALL_DOWN_PASS, POOL_F_LEFT_CHANCE, POOL_F_SECOND_CHANCE, PROTO_TCP,
-    Reason, SEEN_REFRESH, SVC_F_HASH_SOURCE, Service, TICK_SHIFT, expired, first_state, flow_hash,
-    hash::{filter_bit_words, flow_cache_set},
+    Reason, SEEN_REFRESH, SVC_F_CLASSES, SVC_F_CLASSIFY, SVC_F_HASH_SOURCE, SVC_F_SPLIT_CLIENT,
+    SVC_F_SPLIT_PREFIX, Service, TICK_SHIFT, class_decision_index, class_stat_index, expired,
+    first_state, flow_hash,
+    hash::{client_split_point, filter_bit_words, flow_cache_set},
     keeps_flows, maglev_backend, maglev_index, next_state, opens, source_hash, tracked_fate,
 };
 
 use crate::maps::{
-    BACKEND_SIGNALS, BACKENDS, CLOCK, CONFIG, CONNTRACK, DECISIONS, FLOW_CACHE, MAGLEV, POOLS,
-    SERVICE_FILTER, SERVICE_SLOTS,
+    BACKEND_SIGNALS, BACKENDS, CLASS_DECISIONS, CLOCK, CONFIG, CONNTRACK, DECISIONS, FLOW_CACHE,
+    MAGLEV, POOLS, SERVICE_FILTER, SERVICE_SLOTS,
 };
 
 /// A chosen backend.
@@ -547,8 +549,15 @@ fn applies(flow: &FlowKey, entry: FlowEntry, opening: bool) -> Option<(Service, 
 /// in this CPU's cache (in `CONNTRACK` at once on a CPU without a cache); any other new flow's
 /// in `CONNTRACK`. ICMP errors look up without recording.
 ///
+/// The word: with `SVC_F_CLASSES`, a client of class 1 or more ([`crate::class::of`]) reads
+/// its class's word in `CLASS_DECISIONS`, any other the service's in `DECISIONS`. The split
+/// point: from the client's address (or network) under `SVC_F_SPLIT_CLIENT`, else from the flow
+/// hash. A new flow (`track`, not re-selected) of a service with a class flag is counted in
+/// `CLASS_STATS` by class and side, with `bytes` (the packet's length); under `SVC_F_CLASSIFY`
+/// an unknown client is reported.
+///
 /// Errors: `NoBackend` / `AllDownPass` when no pool has a usable backend (by the primary pool's
-/// `when_all_down`), `BadState` when the service's decision slot is missing.
+/// `when_all_down`), `BadState` when the service's decision slot (or its class's) is missing.
 #[inline(always)]
 pub fn select(
     flow: &FlowKey,
@@ -556,6 +565,7 @@ pub fn select(
     track: bool,
     miss: Miss,
     now: u32,
+    bytes: u64,
 ) -> Result<Choice, Reason> {
     let mut reason = if miss.reselect {
         Reason::Reselected
@@ -567,9 +577,7 @@ pub fn select(
     } else {
         flow_hash(flow)
     };
-    let word = DECISIONS.get(svc.decision).ok_or(Reason::BadState)?;
-    let decision = Decision::decode(*word);
-    let pool = decision.pick(hash);
+    let (decision, pool) = pick(flow, svc, hash, track && !miss.reselect, now, bytes)?;
     let mut id = maglev_lookup(pool, hash);
     if track
         && flow.proto == PROTO_TCP
@@ -650,6 +658,50 @@ pub fn select(
         backend,
         reason,
     })
+}
+
+/// The decision word of a new flow of `svc` and the pool it picks (`hash`: the flow's, for a
+/// split by flow): with `SVC_F_CLASSES`, a client of class 1 or more takes its class's word in
+/// `CLASS_DECISIONS`, any other the service's in `DECISIONS`; under `SVC_F_SPLIT_CLIENT` the
+/// split point is the client's (or its network's). A `new` flow (tracked, not re-selected) of a
+/// service with a class flag is counted in `CLASS_STATS` (`bytes`: the packet's length), and
+/// may report its client ([`crate::class::of`]).
+#[inline(always)]
+fn pick(
+    flow: &FlowKey,
+    svc: &Service,
+    hash: u32,
+    new: bool,
+    now: u32,
+    bytes: u64,
+) -> Result<(Decision, u16), Reason> {
+    let flags = svc.flags;
+    let mut word = *DECISIONS.get(svc.decision).ok_or(Reason::BadState)?;
+    let classed = flags & (SVC_F_CLASSES | SVC_F_CLASSIFY) != 0;
+    let mut class = 0;
+    if classed {
+        class = crate::class::of(flow, now, new, new && flags & SVC_F_CLASSIFY != 0, bytes);
+        if class != 0 && flags & SVC_F_CLASSES != 0 {
+            word = *CLASS_DECISIONS
+                .get(class_decision_index(svc.decision, class))
+                .ok_or(Reason::BadState)?;
+        }
+    }
+    let decision = Decision::decode(word);
+    let pool = if flags & SVC_F_SPLIT_CLIENT == 0 {
+        decision.pick(hash)
+    } else {
+        decision.pick_at(client_split_point(
+            &flow.src,
+            flow.family == FAMILY_V6,
+            flags & SVC_F_SPLIT_PREFIX != 0,
+        ))
+    };
+    if classed && new {
+        let side = u32::from(pool != decision.pool_a);
+        crate::class::add(class_stat_index(class, side), bytes);
+    }
+    Ok((decision, pool))
 }
 
 /// A flow key as five 64-bit words, loaded as words (`router_common::hash::flow_words`).

@@ -408,6 +408,9 @@ fn count_writes(log: &[Write]) -> BTreeMap<&'static str, usize> {
             Write::Filter(..) => "filter word",
             Write::Config(..) => "generation",
             Write::Vip(..) => "virtual IP",
+            Write::ClassPrefix(..) => "class prefix",
+            Write::ClassDecision(..) => "class decision",
+            Write::ClientAnswer(..) => "client answer",
         };
         *out.entry(kind).or_insert(0) += 1;
     }

@@ -28,6 +28,11 @@
 //!   lookup (the `lookup` program of the baseline object), run on the same frame in the same
 //!   round, which give the target "twice the baseline plus one lookup".
 //!
+//! - **a classed service**: the same new flows and tracked flow on a service with client
+//!   classes and the split by client (`SVC_F_CLASSES | SVC_F_SPLIT_CLIENT`, decision 0036),
+//!   whose client has no class among a few published prefixes and no answer: a new flow pays
+//!   the trie lookup, the answer lookup and the client hash; a tracked one nothing more.
+//!
 //! Each of `--rounds` rounds measures every row once; the table gives the median and the range.
 //! Nothing asserts on speed; a wrong verdict (the program not forwarding) is an error, because
 //! the numbers would then describe another path.
@@ -61,6 +66,8 @@ const HIT_PORT: u16 = 50_000;
 const MISS_PORT_BASE: u16 = 1_024;
 /// Port of the `ipip` service on the IPv4 VIP.
 const IPIP_PORT: u16 = 8_000;
+/// Port of the classed service on the IPv4 VIP.
+const CLASSED_PORT: u16 = 81;
 /// A destination that is no virtual IP: what most packets on a busy host are.
 const NOT_A_VIP: std::net::Ipv4Addr = std::net::Ipv4Addr::new(198, 18, 7, 7);
 
@@ -102,6 +109,10 @@ fn config() -> Result<Config> {
                     prefix: 24,
                 }),
                 ..service("tunnel", VIP_V4.into(), "web")
+            },
+            Service {
+                port: CLASSED_PORT,
+                ..service("classed", VIP_V4.into(), "web")
             },
         ],
         pools: vec![
@@ -168,18 +179,76 @@ impl Frames {
         vip: std::net::IpAddr,
         flows: u16,
     ) -> Self {
+        Self::to_port(name, client, vip, PORT, flows)
+    }
+
+    fn to_port(
+        name: &'static str,
+        client: std::net::IpAddr,
+        vip: std::net::IpAddr,
+        port: u16,
+        flows: u16,
+    ) -> Self {
         let ports = || (0..flows).map(|k| MISS_PORT_BASE + k);
         Self {
             name,
-            hit: packets::tcp(client, HIT_PORT, vip, PORT),
+            hit: packets::tcp(client, HIT_PORT, vip, port),
             misses: ports()
-                .map(|p| packets::syn(client, p, vip, PORT))
+                .map(|p| packets::syn(client, p, vip, port))
                 .collect(),
             confirms: ports()
-                .map(|p| packets::tcp(client, p, vip, PORT))
+                .map(|p| packets::tcp(client, p, vip, port))
                 .collect(),
         }
     }
+}
+
+/// Gives the `classed` service client classes and the split by client: a few prefixes (none
+/// holds the bench's client), every class word, and a split of `web` with itself (so the split
+/// point is computed and either side is `web`), then the flags.
+fn classify(lab: &mut Lab) -> Result<()> {
+    use router_common::{
+        Decision, FAMILY_V4, MAX_CLASSES, PROTO_TCP, SVC_F_CLASSES, SVC_F_SPLIT_CLIENT, ServiceKey,
+    };
+    use switchyard::{
+        dataplane::Dataplane as _,
+        publish::classes::{ClientPrefix, replace_class_prefixes, write_class_words},
+    };
+    let mut addr = [0u8; 16];
+    addr[..4].copy_from_slice(&VIP_V4.octets());
+    let key = ServiceKey {
+        addr,
+        port: CLASSED_PORT.to_be(),
+        proto: PROTO_TCP,
+        family: FAMILY_V4,
+    };
+    let mut svc = lab.maps.service(&key).context("the classed service")?;
+    let web = Decision::decode(lab.maps.decision(svc.decision)?).pool_a;
+    let word = Decision {
+        pool_a: web,
+        pool_b: web,
+        split_b: 5_000,
+        fallback: router_common::NO_POOL,
+    }
+    .encode();
+    lab.maps.set_decision(svc.decision, word)?;
+    write_class_words(&mut lab.maps, svc.decision, &[word; MAX_CLASSES as usize])?;
+    let p = |a: &str, bits| ClientPrefix::new(a.parse().expect("address"), bits).expect("prefix");
+    let prefixes = [
+        (p("198.19.0.0", 16), 1),
+        (p("198.19.6.0", 24), 2),
+        (p("198.18.128.0", 17), 3),
+        (p("2001:db8:a::", 48), 1),
+    ]
+    .into();
+    replace_class_prefixes(
+        &mut lab.maps,
+        &mut std::collections::BTreeMap::new(),
+        &prefixes,
+    )?;
+    svc.flags |= SVC_F_CLASSES | SVC_F_SPLIT_CLIENT;
+    lab.maps.set_service(key, svc)?;
+    Ok(())
 }
 
 /// Per-round measurements of one family, in nanoseconds.
@@ -566,10 +635,18 @@ fn main() -> Result<()> {
 
     let mut lab = Lab::new("bench-xdp", BACKENDS, &config()?).context("building the lab")?;
     println!("topology {}", lab.topo.tag());
+    classify(&mut lab)?;
     let mut baseline = Baseline::load()?;
     let families = [
         Frames::new("IPv4 TCP, dsr-l2", CLIENT_V4.into(), VIP_V4.into(), flows),
         Frames::new("IPv6 TCP, dsr-l2", CLIENT_V6.into(), VIP_V6.into(), flows),
+        Frames::to_port(
+            "IPv4 TCP, dsr-l2, classed (no class, split by client)",
+            CLIENT_V4.into(),
+            VIP_V4.into(),
+            CLASSED_PORT,
+            flows,
+        ),
     ];
     let mut rows: Vec<Rows> = families.iter().map(|_| Rows::default()).collect();
     let extra = ExtraFrames::new(flows);

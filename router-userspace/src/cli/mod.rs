@@ -496,7 +496,7 @@ pub fn ago(now: u64, then: u64) -> String {
 }
 
 /// What each pinned map holds, for `switchyard maps`.
-pub const MAP_HELP: [(&str, &str); 20] = [
+pub const MAP_HELP: [(&str, &str); 25] = [
     (
         maps::SERVICES,
         "services: (VIP, port, protocol) → slot, decision slot, flags",
@@ -558,6 +558,26 @@ pub const MAP_HELP: [(&str, &str); 20] = [
     (
         maps::CLOCK,
         "the program's clock: the agent's time (advanced while it runs) and an offset (tests)",
+    ),
+    (
+        maps::CLIENT_CLASSES,
+        "client classes: longest prefix of the client's address → class id",
+    ),
+    (
+        maps::CLASS_DECISIONS,
+        "decision words per class: 16 per decision slot (class 0 reads DECISIONS)",
+    ),
+    (
+        maps::CLIENT_ANSWERS,
+        "classifier answers: client address → class, expiry tick (LRU)",
+    ),
+    (
+        maps::UNKNOWN_CLIENTS,
+        "ring of new flows from clients with neither class nor answer (rate-limited)",
+    ),
+    (
+        maps::CLASS_STATS,
+        "per-CPU new flows by class × side of the split; answer and ring counters",
     ),
 ];
 

@@ -126,8 +126,16 @@ macro_rules! record {
 )]
 pub fn all() -> Vec<MapLayout> {
     use router_common::{
-        CONNTRACK_SIZE, FILTER_ENTRIES, FRAGMENT_SIZE, MAGLEV_VALUES, MAX_BACKENDS, MAX_DECISIONS,
-        MAX_POOLS, MAX_SERVICES, MAX_TX_PORTS, Reason, Verdict,
+        CLASS_DECISIONS_SIZE, CLASS_STATS_ENTRIES, CLIENT_ANSWERS_SIZE, CONNTRACK_SIZE, ClientAddr,
+        FILTER_ENTRIES, FRAGMENT_SIZE, MAGLEV_VALUES, MAX_BACKENDS, MAX_CLASS_PREFIXES,
+        MAX_DECISIONS, MAX_POOLS, MAX_SERVICES, MAX_TX_PORTS, Reason, UNKNOWN_CLIENTS_BYTES,
+        Verdict,
+    };
+    let client_addr = || {
+        record!(ClientAddr {
+            family: "4 or 6",
+            addr: "network order, IPv4 in the first 4 bytes",
+        })
     };
     let flow_key = || {
         record!(FlowKey {
@@ -155,7 +163,7 @@ pub fn all() -> Vec<MapLayout> {
             value: record!(Service {
                 id: "service slot",
                 decision: "index into DECISIONS",
-                flags: "SVC_F_NAT 1, SVC_F_HASH_SOURCE 2, SVC_F_IPIP 4",
+                flags: "SVC_F_NAT 1, SVC_F_HASH_SOURCE 2, SVC_F_IPIP 4, SVC_F_VIP_LIMIT 8, SVC_F_CLASSES 16, SVC_F_CLASSIFY 32, SVC_F_SPLIT_CLIENT 64, SVC_F_SPLIT_PREFIX 128",
                 encap_mask: "ipip: host bits of the outer source range's last 32-bit word, host order",
                 encap_src: "ipip: the outer source range's network address, network order",
             }),
@@ -388,6 +396,84 @@ pub fn all() -> Vec<MapLayout> {
                 syn_retransmits: "SYNs retransmitted to the backend",
             }),
         },
+        MapLayout {
+            name: maps::CLIENT_CLASSES,
+            kind: "lpm_trie",
+            entries: MAX_CLASS_PREFIXES,
+            // aya's `lpm_trie::Key<ClientAddr>`: the prefix length, then the data.
+            key: Layout {
+                name: "Key<ClientAddr>",
+                size: 4 + std::mem::size_of::<ClientAddr>(),
+                fields: vec![
+                    Field {
+                        name: "prefix_len",
+                        ty: "u32",
+                        offset: 0,
+                        size: 4,
+                        note: "bits: 32 (the family word) + the CIDR's",
+                    },
+                    Field {
+                        name: "family",
+                        ty: "u32",
+                        offset: 4,
+                        size: 4,
+                        note: "4 or 6",
+                    },
+                    Field {
+                        name: "addr",
+                        ty: "[u8; 16]",
+                        offset: 8,
+                        size: 16,
+                        note: "network order, IPv4 in the first 4 bytes",
+                    },
+                ],
+                note: "",
+            },
+            value: Layout::scalar::<u32>("class id, 1..=15 (classes sorted by name)"),
+        },
+        MapLayout {
+            name: maps::CLASS_DECISIONS,
+            kind: "array",
+            entries: CLASS_DECISIONS_SIZE,
+            key: Layout::scalar::<u32>("decision slot·16 + class (1..=15)"),
+            value: Layout::scalar::<u64>(
+                "decision word of the class, as in DECISIONS (class 0 reads DECISIONS)",
+            ),
+        },
+        MapLayout {
+            name: maps::CLIENT_ANSWERS,
+            kind: "lru_hash",
+            entries: CLIENT_ANSWERS_SIZE,
+            key: client_addr(),
+            value: record!(ClientAnswer {
+                class: "class id; 0 = no class (the program's placeholder for a reported client)",
+                expires: "ticks of the program's clock; used while ahead of it",
+            }),
+        },
+        MapLayout {
+            name: maps::UNKNOWN_CLIENTS,
+            kind: "ringbuf",
+            entries: UNKNOWN_CLIENTS_BYTES,
+            key: Layout::scalar::<()>("none: a ring of records"),
+            value: record!(UnknownClient {
+                family: "4 or 6",
+                proto: "6 TCP, 17 UDP",
+                port: "the service's port, network-order bytes",
+                addr: "the client, network order",
+                vip: "the virtual IP, network order",
+            }),
+        },
+        MapLayout {
+            name: maps::CLASS_STATS,
+            kind: "percpu_array",
+            entries: CLASS_STATS_ENTRIES,
+            key: Layout::scalar::<u32>(
+                "class·2 + side (0 pool A, 1 pool B) of new flows; 32 classed by an answer, \
+                 33 neither class nor answer, 34 records sent, 35 records over the burst, \
+                 36 records the full ring refused",
+            ),
+            value: traffic(),
+        },
     ]
 }
 
@@ -593,8 +679,13 @@ mod tests {
             let shape = declared
                 .get(m.name)
                 .unwrap_or_else(|| panic!("the program declares no {}", m.name));
-            assert_eq!(shape.key_size as usize, m.key.size, "{} key", m.name);
-            assert_eq!(shape.value_size as usize, m.value.size, "{} value", m.name);
+            if m.kind == "ringbuf" {
+                // A ring has neither key nor value: its records are described instead.
+                assert_eq!((shape.key_size, shape.value_size), (0, 0), "{}", m.name);
+            } else {
+                assert_eq!(shape.key_size as usize, m.key.size, "{} key", m.name);
+                assert_eq!(shape.value_size as usize, m.value.size, "{} value", m.name);
+            }
             assert_eq!(shape.max_entries, m.entries, "{} entries", m.name);
             // bpf_map_type numbers (include/uapi/linux/bpf.h).
             let kind = match shape.map_type {
@@ -603,7 +694,9 @@ mod tests {
                 3 => "prog_array",
                 6 => "percpu_array",
                 9 => "lru_hash",
+                11 => "lpm_trie",
                 25 => "devmap_hash",
+                27 => "ringbuf",
                 other => panic!("{}: map type {other} is not described", m.name),
             };
             assert!(

@@ -4,16 +4,20 @@ use std::{fs::File, os::fd::AsFd as _, path::Path};
 
 use aya::{
     Ebpf,
-    maps::{Array, HashMap, Map, MapData, PerCpuArray, xdp::DevMapHash},
+    maps::{
+        Array, HashMap, Map, MapData, PerCpuArray, RingBuf,
+        lpm_trie::{Key, LpmTrie},
+        xdp::DevMapHash,
+    },
 };
 use memmap2::{MmapMut, MmapOptions};
 use router_common::{
-    Backend, BackendSignals, Config, FlowEntry, FlowKey, MAGLEV_LANES, MAGLEV_SIZE, MAGLEV_VALUES,
-    MAX_POOLS, NextHop, Pool, Service, ServiceKey, ServiceSlot, Traffic, Vip, VipKey,
-    maglev_backend, maglev_entry, maglev_index, maps,
+    Backend, BackendSignals, ClientAddr, ClientAnswer, Config, FlowEntry, FlowKey, MAGLEV_LANES,
+    MAGLEV_SIZE, MAGLEV_VALUES, MAX_POOLS, NextHop, Pool, Service, ServiceKey, ServiceSlot,
+    Traffic, Vip, VipKey, class_prefix_len, maglev_backend, maglev_entry, maglev_index, maps,
 };
 
-use super::{Dataplane, DataplaneError};
+use super::{Dataplane, DataplaneError, unknown::UnknownClients};
 
 /// Bytes of one entry of the mapped `MAGLEV` array. Its values, four entries each, are 8 bytes,
 /// the kernel's stride between array values (`round_up(value_size, 8)`, kernel/bpf/arraymap.c),
@@ -50,6 +54,16 @@ pub struct KernelMaps {
     pub conntrack: HashMap<MapData, FlowKey, FlowEntry>,
     /// Virtual IPs.
     pub vips: HashMap<MapData, VipKey, Vip>,
+    /// Client classes by prefix.
+    client_classes: LpmTrie<MapData, ClientAddr, u32>,
+    /// Decision words of client classes.
+    class_decisions: Array<MapData, u64>,
+    /// Classifier answers (and the program's placeholders), by client address.
+    pub client_answers: HashMap<MapData, ClientAddr, ClientAnswer>,
+    /// New flows by class and side; answer and ring counters.
+    pub class_stats: PerCpuArray<MapData, Traffic>,
+    /// The ring of unknown clients, until [`KernelMaps::take_unknown_clients`] takes it.
+    unknown_clients: Option<RingBuf<MapData>>,
     /// The `MAGLEV` array, mapped (`BPF_F_MMAPABLE`).
     maglev: MmapMut,
 }
@@ -115,6 +129,11 @@ impl KernelMaps {
             backend_signals: typed(maps::BACKEND_SIGNALS, take(maps::BACKEND_SIGNALS)?)?,
             conntrack: typed(maps::CONNTRACK, take(maps::CONNTRACK)?)?,
             vips: typed(maps::VIPS, take(maps::VIPS)?)?,
+            client_classes: typed(maps::CLIENT_CLASSES, take(maps::CLIENT_CLASSES)?)?,
+            class_decisions: typed(maps::CLASS_DECISIONS, take(maps::CLASS_DECISIONS)?)?,
+            client_answers: typed(maps::CLIENT_ANSWERS, take(maps::CLIENT_ANSWERS)?)?,
+            class_stats: typed(maps::CLASS_STATS, take(maps::CLASS_STATS)?)?,
+            unknown_clients: Some(typed(maps::UNKNOWN_CLIENTS, take(maps::UNKNOWN_CLIENTS)?)?),
             maglev,
         })
     }
@@ -156,8 +175,57 @@ impl KernelMaps {
             )?,
             conntrack: typed(maps::CONNTRACK, map(maps::CONNTRACK, Map::LruHashMap)?)?,
             vips: typed(maps::VIPS, map(maps::VIPS, Map::HashMap)?)?,
+            client_classes: typed(
+                maps::CLIENT_CLASSES,
+                map(maps::CLIENT_CLASSES, Map::LpmTrie)?,
+            )?,
+            class_decisions: typed(
+                maps::CLASS_DECISIONS,
+                map(maps::CLASS_DECISIONS, Map::Array)?,
+            )?,
+            client_answers: typed(
+                maps::CLIENT_ANSWERS,
+                map(maps::CLIENT_ANSWERS, Map::LruHashMap)?,
+            )?,
+            class_stats: typed(maps::CLASS_STATS, map(maps::CLASS_STATS, Map::PerCpuArray)?)?,
+            // A reader of the ring consumes its records: only the agent that loaded the
+            // program reads it.
+            unknown_clients: None,
             maglev,
         })
+    }
+
+    /// The reader of `UNKNOWN_CLIENTS`, once (`None` after the first call, and for maps
+    /// opened from their pins: a reader consumes the records, so the agent that loaded the
+    /// program is the only one).
+    pub fn take_unknown_clients(&mut self) -> Option<UnknownClients> {
+        self.unknown_clients.take().map(UnknownClients::new)
+    }
+
+    /// The static class of client `addr`: the longest prefix of `CLIENT_CLASSES` that holds it
+    /// (the kernel's lookup of a trie is a longest-prefix match), if any.
+    #[must_use]
+    pub fn client_class(&self, addr: &ClientAddr) -> Option<u32> {
+        self.client_classes
+            .get(&Key::new(class_prefix_len(128), *addr), 0)
+            .ok()
+    }
+
+    /// The `CLIENT_ANSWERS` entry of client `addr`, live or not, if the map holds one.
+    #[must_use]
+    pub fn client_answer(&self, addr: &ClientAddr) -> Option<ClientAnswer> {
+        self.client_answers.get(addr, 0).ok()
+    }
+
+    /// Word `index` of `CLASS_DECISIONS` ([`router_common::class_decision_index`]).
+    ///
+    /// # Errors
+    ///
+    /// [`DataplaneError::Map`] when the lookup fails (`index` past the map's end).
+    pub fn class_decision(&self, index: u32) -> Result<u64, DataplaneError> {
+        self.class_decisions
+            .get(&index, 0)
+            .map_err(|e| DataplaneError::map(maps::CLASS_DECISIONS, e))
     }
 
     /// The generation word.
@@ -355,6 +423,59 @@ impl Dataplane for KernelMaps {
 
     fn read_vips(&self) -> Vec<(VipKey, Vip)> {
         self.vips.iter().filter_map(Result::ok).collect()
+    }
+
+    fn set_class_prefix(
+        &mut self,
+        addr: ClientAddr,
+        bits: u32,
+        class: Option<u32>,
+    ) -> Result<(), DataplaneError> {
+        let key = Key::new(class_prefix_len(bits), addr);
+        match class {
+            Some(c) => self
+                .client_classes
+                .insert(&key, c, 0)
+                .map_err(|e| DataplaneError::map(maps::CLIENT_CLASSES, e)),
+            None => match self.client_classes.remove(&key) {
+                Ok(()) | Err(aya::maps::MapError::KeyNotFound) => Ok(()),
+                Err(e) => Err(DataplaneError::map(maps::CLIENT_CLASSES, e)),
+            },
+        }
+    }
+
+    fn read_class_prefixes(&self) -> Vec<(ClientAddr, u32, u32)> {
+        self.client_classes
+            .iter()
+            .filter_map(Result::ok)
+            .map(|(key, class)| {
+                let (len, addr) = (key.prefix_len(), key.data());
+                (addr, len.saturating_sub(class_prefix_len(0)), class)
+            })
+            .collect()
+    }
+
+    fn set_class_decision(&mut self, index: u32, word: u64) -> Result<(), DataplaneError> {
+        self.class_decisions
+            .set(index, word, 0)
+            .map_err(|e| DataplaneError::map(maps::CLASS_DECISIONS, e))
+    }
+
+    fn set_client_answer(
+        &mut self,
+        addr: ClientAddr,
+        answer: Option<ClientAnswer>,
+    ) -> Result<(), DataplaneError> {
+        match answer {
+            Some(a) => self
+                .client_answers
+                .insert(addr, a, 0)
+                .map_err(|e| DataplaneError::map(maps::CLIENT_ANSWERS, e)),
+            None => match self.client_answers.remove(&addr) {
+                Ok(()) | Err(aya::maps::MapError::KeyNotFound) => Ok(()),
+                Err(e) => Err(DataplaneError::map(maps::CLIENT_ANSWERS, e)),
+            },
+        }
     }
 }
 

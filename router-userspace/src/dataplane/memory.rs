@@ -4,7 +4,8 @@
 use std::collections::HashMap;
 
 use router_common::{
-    Backend, Config, MAGLEV_SIZE, NextHop, Pool, Service, ServiceKey, Vip, VipKey,
+    Backend, ClientAddr, ClientAnswer, Config, MAGLEV_SIZE, NextHop, Pool, Service, ServiceKey,
+    Vip, VipKey,
 };
 
 use super::{Dataplane, DataplaneError};
@@ -34,6 +35,12 @@ pub enum Write {
     Config(Config),
     /// `set_vip(key, …)`.
     Vip(VipKey, Option<Vip>),
+    /// `set_class_prefix(addr, bits, class)`.
+    ClassPrefix(ClientAddr, u32, Option<u32>),
+    /// `set_class_decision(index, word)`.
+    ClassDecision(u32, u64),
+    /// `set_client_answer(addr, …)`.
+    ClientAnswer(ClientAddr, Option<ClientAnswer>),
 }
 
 /// Maps as plain collections.
@@ -59,6 +66,12 @@ pub struct MemoryDataplane {
     pub config: Config,
     /// Virtual IPs present.
     pub vips: HashMap<VipKey, Vip>,
+    /// Client class prefixes present, by (address, bits).
+    pub class_prefixes: HashMap<(ClientAddr, u32), u32>,
+    /// Class decision words written, by index.
+    pub class_decisions: HashMap<u32, u64>,
+    /// Client answers present.
+    pub client_answers: HashMap<ClientAddr, ClientAnswer>,
     /// Every write, in order.
     pub log: Vec<Write>,
 }
@@ -150,6 +163,46 @@ impl Dataplane for MemoryDataplane {
 
     fn read_vips(&self) -> Vec<(VipKey, Vip)> {
         self.vips.iter().map(|(k, v)| (*k, *v)).collect()
+    }
+
+    fn set_class_prefix(
+        &mut self,
+        addr: ClientAddr,
+        bits: u32,
+        class: Option<u32>,
+    ) -> Result<(), DataplaneError> {
+        match class {
+            Some(c) => self.class_prefixes.insert((addr, bits), c),
+            None => self.class_prefixes.remove(&(addr, bits)),
+        };
+        self.log.push(Write::ClassPrefix(addr, bits, class));
+        Ok(())
+    }
+
+    fn read_class_prefixes(&self) -> Vec<(ClientAddr, u32, u32)> {
+        self.class_prefixes
+            .iter()
+            .map(|((a, bits), c)| (*a, *bits, *c))
+            .collect()
+    }
+
+    fn set_class_decision(&mut self, index: u32, word: u64) -> Result<(), DataplaneError> {
+        self.class_decisions.insert(index, word);
+        self.log.push(Write::ClassDecision(index, word));
+        Ok(())
+    }
+
+    fn set_client_answer(
+        &mut self,
+        addr: ClientAddr,
+        answer: Option<ClientAnswer>,
+    ) -> Result<(), DataplaneError> {
+        match answer {
+            Some(a) => self.client_answers.insert(addr, a),
+            None => self.client_answers.remove(&addr),
+        };
+        self.log.push(Write::ClientAnswer(addr, answer));
+        Ok(())
     }
 }
 

@@ -15,11 +15,14 @@ pub mod load;
 pub mod maps;
 pub mod memory;
 pub mod object;
+pub mod unknown;
 pub mod upgrade;
 
 use std::path::PathBuf;
 
-use router_common::{Backend, Config, NextHop, Pool, Service, ServiceKey, Vip, VipKey};
+use router_common::{
+    Backend, ClientAddr, ClientAnswer, Config, NextHop, Pool, Service, ServiceKey, Vip, VipKey,
+};
 
 /// How to move from pinned maps of another layout to this binary's (decision 0007).
 pub const UPGRADE_PATH: &str = "Upgrade path: drain the traffic, run `switchyard detach --iface \
@@ -343,6 +346,60 @@ pub trait Dataplane {
     /// remove. Empty when unknown.
     fn read_vips(&self) -> Vec<(VipKey, Vip)> {
         Vec::new()
+    }
+    /// Writes prefix `addr`/`bits` (`bits` of the address, not counting the family word) of
+    /// `CLIENT_CLASSES` with class `class`, or removes it (`None`; a missing one is not an
+    /// error). `addr`'s bits past the prefix must be zero.
+    ///
+    /// # Errors
+    ///
+    /// [`DataplaneError::Map`] when the update or removal fails (the trie is full);
+    /// [`DataplaneError::MissingMap`] for a dataplane without client classes (the default).
+    fn set_class_prefix(
+        &mut self,
+        addr: ClientAddr,
+        bits: u32,
+        class: Option<u32>,
+    ) -> Result<(), DataplaneError> {
+        let _ = (addr, bits, class);
+        Err(DataplaneError::MissingMap(
+            router_common::maps::CLIENT_CLASSES,
+        ))
+    }
+    /// The prefixes `CLIENT_CLASSES` holds, as `(addr, bits, class)`: what an earlier process
+    /// left. Empty when unknown.
+    fn read_class_prefixes(&self) -> Vec<(ClientAddr, u32, u32)> {
+        Vec::new()
+    }
+    /// Writes word `index` of `CLASS_DECISIONS` ([`router_common::class_decision_index`]; one
+    /// 8-byte update).
+    ///
+    /// # Errors
+    ///
+    /// [`DataplaneError::Map`] when the update fails (`index` past the map's end);
+    /// [`DataplaneError::MissingMap`] for a dataplane without client classes (the default).
+    fn set_class_decision(&mut self, index: u32, word: u64) -> Result<(), DataplaneError> {
+        let _ = (index, word);
+        Err(DataplaneError::MissingMap(
+            router_common::maps::CLASS_DECISIONS,
+        ))
+    }
+    /// Writes the `CLIENT_ANSWERS` entry of `addr`, or removes it (`None`; a missing one is not
+    /// an error).
+    ///
+    /// # Errors
+    ///
+    /// [`DataplaneError::Map`] when the update or removal fails;
+    /// [`DataplaneError::MissingMap`] for a dataplane without client classes (the default).
+    fn set_client_answer(
+        &mut self,
+        addr: ClientAddr,
+        answer: Option<ClientAnswer>,
+    ) -> Result<(), DataplaneError> {
+        let _ = (addr, answer);
+        Err(DataplaneError::MissingMap(
+            router_common::maps::CLIENT_ANSWERS,
+        ))
     }
 }
 

@@ -47,6 +47,7 @@ use crate::{
 
 mod apply;
 pub use apply::encap_range;
+pub mod classes;
 mod filter;
 mod ledger;
 mod slots;

@@ -11,6 +11,7 @@
 //! `CI=true` that is a failure.
 
 mod backend_down;
+mod classes;
 mod conntrack;
 mod decision;
 mod fixture;
