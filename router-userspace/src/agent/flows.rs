@@ -33,6 +33,18 @@ impl Runtime {
                         .map(move |b| (b.slot, (pool.clone(), b.address)))
                 })
                 .collect(),
+            classes: self
+                .config
+                .class_prefixes()
+                .into_iter()
+                .filter_map(|(prefix, id)| {
+                    let class = self
+                        .config
+                        .classes
+                        .get(usize::try_from(id).ok()?.checked_sub(1)?)?;
+                    Some((prefix, class.name.clone()))
+                })
+                .collect(),
         }
     }
 
@@ -124,6 +136,20 @@ impl Runtime {
             .and_then(|g| self.driver.active(g))
             .map(|a| a.by.to_string());
         let word = path.decision.map(|(_, w)| self.word_text(w));
+        let class = path.class.map(|c| {
+            let name = match c {
+                0 => "none (the default)".to_owned(),
+                c => usize::try_from(c - 1)
+                    .ok()
+                    .and_then(|i| self.config.classes.get(i))
+                    .map_or_else(|| format!("id {c}"), |k| format!("{} (id {c})", k.name)),
+            };
+            if path.class_from_answer {
+                format!("{name}, from a classifier answer")
+            } else {
+                name
+            }
+        });
         let fallback = if path.fallback {
             path.decision
                 .and_then(|(_, w)| self.pool_name(Decision::decode(w).fallback))
@@ -155,6 +181,7 @@ impl Runtime {
             service,
             group,
             action,
+            class,
             rule,
             word,
             pool: path.pool.and_then(|p| self.pool_name(p)),

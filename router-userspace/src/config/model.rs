@@ -154,10 +154,10 @@ impl Config {
 }
 
 /// Most client classes: the program's class ids are 1..=15 (0 is no class).
-pub const MAX_CLASSES: usize = 15;
+pub const MAX_CLASSES: usize = router_common::MAX_CLASSES as usize;
 
 /// Most prefixes of all client classes together (the size of the program's trie).
-pub const MAX_CLASS_PREFIXES: usize = 16_384;
+pub const MAX_CLASS_PREFIXES: usize = router_common::MAX_CLASS_PREFIXES as usize;
 
 /// `classes.<name>`: the clients whose source address is under one of the prefixes.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -9,6 +9,7 @@ mod announce_interface;
 mod backend_down;
 mod balance;
 mod breaker;
+mod classes;
 mod drain;
 mod failover;
 mod first_check;
