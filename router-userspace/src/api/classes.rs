@@ -14,7 +14,8 @@ pub struct ClassesView {
     pub classes: Vec<ClassView>,
     /// New flows whose class came from a live classifier answer (no configured prefix).
     pub answered: u64,
-    /// New flows of a classifying service whose client had neither a prefix nor an answer.
+    /// New flows whose client had neither a configured prefix nor a live answer (the
+    /// program's `CLASS_STAT_UNKNOWN`).
     pub unknown: u64,
 }
 

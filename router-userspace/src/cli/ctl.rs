@@ -354,7 +354,7 @@ pub fn classes_table(v: &crate::api::classes::ClassesView) -> String {
     if v.answered > 0 || v.unknown > 0 {
         let _ = writeln!(
             out,
-            "classified by an answer: {}; unknown clients: {}",
+            "new flows classed by a classifier answer: {}; with neither a prefix nor an answer: {}",
             v.answered, v.unknown
         );
     }
