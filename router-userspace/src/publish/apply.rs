@@ -408,22 +408,7 @@ impl Publisher {
                 flags |= SVC_F_HASH_SOURCE;
             }
             if let Target::Decide(g) = &s.to {
-                // Only once the group's class words are in the map.
-                if self.class_groups.contains(g)
-                    && self.groups.get(g).is_some_and(|g| g.class_words.is_some())
-                {
-                    flags |= SVC_F_CLASSES;
-                }
-                match cfg
-                    .decisions
-                    .iter()
-                    .find(|d| &d.name == g)
-                    .map(|d| d.split_by)
-                {
-                    Some(SplitBy::Client) => flags |= SVC_F_SPLIT_CLIENT,
-                    Some(SplitBy::ClientPrefix) => flags |= SVC_F_SPLIT_CLIENT | SVC_F_SPLIT_PREFIX,
-                    Some(SplitBy::Flow) | None => {}
-                }
+                flags |= self.group_flags(cfg, g);
             }
             if cfg
                 .vips
@@ -474,6 +459,30 @@ impl Publisher {
         }
         stale.extend(std::mem::replace(&mut self.services, services).into_values());
         Ok(stale)
+    }
+
+    /// The service flags a service of group `g` takes from it: `SVC_F_CLASSES` when the
+    /// group acts per class and its class words are in the map, the split flags of its
+    /// `split_by`.
+    fn group_flags(&self, cfg: &Config, g: &str) -> u32 {
+        let mut flags = 0;
+        // Only once the group's class words are in the map.
+        if self.class_groups.contains(g)
+            && self.groups.get(g).is_some_and(|g| g.class_words.is_some())
+        {
+            flags |= SVC_F_CLASSES;
+        }
+        match cfg
+            .decisions
+            .iter()
+            .find(|d| d.name == g)
+            .map(|d| d.split_by)
+        {
+            Some(SplitBy::Client) => flags |= SVC_F_SPLIT_CLIENT,
+            Some(SplitBy::ClientPrefix) => flags |= SVC_F_SPLIT_CLIENT | SVC_F_SPLIT_PREFIX,
+            Some(SplitBy::Flow) | None => {}
+        }
+        flags
     }
 
     /// Checks that the slots `cfg` needs beside the published ones are free.
