@@ -235,6 +235,18 @@ fn classes_pick_their_pools_and_the_rest_split_by_client() -> Result<()> {
         "ctl classes:\n{classes}"
     );
 
+    let metrics = agent.api_get("/metrics")?;
+    let vip_line = metrics
+        .lines()
+        .find(|l| l.starts_with("switchyard_class_new_flows_total{") && l.contains("class=\"vip\""))
+        .with_context(|| format!("no class metric for vip in:\n{metrics}"))?;
+    println!("{vip_line}");
+    ensure!(
+        vip_line.contains("pool=\"stable\"")
+            && vip_line.ends_with(&format!(" {}", VIP_CONNECTIONS + 1)),
+        "the vip class's new flows: {vip_line}"
+    );
+
     // Stickiness across a weight change: 5 → 25.
     apply(&agent, &pin, &state, 5)?;
     let before = one_side_each(&sides(&topo, &others, 2)?)?;
