@@ -87,6 +87,23 @@ pub struct Catalog {
     pub services: BTreeMap<u32, (String, ServiceKey)>,
     /// Backend slot → (pool, address).
     pub backends: BTreeMap<u32, (String, IpAddr)>,
+    /// The client-class prefix set with each prefix's class name
+    /// (`Config::class_prefixes`): a flow's client's class is the longest prefix's that holds
+    /// it, as the program finds it.
+    pub classes: Vec<(SourceRange, String)>,
+}
+
+impl Catalog {
+    /// The class of client `addr`: the class of the longest prefix of [`Catalog::classes`]
+    /// that holds it, if any.
+    #[must_use]
+    pub fn class_of(&self, addr: IpAddr) -> Option<&str> {
+        self.classes
+            .iter()
+            .filter(|(p, _)| p.contains(addr))
+            .max_by_key(|(p, _)| p.prefix)
+            .map(|(_, name)| name.as_str())
+    }
 }
 
 /// A [`FlowQuery`] resolved against a [`Catalog`]: what a `CONNTRACK` entry must hold.
@@ -278,6 +295,10 @@ pub struct FlowRow {
     /// Milliseconds since the flow last sent a packet, by the program's clock (refreshed at
     /// most every `router_common::SEEN_REFRESH` ticks, about a second).
     pub idle_ms: u64,
+    /// The client's class by the configured prefixes (`None`: of none; a classifier's answers
+    /// are not shown).
+    #[serde(default)]
+    pub class: Option<String>,
 }
 
 /// The name of a `FLOW_*` state.
@@ -316,8 +337,10 @@ pub fn row(key: &FlowKey, entry: &FlowEntry, catalog: &Catalog, now: u32) -> Flo
     } else {
         idle_ticks
     };
+    let client = key_addr(&key.src, key.family);
     FlowRow {
-        client: SocketAddr::new(key_addr(&key.src, key.family), u16::from_be(key.sport)),
+        class: catalog.class_of(client).map(str::to_owned),
+        client: SocketAddr::new(client, u16::from_be(key.sport)),
         vip: SocketAddr::new(key_addr(&key.dst, key.family), u16::from_be(key.dport)),
         protocol: protocol_name(key.proto),
         service: catalog.services.get(&entry.service).map(|(n, _)| n.clone()),
@@ -456,13 +479,13 @@ fn key_bytes(k: &FlowKey) -> [u8; 40] {
 pub fn table_text(rows: &[FlowRow]) -> String {
     use std::fmt::Write as _;
     let mut out = format!(
-        "{:<16} {:<5} {:<44} {:<26} {:<12} {:<24} {:<8} {:>9}\n",
+        "{:<16} {:<5} {:<44} {:<26} {:<12} {:<24} {:<8} {:>9} class\n",
         "service", "proto", "client", "vip", "pool", "backend", "state", "idle"
     );
     for r in rows {
         let _ = writeln!(
             out,
-            "{:<16} {:<5} {:<44} {:<26} {:<12} {:<24} {:<8} {:>9}",
+            "{:<16} {:<5} {:<44} {:<26} {:<12} {:<24} {:<8} {:>9} {}",
             r.service.as_deref().unwrap_or("-"),
             r.protocol,
             r.client.to_string(),
@@ -472,6 +495,7 @@ pub fn table_text(rows: &[FlowRow]) -> String {
                 .map_or_else(|| format!("slot {}", r.backend_slot), |a| a.to_string()),
             r.state,
             format!("{:.1}s", Duration::from_millis(r.idle_ms).as_secs_f64()),
+            r.class.as_deref().unwrap_or("-"),
         );
     }
     let _ = writeln!(out, "{} tracked flows", rows.len());
@@ -542,6 +566,10 @@ mod tests {
                 (12, ("b".to_owned(), "198.18.1.1".parse().unwrap())),
             ]
             .into(),
+            classes: vec![
+                (parse_prefix("198.18.0.0/16").unwrap(), "wide".to_owned()),
+                (parse_prefix("198.18.0.2/32").unwrap(), "one".to_owned()),
+            ],
         }
     }
 
@@ -549,6 +577,15 @@ mod tests {
         let mut q = FlowQuery::default();
         f(&mut q);
         q
+    }
+
+    #[test]
+    fn a_flow_s_class_is_its_client_s_longest_prefix_s() {
+        let cat = catalog();
+        let class = |src, sport| row(&key(src, sport), &entry(10, 3), &cat, 1_000).class;
+        assert_eq!(class([198, 18, 0, 1], 5000).as_deref(), Some("wide"));
+        assert_eq!(class([198, 18, 0, 2], 5000).as_deref(), Some("one"));
+        assert_eq!(class([198, 19, 0, 2], 5000), None);
     }
 
     #[test]

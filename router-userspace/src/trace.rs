@@ -11,15 +11,24 @@
 //! flow the program keeps on its backend (a TCP SYN keeps an open connection's backend; a UDP
 //! datagram a tracked flow's), which then overrides the selection.
 //!
+//! With client classes (`SVC_F_CLASSES`): the client's class, as `router-ebpf` `class.rs` finds
+//! it (the longest prefix of `CLIENT_CLASSES` holding the client, else a live `CLIENT_ANSWERS`
+//! entry), and for a class of 1 or more the class's word in `CLASS_DECISIONS`. Under
+//! `SVC_F_SPLIT_CLIENT` the split point is the client's (`hash::client_split_point`), not the
+//! flow hash's.
+//!
 //! Not seen: a SYN's record in one CPU's flow cache (`FLOW_CACHE` is per program and not
 //! pinned): a SYN retransmitted to the same CPU within its timeout keeps the backend its first
 //! SYN got, which differs from this answer only when the table changed in between.
 
 use router_common::{
-    Backend, Decision, FATE_KEEP, FLOW_STATE_MASK, FLOW_STATES, FLOW_TCP_CLOSING, FlowEntry,
-    FlowKey, MAGLEV_SIZE, MAX_POOLS, NO_BACKEND, NO_POOL, POOL_F_ALL_DOWN_PASS, PROTO_TCP, Pool,
-    SVC_F_HASH_SOURCE, Service, ServiceKey, ServiceSlot, Vip, VipKey, expired, flow_hash,
-    hash::split_point, host_port, keeps_flows, source_hash, tracked_fate,
+    Backend, ClientAddr, ClientAnswer, Decision, FAMILY_V6, FATE_KEEP, FLOW_STATE_MASK,
+    FLOW_STATES, FLOW_TCP_CLOSING, FlowEntry, FlowKey, MAGLEV_SIZE, MAX_CLASSES, MAX_POOLS,
+    NO_BACKEND, NO_POOL, POOL_F_ALL_DOWN_PASS, PROTO_TCP, Pool, SVC_F_CLASSES, SVC_F_HASH_SOURCE,
+    SVC_F_SPLIT_CLIENT, SVC_F_SPLIT_PREFIX, Service, ServiceKey, ServiceSlot, Vip, VipKey,
+    answer_live, class_decision_index, expired, flow_hash,
+    hash::{client_split_point, split_point},
+    host_port, keeps_flows, source_hash, tracked_fate,
 };
 use serde::{Deserialize, Serialize};
 
@@ -42,6 +51,21 @@ pub trait LiveMaps {
     fn conntrack(&self, key: &FlowKey) -> Option<FlowEntry>;
     /// `VIPS[key]`.
     fn vip(&self, key: &VipKey) -> Option<Vip>;
+    /// The longest prefix of `CLIENT_CLASSES` holding `addr`: its class.
+    fn client_class(&self, addr: &ClientAddr) -> Option<u32> {
+        let _ = addr;
+        None
+    }
+    /// `CLIENT_ANSWERS[addr]`, live or not.
+    fn client_answer(&self, addr: &ClientAddr) -> Option<ClientAnswer> {
+        let _ = addr;
+        None
+    }
+    /// `CLASS_DECISIONS[index]`.
+    fn class_decision(&self, index: u32) -> Option<u64> {
+        let _ = index;
+        None
+    }
 }
 
 impl LiveMaps for crate::dataplane::maps::KernelMaps {
@@ -68,6 +92,15 @@ impl LiveMaps for crate::dataplane::maps::KernelMaps {
     }
     fn vip(&self, key: &VipKey) -> Option<Vip> {
         self.vips.get(key, 0).ok()
+    }
+    fn client_class(&self, addr: &ClientAddr) -> Option<u32> {
+        self.client_class(addr)
+    }
+    fn client_answer(&self, addr: &ClientAddr) -> Option<ClientAnswer> {
+        self.client_answer(addr)
+    }
+    fn class_decision(&self, index: u32) -> Option<u64> {
+        self.class_decision(index).ok()
     }
 }
 
@@ -113,6 +146,16 @@ pub struct Path {
     pub source_hash: bool,
     /// The flow hash.
     pub hash: u32,
+    /// The client's class, when the service looks classes up (`SVC_F_CLASSES`): 1..=15, or
+    /// 0 for none (the word in `DECISIONS`).
+    #[serde(default)]
+    pub class: Option<u32>,
+    /// That class came from a live classifier answer, not from a configured prefix.
+    #[serde(default)]
+    pub class_from_answer: bool,
+    /// The split point is the client's (`split_by: client` or `client_prefix`), not the flow's.
+    #[serde(default)]
+    pub client_split: bool,
     /// The decision slot and its word.
     pub decision: Option<(u32, u64)>,
     /// The flow's split point (`0..SPLIT_SCALE`), when the word splits over two pools.
@@ -198,6 +241,23 @@ fn keeps(
     serves && (!tcp || keeps_flows(b.state)) && tracked_fate(b.state) == FATE_KEEP
 }
 
+/// The class of `key`'s client at `now`, as the program finds it: the longest configured
+/// prefix's, else a live answer's, else 0; and whether an answer gave it.
+fn class_of(maps: &dyn LiveMaps, key: &FlowKey, now: u32) -> (u32, bool) {
+    let client = ClientAddr {
+        family: u32::from(key.family),
+        addr: key.src,
+    };
+    let bounded = |c: u32| if c > MAX_CLASSES { 0 } else { c };
+    if let Some(class) = maps.client_class(&client) {
+        return (bounded(class), false);
+    }
+    match maps.client_answer(&client) {
+        Some(a) if answer_live(a.expires, now) => (bounded(a.class), true),
+        _ => (0, false),
+    }
+}
+
 /// Where a new flow `key` goes, from `maps` at the program's time `now` (ticks) with the flow
 /// timeouts `timeouts` (`Config.timeouts`).
 #[must_use]
@@ -232,13 +292,29 @@ pub fn path(maps: &dyn LiveMaps, key: &FlowKey, now: u32, timeouts: &[u32; FLOW_
         flow_hash(key)
     };
     p.maglev_slot = p.hash % MAGLEV_SIZE;
-    if let Some(word) = maps.decision(svc.decision) {
+    let mut word = maps.decision(svc.decision);
+    if svc.flags & SVC_F_CLASSES != 0 {
+        let (class, from_answer) = class_of(maps, key, now);
+        p.class = Some(class);
+        p.class_from_answer = from_answer;
+        if class != 0 {
+            word = maps.class_decision(class_decision_index(svc.decision, class));
+        }
+    }
+    p.client_split = svc.flags & SVC_F_SPLIT_CLIENT != 0;
+    if let Some(word) = word {
         p.decision = Some((svc.decision, word));
         let d = Decision::decode(word);
+        let point = if p.client_split {
+            let prefix = svc.flags & SVC_F_SPLIT_PREFIX != 0;
+            client_split_point(&key.src, key.family == FAMILY_V6, prefix)
+        } else {
+            split_point(p.hash)
+        };
         if d.pool_b != NO_POOL {
-            p.split_point = Some(split_point(p.hash));
+            p.split_point = Some(point);
         }
-        let pool = d.pick(p.hash);
+        let pool = d.pick_at(point);
         p.pool = Some(pool);
         let (half, mut id) = lookup(maps, pool, p.hash);
         p.half = half;
@@ -275,6 +351,10 @@ pub struct Trace {
     pub group: Option<String>,
     /// The group's active action (`pool=dc1`, `split=dc1:95,dc2:5`).
     pub action: Option<String>,
+    /// The client's class, when the service looks classes up: its name, or `none` (the
+    /// action's `default`); with ` (classifier answer)` when an answer gave it.
+    #[serde(default)]
+    pub class: Option<String>,
     /// What made it active: `rule ID`, `default`, `override` or `kept`.
     pub rule: Option<String>,
     /// The decision word, as its fields name pools.
@@ -328,6 +408,9 @@ pub fn text(t: &Trace) -> String {
             "5-tuple"
         }
     );
+    if let Some(class) = &t.class {
+        let _ = writeln!(o, "  class     {class}");
+    }
     if let Some((d, word)) = p.decision {
         let _ = writeln!(
             o,
@@ -346,8 +429,13 @@ pub fn text(t: &Trace) -> String {
     if let Some(sp) = p.split_point {
         let _ = writeln!(
             o,
-            "  split     point {sp} of {}",
-            router_common::SPLIT_SCALE
+            "  split     point {sp} of {}{}",
+            router_common::SPLIT_SCALE,
+            if p.client_split {
+                " (the client's: split_by client)"
+            } else {
+                ""
+            }
         );
     }
     if let Some(pool) = p.pool {
@@ -412,6 +500,10 @@ mod tests {
         backends: HashMap<u32, Backend>,
         conntrack: HashMap<FlowKey, FlowEntry>,
         vips: HashMap<VipKey, Vip>,
+        /// Client classes by exact address (the trie's longest match, for one address).
+        classes: HashMap<ClientAddr, u32>,
+        answers: HashMap<ClientAddr, ClientAnswer>,
+        class_words: HashMap<u32, u64>,
     }
 
     impl LiveMaps for Fake {
@@ -443,6 +535,15 @@ mod tests {
         }
         fn vip(&self, key: &VipKey) -> Option<Vip> {
             self.vips.get(key).copied()
+        }
+        fn client_class(&self, addr: &ClientAddr) -> Option<u32> {
+            self.classes.get(addr).copied()
+        }
+        fn client_answer(&self, addr: &ClientAddr) -> Option<ClientAnswer> {
+            self.answers.get(addr).copied()
+        }
+        fn class_decision(&self, index: u32) -> Option<u64> {
+            self.class_words.get(&index).copied()
         }
     }
 
@@ -657,6 +758,56 @@ mod tests {
             ..t
         });
         assert!(none.contains("no service"), "{none}");
+    }
+
+    /// A client of a class takes its class's word; one of none, or of a class from an expired
+    /// answer, the service's; under `SVC_F_SPLIT_CLIENT` every flow of a client has one point.
+    #[test]
+    fn a_client_s_class_picks_its_word_and_split_by_client_its_point() {
+        let default = Decision {
+            pool_a: 0,
+            pool_b: 1,
+            split_b: 5_000,
+            fallback: NO_POOL,
+        };
+        let mut f = fake(default, PROTO_TCP);
+        let k = flow(7, PROTO_TCP);
+        let client = ClientAddr {
+            family: u32::from(FAMILY_V4),
+            addr: k.src,
+        };
+        // Without the flag, no class is looked up.
+        f.classes.insert(client, 2);
+        f.class_words
+            .insert(class_decision_index(5, 2), Decision::pool(1).encode());
+        assert_eq!(path(&f, &k, 0, &T).class, None);
+        for svc in f.services.values_mut() {
+            svc.flags |= SVC_F_CLASSES | SVC_F_SPLIT_CLIENT;
+        }
+        let p = path(&f, &k, 0, &T);
+        assert_eq!((p.class, p.pool, p.split_point), (Some(2), Some(1), None));
+        assert_eq!(p.decision, Some((5, Decision::pool(1).encode())));
+        // An answer counts only while it lives.
+        f.classes.clear();
+        f.answers.insert(
+            client,
+            ClientAnswer {
+                class: 2,
+                expires: 100,
+            },
+        );
+        let p = path(&f, &k, 99, &T);
+        assert_eq!((p.class, p.class_from_answer), (Some(2), true));
+        let p = path(&f, &k, 100, &T);
+        assert_eq!((p.class, p.pool.is_some()), (Some(0), true));
+        // Class 0 splits by the client's point: the same for each of its flows.
+        let point = client_split_point(&k.src, false, false);
+        for sport in [7, 8, 9] {
+            let p = path(&f, &flow(sport, PROTO_TCP), 100, &T);
+            assert!(p.client_split);
+            assert_eq!(p.split_point, Some(point));
+            assert_eq!(p.pool, Some(default.pick_at(point)));
+        }
     }
 
     /// A port of a virtual IP that no service takes is dropped unless it is a host port; an

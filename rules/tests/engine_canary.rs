@@ -456,3 +456,32 @@ fn explain_shows_the_ramp_and_what_the_group_publishes() {
     assert_eq!(json["canary"]["share"], 5.0);
     assert_eq!(json["canary"]["state"], "ramping");
 }
+
+#[test]
+fn per_class_the_ramp_applies_to_the_default_entry_alone() {
+    let c = config().canary.expect("a ramp");
+    let by_class = |default: Action| {
+        Action::ByClass(
+            [
+                ("vip".to_owned(), pool("stable")),
+                ("trial".to_owned(), pool("canary")),
+                (rules::engine::DEFAULT_CLASS.to_owned(), default),
+            ]
+            .into_iter()
+            .collect(),
+        )
+    };
+    // The trial class names the canary pool on purpose; the ramp still shares the default.
+    assert_eq!(
+        c.apply(&by_class(pool("stable")), 2_500),
+        by_class(split("stable", 75, "canary", 25))
+    );
+    assert_eq!(
+        c.apply(&by_class(pool("stable")), 10_000),
+        by_class(pool("canary"))
+    );
+    assert_eq!(
+        c.apply(&by_class(pool("stable")), 0),
+        by_class(pool("stable"))
+    );
+}

@@ -127,6 +127,7 @@ fn config() -> Result<Config> {
         ],
         state: vec![],
         decisions: vec![],
+        classes: Vec::new(),
         rules: std::sync::Arc::default(),
     })
 }

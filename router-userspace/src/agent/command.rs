@@ -179,6 +179,8 @@ pub enum Query {
     /// The names of the published service and backend slots (`GET /flows`,
     /// `POST /flows/purge`).
     FlowCatalog(oneshot::Sender<crate::flows::Catalog>),
+    /// `GET /classes`: the client classes and their new flows.
+    Classes(Reply<crate::api::classes::ClassesView>),
     /// `GET /trace`: where a new flow `client` → `vip` (`proto`) goes.
     Trace {
         /// The client's address and port.

@@ -33,6 +33,18 @@ impl Runtime {
                         .map(move |b| (b.slot, (pool.clone(), b.address)))
                 })
                 .collect(),
+            classes: self
+                .config
+                .class_prefixes()
+                .into_iter()
+                .filter_map(|(prefix, id)| {
+                    let class = self
+                        .config
+                        .classes
+                        .get(usize::try_from(id).ok()?.checked_sub(1)?)?;
+                    Some((prefix, class.name.clone()))
+                })
+                .collect(),
         }
     }
 
@@ -63,6 +75,25 @@ impl Runtime {
             router_common::SPLIT_SCALE,
             name(d.fallback)
         )
+    }
+
+    /// The client's class as a trace shows it: `vip (id 2)`, `none (the default)`, with
+    /// `, from a classifier answer` when an answer gave it; `None` when the service does not
+    /// look classes up.
+    fn class_text(&self, path: &trace::Path) -> Option<String> {
+        let c = path.class?;
+        let name = match c {
+            0 => "none (the default)".to_owned(),
+            c => usize::try_from(c - 1)
+                .ok()
+                .and_then(|i| self.config.classes.get(i))
+                .map_or_else(|| format!("id {c}"), |k| format!("{} (id {c})", k.name)),
+        };
+        Some(if path.class_from_answer {
+            format!("{name}, from a classifier answer")
+        } else {
+            name
+        })
     }
 
     /// Where a new flow `client` → `vip` of protocol `proto` goes, from the live maps.
@@ -124,6 +155,7 @@ impl Runtime {
             .and_then(|g| self.driver.active(g))
             .map(|a| a.by.to_string());
         let word = path.decision.map(|(_, w)| self.word_text(w));
+        let class = self.class_text(&path);
         let fallback = if path.fallback {
             path.decision
                 .and_then(|(_, w)| self.pool_name(Decision::decode(w).fallback))
@@ -155,6 +187,7 @@ impl Runtime {
             service,
             group,
             action,
+            class,
             rule,
             word,
             pool: path.pool.and_then(|p| self.pool_name(p)),

@@ -29,6 +29,7 @@ use tokio::sync::mpsc;
 mod announcer;
 pub mod apply;
 mod breakers;
+mod classes;
 pub mod command;
 mod drains;
 mod failback;

@@ -255,7 +255,13 @@ impl Runtime {
                 _ => None,
             })
             .collect();
+        let classes = if self.config.classes.is_empty() {
+            Vec::new()
+        } else {
+            self.classes_view().classes
+        };
         Scrape {
+            classes,
             counters,
             services: services
                 .iter()

@@ -784,6 +784,9 @@ impl Runtime {
             Query::FlowCatalog(reply) => {
                 let _ = reply.send(self.flow_catalog());
             }
+            Query::Classes(reply) => {
+                let _ = reply.send(Ok(self.classes_view()));
+            }
             Query::Trace {
                 client,
                 vip,

@@ -29,6 +29,7 @@
 //! | `switchyard_vip_announced` | gauge (0/1), only with `announce:` | `vip` |
 //! | `switchyard_state_value` | gauge (bool as 0/1) | `name` |
 //! | `switchyard_hook_runs_total` | counter | `hook`, `result` (`ok`, `failed`, `timeout`, `dropped`) |
+//! | `switchyard_class_new_flows_total` | counter, only with `classes:` | `class` (`none` for no class), `pool` (the side's pool, or `A`/`B` when groups differ) |
 
 use std::net::IpAddr;
 
@@ -171,6 +172,8 @@ pub struct Scrape {
     pub announced: Vec<(std::net::IpAddr, bool)>,
     /// Each decision group's canary ramp.
     pub canaries: Vec<(String, rules::engine::RampStatus)>,
+    /// The client classes with their new flows by side (empty without `classes:`).
+    pub classes: Vec<super::classes::ClassView>,
 }
 
 impl std::fmt::Debug for Scrape {
@@ -310,6 +313,25 @@ impl Collector for ScrapeCollector {
             )?;
         }
         canaries(&self.0, &mut encoder)?;
+        if !self.0.classes.is_empty() {
+            let rows: Vec<(Labels, u64)> = self
+                .0
+                .classes
+                .iter()
+                .flat_map(|c| {
+                    c.sides.iter().map(|(pool, n)| {
+                        (vec![("class", c.name.clone()), ("pool", pool.clone())], *n)
+                    })
+                })
+                .collect();
+            family(
+                &mut encoder,
+                "class_new_flows",
+                "New flows of services that act per client class, by class and pool side",
+                MetricType::Counter,
+                &rows,
+            )?;
+        }
         state(&self.0, &mut encoder)
     }
 }

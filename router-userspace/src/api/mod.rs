@@ -6,6 +6,7 @@
 //! a read a [`Query`] answered there between two commands, and the history's versions are read
 //! on the history thread ([`Recorder`]).
 
+pub mod classes;
 pub mod ctl;
 pub mod flows;
 pub mod metrics;
@@ -166,6 +167,7 @@ pub async fn serve(listener: tokio::net::TcpListener, api: Api) {
         .route("/flows", get(flows::list))
         .route("/flows/purge", post(flows::purge))
         .route("/trace", get(flows::trace))
+        .route("/classes", get(classes::list))
         .route("/metrics", get(scrape))
         .layer(axum::middleware::from_fn_with_state(
             api.auth.clone(),

@@ -74,6 +74,9 @@ pub enum Ctl {
         /// The version to restore.
         n: u64,
     },
+    /// The client classes: each one's id, prefixes, precedence, and its new flows by side of
+    /// its action (since the program was loaded).
+    Classes,
     /// `canary status|pause|resume|abort GROUP`: a decision group's canary ramp.
     Canary {
         /// `status`, `pause`, `resume` or `abort`.
@@ -284,6 +287,7 @@ fn request(c: &reqwest::Client, base: &str, cmd: &Ctl) -> Result<reqwest::Reques
         } => c
             .post(format!("{base}/canary/{group}/abort"))
             .json(&json!({ "reason": reason })),
+        Ctl::Classes => c.get(format!("{base}/classes")),
     })
 }
 
@@ -385,8 +389,45 @@ pub fn render(cmd: &Ctl, v: &Value) -> Result<String> {
                 let _ = writeln!(o, "{}", line.as_str().unwrap_or(""));
             }
         }
+        Ctl::Classes => {
+            let view: crate::api::classes::ClassesView = serde_json::from_value(v.clone())
+                .context("the agent's answer has another shape")?;
+            o = classes_table(&view);
+        }
     }
     Ok(o)
+}
+
+/// `ctl classes`: one line per class, `none` (no class) first.
+#[must_use]
+pub fn classes_table(v: &crate::api::classes::ClassesView) -> String {
+    use std::fmt::Write as _;
+    if v.classes.len() <= 1 {
+        return "no client classes are configured\n".to_owned();
+    }
+    let mut out = format!(
+        "{:<16} {:>3} {:>9} {:>10}  new flows by pool\n",
+        "class", "id", "prefixes", "precedence"
+    );
+    for c in &v.classes {
+        let [(a, na), (b, nb)] = &c.sides;
+        let _ = writeln!(
+            out,
+            "{:<16} {:>3} {:>9} {:>10}  {a} {na}, {b} {nb}",
+            c.name,
+            c.id,
+            c.prefixes,
+            c.precedence.map_or("-".to_owned(), |p| p.to_string()),
+        );
+    }
+    if v.answered > 0 || v.unknown > 0 {
+        let _ = writeln!(
+            out,
+            "new flows classed by a classifier answer: {}; with neither a prefix nor an answer: {}",
+            v.answered, v.unknown
+        );
+    }
+    out
 }
 
 /// `ctl state get`: name, source and value, one variable a line.
@@ -879,6 +920,30 @@ mod tests {
         assert_eq!(
             text(&undrain, r#"{"changed":false}"#),
             "pool web backend 198.18.1.12: was not drained\n"
+        );
+    }
+
+    #[test]
+    fn classes_print_a_line_per_class_with_its_sides() {
+        let answer = r#"{"classes":[
+            {"name":"none","id":0,"prefixes":0,"precedence":null,"sides":[["stable",80],["canary",20]]},
+            {"name":"trial","id":1,"prefixes":1,"precedence":10,"sides":[["canary",7],["-",0]]}],
+            "answered":0,"unknown":0}"#;
+        let out = text(&Ctl::Classes, answer);
+        assert!(out.starts_with("class "), "{out}");
+        assert!(
+            out.contains("none               0         0          -  stable 80, canary 20"),
+            "{out}"
+        );
+        assert!(
+            out.contains("trial              1         1         10  canary 7, - 0"),
+            "{out}"
+        );
+        let empty = r#"{"classes":[{"name":"none","id":0,"prefixes":0,"precedence":null,
+            "sides":[["A",0],["B",0]]}],"answered":0,"unknown":0}"#;
+        assert_eq!(
+            text(&Ctl::Classes, empty),
+            "no client classes are configured\n"
         );
     }
 

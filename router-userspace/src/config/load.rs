@@ -18,8 +18,8 @@ use super::{
     Config, ConfigError, Fragments, Problem,
     report::{Item, Pos, Report, index, index_path, key_path, quoted},
     spec::{
-        AgentSpec, AnnounceSpec, ConntrackSpec, DecisionGroupSpec, FleetSpec, HookSpec, PoolSpec,
-        ServiceSpec, StateVarSpec, TOP_LEVEL_KEYS, VipSpec,
+        AgentSpec, AnnounceSpec, ClassSpec, ConntrackSpec, DecisionGroupSpec, FleetSpec, HookSpec,
+        PoolSpec, ServiceSpec, StateVarSpec, TOP_LEVEL_KEYS, VipSpec,
     },
     validate::validate,
     values::{closest, suggest},
@@ -309,6 +309,8 @@ pub(crate) struct Parsed {
     pub decisions: Vec<Item<DecisionGroupSpec>>,
     /// Each `hooks[]` item.
     pub hooks: Vec<Item<HookSpec>>,
+    /// Each `classes.<name>` entry, with its name (the key).
+    pub classes: Vec<(String, Item<ClassSpec>)>,
     /// Files that could not be read or parsed: names they define are unknown.
     pub unparsed: Vec<usize>,
 }
@@ -384,22 +386,7 @@ fn parse_file(file: usize, text: &str, parsed: &mut Parsed, report: &mut Report)
                     parsed.pools.extend(item(file, &base, node, report));
                 }
             }
-            "state" => {
-                let Node::Mapping(vars) = value else {
-                    let message = format!("expected a mapping of names, found {}", describe(value));
-                    report.add(file, at, name.to_owned(), message, None);
-                    continue;
-                };
-                for (key, node) in vars.iter() {
-                    let base = key_path(name, key.as_str());
-                    if let Some(mut item) = item::<StateVarSpec>(file, &base, node, report) {
-                        if let Some(at) = key.span().start().map(Pos::of) {
-                            item.pos.insert(String::new(), at);
-                        }
-                        parsed.state.push((key.as_str().to_owned(), item));
-                    }
-                }
-            }
+            "state" => parsed.state.extend(named(file, name, at, value, report)),
             "decisions" => {
                 for (i, node) in list(file, name, at, value, report).iter().enumerate() {
                     let base = index_path(name, i);
@@ -412,6 +399,7 @@ fn parse_file(file: usize, text: &str, parsed: &mut Parsed, report: &mut Report)
                     parsed.hooks.extend(item(file, &base, node, report));
                 }
             }
+            "classes" => parsed.classes.extend(named(file, name, at, value, report)),
             _ => {
                 let message = format!("unknown key {name:?}");
                 report.add(
@@ -424,6 +412,33 @@ fn parse_file(file: usize, text: &str, parsed: &mut Parsed, report: &mut Report)
             }
         }
     }
+}
+
+/// The entries of a top-level mapping of names (`state`, `classes`), each positioned at its
+/// name, or none after reporting that it is not a mapping.
+fn named<S: DeserializeOwned + Default>(
+    file: usize,
+    name: &str,
+    at: Option<Pos>,
+    value: &Node,
+    report: &mut Report,
+) -> Vec<(String, Item<S>)> {
+    let Node::Mapping(entries) = value else {
+        let message = format!("expected a mapping of names, found {}", describe(value));
+        report.add(file, at, name.to_owned(), message, None);
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for (key, node) in entries.iter() {
+        let base = key_path(name, key.as_str());
+        if let Some(mut item) = item::<S>(file, &base, node, report) {
+            if let Some(at) = key.span().start().map(Pos::of) {
+                item.pos.insert(String::new(), at);
+            }
+            out.push((key.as_str().to_owned(), item));
+        }
+    }
+    out
 }
 
 /// The elements of a top-level list (`services`, `vips`, `pools`), or none after reporting that it is

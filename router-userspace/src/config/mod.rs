@@ -52,11 +52,11 @@ pub use fragments::Fragments;
 pub use lint::lint;
 pub use load::{DirFragments, is_fragment, is_node_local, load_dir, load_files, read_dir};
 pub use model::{
-    Adaptive, Agent, AgentCheck, Announce, Backend, Backoff, CheckKind, Config, Conntrack,
-    DEFAULT_ANNOUNCE_INTERFACE, DEFAULT_ANNOUNCE_PROTOCOL, DEFAULT_ANNOUNCE_TABLE,
+    Adaptive, Agent, AgentCheck, Announce, Backend, Backoff, CheckKind, ClientClass, Config,
+    Conntrack, DEFAULT_ANNOUNCE_INTERFACE, DEFAULT_ANNOUNCE_PROTOCOL, DEFAULT_ANNOUNCE_TABLE,
     DEFAULT_PIN_PATH, Fleet, FleetTls, FlowPolicy, Forward, HashMode, HealthCheck, Hook, HookEvent,
-    HookTarget, MAX_HOST_PORTS, Pool, Protocol, Service, SourceRange, SplitShare, Target, Vip,
-    WhenAllDown,
+    HookTarget, MAX_HOST_PORTS, Pool, Protocol, Service, SourceRange, SplitBy, SplitShare, Target,
+    Vip, WhenAllDown,
 };
 
 /// One thing wrong with a configuration, located as precisely as the input allows.

@@ -90,6 +90,9 @@ pub struct Config {
     pub state: Vec<StateVar>,
     /// `decisions:` groups, in file order.
     pub decisions: Vec<DecisionGroup>,
+    /// `classes:`: client classes by source prefix, sorted by name (at most [`MAX_CLASSES`]);
+    /// a class's id in the maps is its place here plus one ([`Config::class_id`]).
+    pub classes: Vec<ClientClass>,
     /// `hooks:`: what runs on switches, health transitions and rejected configs, in file order.
     pub hooks: Vec<Hook>,
     /// The expressions of `state` and `decisions`, compiled once (at the end of validation).
@@ -107,6 +110,67 @@ impl Config {
         self.rules = std::sync::Arc::new(super::compiled::compile(&self)?);
         Ok(self)
     }
+
+    /// The id of client class `name` in the maps (1..=[`MAX_CLASSES`]: its place in
+    /// [`Config::classes`], sorted by name, plus one); `None` for a name that is no class
+    /// (`default` among them: class 0).
+    #[must_use]
+    pub fn class_id(&self, name: &str) -> Option<u32> {
+        let i = self.classes.iter().position(|c| c.name == name)?;
+        u32::try_from(i + 1).ok()
+    }
+
+    /// The prefix set the program's `CLIENT_CLASSES` trie is to hold: every class's prefixes
+    /// with the id of the class that wins there. The trie takes the longest prefix that holds a
+    /// client; a prefix nested in one of a class with a higher `precedence` is written with
+    /// that class, so the trie's answer is, for every address, the class of highest precedence
+    /// among the prefixes that hold it, the longest prefix among equals (decision 0037).
+    #[must_use]
+    pub fn class_prefixes(&self) -> std::collections::BTreeMap<SourceRange, u32> {
+        let all: Vec<(SourceRange, u32, u32)> = self
+            .classes
+            .iter()
+            .zip(1u32..)
+            .flat_map(|(c, id)| {
+                c.prefixes
+                    .iter()
+                    .map(move |p| (*p, id, c.precedence.unwrap_or(0)))
+            })
+            .collect();
+        all.iter()
+            .map(|&(p, id, _)| {
+                // Every prefix that holds `p` (itself among them) competes for its addresses:
+                // the prefixes that hold one address nest, so the trie's longest match `p`
+                // answers for all of them.
+                let winner = all
+                    .iter()
+                    .filter(|(q, _, _)| q.contains_range(p))
+                    .max_by_key(|(q, _, precedence)| (*precedence, q.prefix))
+                    .map_or(id, |w| w.1);
+                (p, winner)
+            })
+            .collect()
+    }
+}
+
+/// Most client classes: the program's class ids are 1..=15 (0 is no class).
+pub const MAX_CLASSES: usize = router_common::MAX_CLASSES as usize;
+
+/// Most prefixes of all client classes together (the size of the program's trie).
+pub const MAX_CLASS_PREFIXES: usize = router_common::MAX_CLASS_PREFIXES as usize;
+
+/// `classes.<name>`: the clients whose source address is under one of the prefixes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClientClass {
+    /// Name (letters, digits, `-`, `_`; not `default`, which a `by_class` action gives to
+    /// clients of no class).
+    pub name: String,
+    /// Source prefixes, IPv4 and IPv6, host bits zero (at least one); no prefix is in two
+    /// classes.
+    pub prefixes: Vec<SourceRange>,
+    /// Which class wins where its prefixes nest with another class's: the higher, whatever
+    /// the prefix lengths (absent counts as 0; among equals the longest prefix wins).
+    pub precedence: Option<u32>,
 }
 
 /// `agent:` settings.
@@ -385,8 +449,8 @@ pub enum Forward {
 }
 
 /// An address range, `network/prefix` with the host bits zero: `encap_source` of an `ipip`
-/// service, of the VIP's family.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// service, of the VIP's family; a client class's prefix.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct SourceRange {
     /// The network address (host bits zero).
     pub network: IpAddr,
@@ -410,6 +474,12 @@ impl SourceRange {
             }
             _ => false,
         }
+    }
+
+    /// Whether every address of `inner` is in this range (same family, no longer prefix).
+    #[must_use]
+    pub fn contains_range(&self, inner: SourceRange) -> bool {
+        self.prefix <= inner.prefix && self.contains(inner.network)
     }
 }
 
@@ -748,6 +818,8 @@ pub struct DecisionGroup {
     pub on_failback: FlowPolicy,
     /// `canary:` — a ramp of new flows onto a canary pool.
     pub canary: Option<CanaryRamp>,
+    /// `split_by:`: what decides the side of a split a new flow takes (default `flow`).
+    pub split_by: SplitBy,
 }
 
 /// `decisions[].canary`: the share of new flows sent to `pool` rises through `steps`, one step
@@ -764,6 +836,41 @@ pub struct CanaryRamp {
     pub hold: Duration,
     /// A bool expression, compiled like `when`; `None`: no automatic rollback.
     pub rollback_when: Option<String>,
+}
+
+impl DecisionGroup {
+    /// Whether an action of the group (a rule's or the default) is `by_class`: its services
+    /// then look their clients' classes up (`SVC_F_CLASSES`), whatever action is published.
+    #[must_use]
+    pub fn uses_classes(&self) -> bool {
+        let by_class = |a: &rules::engine::Action| matches!(a, rules::engine::Action::ByClass(_));
+        self.rules.iter().any(|r| by_class(&r.then)) || self.default.as_ref().is_some_and(by_class)
+    }
+}
+
+/// `decisions[].split_by`: what a split hashes to choose a new flow's side.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum SplitBy {
+    /// The flow's 5-tuple: each connection on its own (default).
+    #[default]
+    Flow,
+    /// The client's address: a client keeps its side while the weights stand, and a change of
+    /// weights moves only the clients between the old and the new share.
+    Client,
+    /// The client's /24 (IPv4) or /48 (IPv6): the clients of one network share a side.
+    ClientPrefix,
+}
+
+impl SplitBy {
+    /// The config's word for it.
+    #[must_use]
+    pub const fn name(self) -> &'static str {
+        match self {
+            SplitBy::Flow => "flow",
+            SplitBy::Client => "client",
+            SplitBy::ClientPrefix => "client_prefix",
+        }
+    }
 }
 
 /// `decisions[].rules[]`.

@@ -272,6 +272,8 @@ pub(crate) struct DecisionGroupSpec {
     pub automatic: Option<String>,
     pub on_failback: Option<String>,
     pub canary: Option<CanarySpec>,
+    /// `flow`, `client` or `client_prefix`.
+    pub split_by: Option<String>,
 }
 
 /// `decisions[].canary`.
@@ -294,12 +296,22 @@ pub(crate) struct RuleSpec {
     pub then: Option<ActionSpec>,
 }
 
-/// `then:` and `default:`: one pool or a split.
+/// `then:` and `default:`: one pool, a split, or one of those per client class.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct ActionSpec {
     pub pool: Option<String>,
     pub split: Option<Vec<SplitShareSpec>>,
+    /// Class name (or `default`) → its action (validation refuses a `by_class` in it).
+    pub by_class: Option<std::collections::BTreeMap<String, ActionSpec>>,
+}
+
+/// `classes.<name>`: a client class.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ClassSpec {
+    pub prefixes: Option<Vec<String>>,
+    pub precedence: Option<String>,
 }
 
 /// `decisions[].switch`.
@@ -332,6 +344,7 @@ pub(crate) const TOP_LEVEL_KEYS: &[&str] = &[
     "vips",
     "pools",
     "state",
+    "classes",
     "decisions",
     "hooks",
 ];

@@ -24,6 +24,7 @@ use super::{
 };
 
 mod announce;
+mod classes;
 mod decisions;
 mod fleet;
 mod hooks;
@@ -189,6 +190,12 @@ pub(crate) fn validate(parsed: &Parsed, report: &mut Report) -> Option<Config> {
         services: &services,
     };
     let checked = decisions::check(&whole, report);
+    let classes: Vec<classes::Draft> = parsed
+        .classes
+        .iter()
+        .map(|(name, it)| classes::class(name, it, report))
+        .collect();
+    classes::check(parsed, &classes, &groups, report);
     let hooks = hooks::hooks(&parsed.hooks, report);
 
     if !report.is_empty() {
@@ -207,6 +214,7 @@ pub(crate) fn validate(parsed: &Parsed, report: &mut Report) -> Option<Config> {
         pools: pools.into_iter().map(|p| p.value).collect::<Option<_>>()?,
         state: state.into_iter().map(|v| v.value).collect::<Option<_>>()?,
         decisions: groups.into_iter().map(|g| g.value).collect::<Option<_>>()?,
+        classes: classes::finish(classes)?,
         hooks: hooks?,
         rules: std::sync::Arc::default(),
     };

@@ -7,15 +7,16 @@ use std::{
 };
 
 use router_common::{
-    ABI_VERSION, POOL_F_ALL_DOWN_PASS, POOL_F_LEFT_CHANCE, SVC_F_HASH_SOURCE, SVC_F_IPIP,
-    SVC_F_NAT, SVC_F_VIP_LIMIT, Service, next_hop_index,
+    ABI_VERSION, POOL_F_ALL_DOWN_PASS, POOL_F_LEFT_CHANCE, SVC_F_CLASSES, SVC_F_HASH_SOURCE,
+    SVC_F_IPIP, SVC_F_NAT, SVC_F_SPLIT_CLIENT, SVC_F_SPLIT_PREFIX, SVC_F_VIP_LIMIT, Service,
+    next_hop_index,
 };
 
 use super::{
     BackendState, FlowMarks, PoolState, PublishError, Publisher, ServiceState, service_key, tables,
 };
 use crate::{
-    config::{Config, Forward, HashMode, Target, WhenAllDown},
+    config::{Config, Forward, HashMode, SplitBy, Target, WhenAllDown},
     dataplane::Dataplane,
 };
 
@@ -54,6 +55,44 @@ impl Publisher {
                 state.trial_weight = trial_weight(p);
             }
         }
+        self.set_classes(cfg);
+    }
+
+    /// Takes the client classes of `cfg` and the groups that look them up: what the class
+    /// words of the next writes follow.
+    fn set_classes(&mut self, cfg: &Config) {
+        self.classes = cfg.classes.iter().map(|c| c.name.clone()).collect();
+        self.class_groups = cfg
+            .decisions
+            .iter()
+            .filter(|g| g.uses_classes())
+            .map(|g| g.name.clone())
+            .collect();
+    }
+
+    /// Makes `CLIENT_CLASSES` hold the prefix set of `cfg` ([`Config::class_prefixes`]),
+    /// new and changed prefixes before removals (`classes::replace_class_prefixes`). The first
+    /// call of a process reads what an earlier one left.
+    fn write_class_prefixes(
+        &mut self,
+        dp: &mut dyn Dataplane,
+        cfg: &Config,
+    ) -> Result<(), PublishError> {
+        let wanted: BTreeMap<super::classes::ClientPrefix, u32> = cfg
+            .class_prefixes()
+            .into_iter()
+            .filter_map(|(r, id)| {
+                Some((super::classes::ClientPrefix::new(r.network, r.prefix)?, id))
+            })
+            .collect();
+        let mut published = match self.prefixes.take() {
+            Some(p) => p,
+            None => super::classes::read_class_prefixes(&*dp),
+        };
+        let result = super::classes::replace_class_prefixes(dp, &mut published, &wanted);
+        self.prefixes = Some(published);
+        result?;
+        Ok(())
     }
 
     /// [`apply`](Self::apply), with the actions the engine decided for decision groups (a
@@ -82,9 +121,13 @@ impl Publisher {
         let staged = self.stage_backends(dp, cfg)?;
         // 2. Tables and pool words; then the backends that left a pool.
         let removed_pools = self.publish_tables(dp, staged.pools, staged.retired)?;
-        // 3 + 4. Decisions (groups' words first), then services.
+        // 3 + 4. Decisions (groups' words first, each group's class words before its word),
+        //    the client-class prefix set, then services (a service looks classes up only once
+        //    its group's class words are written).
+        self.set_classes(cfg);
         let group_names: Vec<String> = cfg.decisions.iter().map(|g| g.name.clone()).collect();
         let removed_groups = self.apply_groups(dp, &group_names, decided)?;
+        self.write_class_prefixes(dp, cfg)?;
         let stale = self.publish_services(dp, cfg)?;
         // 5. Removals, in reverse. A failed removal keeps the rest for the next apply.
         let mut stale = stale.into_iter();
@@ -364,6 +407,9 @@ impl Publisher {
             if s.hash == HashMode::SourceIp {
                 flags |= SVC_F_HASH_SOURCE;
             }
+            if let Target::Decide(g) = &s.to {
+                flags |= self.group_flags(cfg, g);
+            }
             if cfg
                 .vips
                 .iter()
@@ -413,6 +459,30 @@ impl Publisher {
         }
         stale.extend(std::mem::replace(&mut self.services, services).into_values());
         Ok(stale)
+    }
+
+    /// The service flags a service of group `g` takes from it: `SVC_F_CLASSES` when the
+    /// group acts per class and its class words are in the map, the split flags of its
+    /// `split_by`.
+    fn group_flags(&self, cfg: &Config, g: &str) -> u32 {
+        let mut flags = 0;
+        // Only once the group's class words are in the map.
+        if self.class_groups.contains(g)
+            && self.groups.get(g).is_some_and(|g| g.class_words.is_some())
+        {
+            flags |= SVC_F_CLASSES;
+        }
+        match cfg
+            .decisions
+            .iter()
+            .find(|d| d.name == g)
+            .map(|d| d.split_by)
+        {
+            Some(SplitBy::Client) => flags |= SVC_F_SPLIT_CLIENT,
+            Some(SplitBy::ClientPrefix) => flags |= SVC_F_SPLIT_CLIENT | SVC_F_SPLIT_PREFIX,
+            Some(SplitBy::Flow) | None => {}
+        }
+        flags
     }
 
     /// Checks that the slots `cfg` needs beside the published ones are free.

@@ -120,7 +120,7 @@ pub struct PrefixDiff {
 /// [`replace_class_prefixes`]. Entries no agent writes are left out (and so removed by it only
 /// if they decode).
 #[must_use]
-pub fn read_class_prefixes(dp: &impl Dataplane) -> BTreeMap<ClientPrefix, u32> {
+pub fn read_class_prefixes(dp: &(impl Dataplane + ?Sized)) -> BTreeMap<ClientPrefix, u32> {
     dp.read_class_prefixes()
         .into_iter()
         .filter_map(|(addr, bits, class)| Some((ClientPrefix::from_key(&addr, bits)?, class)))
@@ -138,7 +138,7 @@ pub fn read_class_prefixes(dp: &impl Dataplane) -> BTreeMap<ClientPrefix, u32> {
 /// `MAX_CLASS_PREFIXES` prefixes or a class outside 1..=`MAX_CLASSES`; the first failing
 /// write's error otherwise.
 pub fn replace_class_prefixes(
-    dp: &mut impl Dataplane,
+    dp: &mut (impl Dataplane + ?Sized),
     published: &mut BTreeMap<ClientPrefix, u32>,
     wanted: &BTreeMap<ClientPrefix, u32>,
 ) -> Result<PrefixDiff, DataplaneError> {
@@ -197,7 +197,7 @@ pub fn replace_class_prefixes(
 /// The first failing write's error (`slot` past `MAX_DECISIONS`, or the kernel refuses it);
 /// the words before it are written.
 pub fn write_class_words(
-    dp: &mut impl Dataplane,
+    dp: &mut (impl Dataplane + ?Sized),
     slot: u32,
     words: &[u64; MAX_CLASSES as usize],
 ) -> Result<(), DataplaneError> {
@@ -218,7 +218,7 @@ pub fn write_class_words(
 /// [`DataplaneError::Unrepresentable`] for a class past `MAX_CLASSES` (nothing written); the
 /// write's error.
 pub fn set_client_answer(
-    dp: &mut impl Dataplane,
+    dp: &mut (impl Dataplane + ?Sized),
     client: IpAddr,
     class: u32,
     ttl: Duration,

@@ -316,6 +316,8 @@ impl Publisher {
                     action,
                     fallback,
                     word,
+                    // Not read back: the first write of the group's words writes them all.
+                    class_words: None,
                 },
             );
         }

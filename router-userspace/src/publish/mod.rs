@@ -9,7 +9,8 @@
 //! 2. pool tables: each changed table is written into the pool's inactive half, then the pool's
 //!    `active` word flips (one update); then the backends that left a pool go down and free
 //!    their slots (no live table names them any more);
-//! 3. decision words (one 8-byte update each);
+//! 3. decision words (one 8-byte update each; a group that acts per client class writes its
+//!    class words first), then the client-class prefix set;
 //! 4. services (new or changed: a service's slot, then its key);
 //! 5. removals in reverse: services (key, then slot), then backends marked down (their tracked
 //!    flows re-select), then pool and decision slots freed; then the filter without the bits
@@ -57,7 +58,7 @@ mod words;
 
 pub use ledger::{Ledger, LedgerPool, LedgerService, RestoreError};
 use slots::Slots;
-pub use words::GroupState;
+pub use words::{ClassWords, GroupState};
 
 /// Why an apply or a health update could not be written.
 #[derive(Debug, thiserror::Error)]
@@ -351,6 +352,13 @@ pub struct Publisher {
     vips: BTreeMap<IpAddr, vips::VipState>,
     /// Whether the keys an earlier process left in `VIPS` were read (and the stale removed).
     vips_read: bool,
+    /// The client classes of the running config by id - 1 (sorted by name).
+    classes: Vec<String>,
+    /// The decision groups whose services look their clients' classes up
+    /// (`DecisionGroup::uses_classes`): their class words are written with their words.
+    class_groups: std::collections::BTreeSet<String>,
+    /// What `CLIENT_CLASSES` holds (`None`: not read yet by this process).
+    prefixes: Option<BTreeMap<classes::ClientPrefix, u32>>,
 }
 
 impl Default for Publisher {
@@ -430,6 +438,9 @@ impl Publisher {
             ramped_at: Duration::ZERO,
             vips: BTreeMap::new(),
             vips_read: false,
+            classes: Vec::new(),
+            class_groups: std::collections::BTreeSet::new(),
+            prefixes: None,
         }
     }
 

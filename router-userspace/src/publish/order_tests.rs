@@ -294,6 +294,7 @@ fn config(services: Vec<CfgService>, pools: Vec<CfgPool>) -> Config {
         pools,
         state: vec![],
         decisions: vec![],
+        classes: Vec::new(),
         rules: std::sync::Arc::default(),
     }
 }

@@ -78,6 +78,7 @@ fn config(services: Vec<CfgService>, pools: Vec<CfgPool>) -> Config {
         pools,
         state: vec![],
         decisions: vec![],
+        classes: Vec::new(),
         rules: std::sync::Arc::default(),
     }
 }

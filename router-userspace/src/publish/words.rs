@@ -8,9 +8,15 @@
 //! there). The word carries the action's pool(s) and split, and `fallback`: the last-known-good
 //! pool — the previous action's first pool that had a healthy backend when it was left (or the
 //! fallback before it), never a pool of the action itself.
+//!
+//! A group that acts per client class (`DecisionGroup::uses_classes`) also has a word per
+//! class id in `CLASS_DECISIONS` beside its slot: class `c`'s action's word (a class the action
+//! does not name, and every action that is not `by_class`, gives the `default`'s), with the same
+//! fallback. They are written before the slot's `DECISIONS` word, and before any service of the
+//! group gets `SVC_F_CLASSES` (an unwritten word would be pool 0): decision 0037.
 
-use router_common::{Decision, NO_POOL, SPLIT_SCALE};
-use rules::engine::Action;
+use router_common::{Decision, MAX_CLASSES, NO_POOL, SPLIT_SCALE};
+use rules::engine::{Action, DEFAULT_CLASS};
 
 use super::{PublishError, Publisher};
 use crate::dataplane::Dataplane;
@@ -26,7 +32,13 @@ pub struct GroupState {
     pub fallback: Option<String>,
     /// The word in the map.
     pub word: u64,
+    /// The words of class ids 1..=`MAX_CLASSES` in `CLASS_DECISIONS` (`None`: none written by
+    /// this process; its services do not look classes up until they are).
+    pub class_words: Option<ClassWords>,
 }
+
+/// The `CLASS_DECISIONS` words of one decision slot: index `c - 1` holds class `c`'s.
+pub type ClassWords = [u64; MAX_CLASSES as usize];
 
 impl Publisher {
     /// Published decision groups by name.
@@ -58,10 +70,13 @@ impl Publisher {
                   the word's u16 fields"
     )]
     pub fn action_word(&self, action: Option<&Action>, fallback: Option<&str>) -> u64 {
+        // A `by_class` action's word for clients of no class is its `default`'s.
+        let action = action.map(|a| a.for_class(DEFAULT_CLASS));
         let slot = |name: &str| self.pools.get(name).map_or(NO_POOL, |p| p.slot as u16);
         let fallback = fallback.map_or(NO_POOL, slot);
         let mut d = match action {
-            None => Decision::pool(NO_POOL),
+            // A `by_class` without a default (never valid) sends nothing.
+            None | Some(Action::ByClass(_)) => Decision::pool(NO_POOL),
             Some(Action::Pool(p)) => Decision::pool(slot(p)),
             Some(Action::Split(shares)) => {
                 let live: Vec<&(String, u32)> = shares.iter().filter(|(_, w)| *w > 0).collect();
@@ -85,6 +100,33 @@ impl Publisher {
         };
         d.fallback = fallback;
         d.encode()
+    }
+
+    /// The class words of `action` with `fallback` ([`ClassWords`]): each class id's action's
+    /// word, the `default`'s for an id no configured class has.
+    #[must_use]
+    pub fn class_words(&self, action: Option<&Action>, fallback: Option<&str>) -> ClassWords {
+        std::array::from_fn(|i| {
+            let class = self.classes.get(i).map_or(DEFAULT_CLASS, String::as_str);
+            self.action_word(action.map(|a| a.for_class(class)), fallback)
+        })
+    }
+
+    /// Writes the class words of group `name` at `slot` when its services look classes up and
+    /// `words` differ from what `written` says the map holds. Returns what the map holds now.
+    fn write_class_words(
+        &self,
+        dp: &mut dyn Dataplane,
+        name: &str,
+        slot: u32,
+        words: ClassWords,
+        written: Option<ClassWords>,
+    ) -> Result<Option<ClassWords>, PublishError> {
+        if !self.class_groups.contains(name) || written == Some(words) {
+            return Ok(written);
+        }
+        super::classes::write_class_words(dp, slot, &words)?;
+        Ok(Some(words))
     }
 
     /// The fallback after switching `from` → `to`: the first pool of `from` (not in `to`) with a
@@ -130,6 +172,8 @@ impl Publisher {
         if word == g.word && g.action.as_ref() == Some(action) {
             return Ok(None);
         }
+        let class_words = self.class_words(Some(action), fallback.as_deref());
+        let written = g.class_words;
         // A switch away from a pool that still serves (it is the new fallback): the flows that
         // began there get their second chance, flagged before the word that leaves it.
         let left = fallback.as_deref().filter(|f| {
@@ -143,6 +187,14 @@ impl Publisher {
             let until = self.now.saturating_add(pool.second_chance);
             super::tables::set_left_chance(dp, pool, Some(until))?;
         }
+        // Every class's word, then the default's: a client of a class never meets the new
+        // default beside its class's old word for longer than the writes between them.
+        let class_words = self.write_class_words(dp, group, slot, class_words, written);
+        if let Some(g) = self.groups.get_mut(group) {
+            // After a failed write some words are unknown: the next write sends them all.
+            g.class_words = class_words.as_ref().ok().copied().flatten();
+        }
+        class_words?;
         dp.set_decision(slot, word)?;
         let word_changed = self.groups.get_mut(group).map(|g| {
             g.action = Some(action.clone());
@@ -176,6 +228,7 @@ impl Publisher {
                     action: None,
                     fallback: None,
                     word: u64::MAX,
+                    class_words: None,
                 },
             };
             if let Some(a) = decided.get(name)
@@ -185,6 +238,17 @@ impl Publisher {
                 g.action = Some(a.clone());
             }
             let word = self.action_word(g.action.as_ref(), g.fallback.as_deref());
+            let class_words = self.class_words(g.action.as_ref(), g.fallback.as_deref());
+            match self.write_class_words(dp, name, g.slot, class_words, g.class_words) {
+                Ok(w) => g.class_words = w,
+                Err(e) => {
+                    // A failed write leaves some words unknown: the next apply writes them all.
+                    g.class_words = None;
+                    self.groups.insert(name.clone(), g);
+                    self.groups.extend(old);
+                    return Err(e);
+                }
+            }
             if word != g.word {
                 dp.set_decision(g.slot, word)?;
                 g.word = word;

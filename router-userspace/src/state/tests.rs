@@ -146,7 +146,9 @@ pub(crate) fn web_failover(switch: SwitchPolicy) -> Config {
             automatic: Some("automation_enabled".into()),
             on_failback: crate::config::FlowPolicy::Keep,
             canary: None,
+            split_by: crate::config::SplitBy::Flow,
         }],
+        classes: Vec::new(),
         rules: std::sync::Arc::default(),
     }
     .compiled()

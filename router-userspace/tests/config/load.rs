@@ -65,6 +65,7 @@ fn minimal_config_loads_with_every_default_applied() {
             }],
             state: vec![],
             decisions: vec![],
+            classes: Vec::new(),
             rules: std::sync::Arc::default(),
         }
     );

@@ -11,7 +11,9 @@
 //!   publishes that action with the ramp's share applied ([`Canary::apply`]): a rule's (or the
 //!   default's, or a kept) pool `P` becomes a split of `P` and the canary pool at the current
 //!   share (the canary pool alone at 100 %). An action that already names the canary pool is
-//!   left alone, and so is a split (a decision word carries two pools, and it has them). An
+//!   left alone, and so is a split (a decision word carries two pools, and it has them). A
+//!   `by_class` action gets the share on its `default` entry alone; each class it names keeps
+//!   its action. An
 //!   override's action is published as the operator gave it; the ramp goes on meanwhile.
 //! - **Start.** The ramp starts at its first step at the group's first evaluation.
 //! - **Steps.** While `ramping`, the next step is due `hold` after the current one began; the
@@ -31,7 +33,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::EngineError;
-use super::action::{Action, By};
+use super::action::{Action, By, DEFAULT_CLASS};
 use super::audit::{AuditKind, AuditRecord};
 use super::group::{Decision, Group, Input};
 use super::time::{Time, opt_us, show, us};
@@ -89,14 +91,20 @@ impl Canary {
         let names_canary = match action {
             Action::Pool(p) => *p == self.pool,
             Action::Split(shares) => shares.iter().any(|(p, _)| *p == self.pool),
+            // Per class, the ramp applies to the `default` entry alone: a class the action
+            // names keeps its pool, and a class sent to the canary on purpose
+            // (`trial: { pool: canary }`) does not stop the ramp.
+            Action::ByClass(classes) => {
+                let mut out = classes.clone();
+                if let Some(default) = classes.get(DEFAULT_CLASS) {
+                    out.insert(DEFAULT_CLASS.to_owned(), self.apply(default, share));
+                }
+                return Action::ByClass(out);
+            }
         };
         if share == 0 || names_canary {
             return action.clone();
         }
-        // The seam for per-class actions: both matches gain an arm for them. A per-class action
-        // names the canary pool only through its `default` entry (a class sent to the canary
-        // on purpose, `trial: { pool: canary }`, does not stop the ramp), and the ramp applies
-        // to that entry alone, by `apply` on it: each class the action names keeps its pool.
         match action {
             Action::Pool(_) if share >= SHARE_SCALE => Action::Pool(self.pool.clone()),
             Action::Pool(p) => {
@@ -107,7 +115,7 @@ impl Canary {
                 };
                 Action::Split(vec![(p.clone(), rest), (self.pool.clone(), canary)])
             }
-            Action::Split(_) => action.clone(),
+            Action::Split(_) | Action::ByClass(_) => action.clone(),
         }
     }
 }

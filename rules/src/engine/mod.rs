@@ -72,7 +72,7 @@ mod overrides;
 mod policy;
 mod time;
 
-pub use action::{Action, By, Facts, FixedFacts};
+pub use action::{Action, By, DEFAULT_CLASS, Facts, FixedFacts};
 pub use audit::{AuditKind, AuditLog, AuditRecord};
 pub use canary::{Canary, CanaryOp, Percent, Ramp, RampPhase, RampStatus, SHARE_SCALE};
 pub use explain::{DefaultExplanation, Explanation, RuleExplanation, RuleStatus};

@@ -1,14 +1,15 @@
 //! A resource-level diff between two configurations: what an operator wants to read before a
 //! rollback or after an apply (`ctl diff A B`), not a text diff.
 //!
-//! Resources are matched by name (services, pools, state variables, decision groups, hooks),
+//! Resources are matched by name (services, pools, state variables, decision groups, hooks,
+//! client classes),
 //! `vips:` entries and backends by address (backends within their pool), rules by id within
 //! their group; so moving a resource to another fragment, or reordering services, pools or a
 //! virtual IP's host ports, is no change. Rule order is compared, because it breaks priority ties.
 //!
 //! The order of the changes does not depend on file order: the agent settings, the conntrack
 //! timeouts, then services, `vips:` entries, pools (each followed by its backends), state
-//! variables, decision groups (each followed by its rules), hooks; within each, by name (`vips:`
+//! variables, decision groups (each followed by its rules), hooks, client classes; within each, by name (`vips:`
 //! entries and backends by address, IPv4 before IPv6).
 
 use std::{
@@ -27,8 +28,8 @@ use render::{
 };
 
 use super::model::{
-    Agent, Announce, Config, Conntrack, DecisionGroup, DecisionRule, HealthCheck, Hook, Pool,
-    Service, StateSource, StateVar, Vip,
+    Agent, Announce, ClientClass, Config, Conntrack, DecisionGroup, DecisionRule, HealthCheck,
+    Hook, Pool, Service, StateSource, StateVar, Vip,
 };
 
 /// What happened to a resource.
@@ -81,6 +82,8 @@ pub enum Kind {
     Rule,
     /// A hook, by name.
     Hook,
+    /// A client class, by name.
+    Class,
 }
 
 impl Kind {
@@ -99,6 +102,7 @@ impl Kind {
             Self::Decision => "decision",
             Self::Rule => "rule",
             Self::Hook => "hook",
+            Self::Class => "class",
         }
     }
 
@@ -211,6 +215,9 @@ impl Diff {
         }
         for (name, old, new) in pair(&old.hooks, &new.hooks, |h| h.name.as_str()) {
             d.hook(name, old, new);
+        }
+        for (name, old, new) in pair(&old.classes, &new.classes, |c| c.name.as_str()) {
+            d.class(name, old, new);
         }
         Diff { changes: d.changes }
     }
@@ -523,6 +530,26 @@ impl Builder {
         }
     }
 
+    fn class(&mut self, name: &str, old: Option<&ClientClass>, new: Option<&ClientClass>) {
+        let prefixes = |c: &ClientClass| {
+            let all: Vec<String> = c.prefixes.iter().map(ToString::to_string).collect();
+            all.join(", ")
+        };
+        let summary =
+            |c: &ClientClass| format!("prefixes {}, precedence {}", prefixes(c), opt(c.precedence));
+        match (old, new) {
+            (None, Some(c)) => self.push(Op::Added, Kind::Class, None, name.into(), summary(c)),
+            (Some(c), None) => self.push(Op::Removed, Kind::Class, None, name.into(), summary(c)),
+            (Some(a), Some(b)) => {
+                let mut f = Fields::default();
+                f.cmp("prefixes", prefixes(a), prefixes(b));
+                f.cmp("precedence", opt(a.precedence), opt(b.precedence));
+                self.changed(Kind::Class, None, name.into(), f);
+            }
+            (None, None) => {}
+        }
+    }
+
     fn decision(&mut self, name: &str, old: Option<&DecisionGroup>, new: Option<&DecisionGroup>) {
         match (old, new) {
             (None, Some(g)) => self.push(Op::Added, Kind::Decision, None, name.into(), group(g)),
@@ -558,6 +585,7 @@ impl Builder {
                     canary(a.canary.as_ref()),
                     canary(b.canary.as_ref()),
                 );
+                f.cmp("split_by", a.split_by.name(), b.split_by.name());
                 // Declaration order breaks priority ties: compare the order of the rules both
                 // have (added and removed ones are listed on their own).
                 let ids_a: BTreeSet<&str> = a.rules.iter().map(|r| r.id.as_str()).collect();
@@ -700,6 +728,25 @@ decisions:
             text = text.replacen(from, to, 1);
         }
         text
+    }
+
+    #[test]
+    fn classes_are_added_removed_and_changed_by_name() {
+        let old = format!(
+            "{BASE}classes:\n  vip: {{ prefixes: [198.18.5.0/24] }}\n  gone: {{ prefixes: [198.18.7.0/24] }}\n"
+        );
+        let new = format!(
+            "{BASE}classes:\n  vip: {{ prefixes: [198.18.5.0/24, 198.18.8.0/24], precedence: 3 }}\n  \
+             new: {{ prefixes: [\"2001:db8:5::/48\"] }}\n"
+        );
+        assert_eq!(
+            lines(&old, &new),
+            [
+                "- class gone: prefixes 198.18.7.0/24, precedence none",
+                "+ class new: prefixes 2001:db8:5::/48, precedence none",
+                "~ class vip: prefixes 198.18.5.0/24 → 198.18.5.0/24, 198.18.8.0/24, precedence none → 3",
+            ]
+        );
     }
 
     #[test]

@@ -183,6 +183,15 @@ pub(super) fn action(a: &rules::engine::Action) -> String {
             let shares: Vec<String> = shares.iter().map(|(p, w)| format!("{p}:{w}")).collect();
             format!("split {}", shares.join(","))
         }
+        rules::engine::Action::ByClass(classes) => {
+            let default = rules::engine::DEFAULT_CLASS;
+            let named = classes.iter().filter(|(c, _)| c.as_str() != default);
+            let classes: Vec<String> = named
+                .chain(classes.get_key_value(default))
+                .map(|(c, a)| format!("{c}: {}", action(a)))
+                .collect();
+            format!("by_class {}", classes.join("; "))
+        }
     }
 }
 

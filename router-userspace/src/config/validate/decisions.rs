@@ -8,12 +8,15 @@ use std::{
     net::IpAddr,
 };
 
-use rules::{Compiled, Schema, Type, engine::Action};
+use rules::{
+    Compiled, Schema, Type,
+    engine::{Action, DEFAULT_CLASS},
+};
 
 use super::{Field, ServiceDraft, leaf, missing, pool, required, state, unique_names};
 use crate::config::{
     load::Parsed,
-    model::{CanaryRamp, DecisionGroup, DecisionRule, SwitchPolicy},
+    model::{CanaryRamp, DecisionGroup, DecisionRule, SplitBy, SwitchPolicy},
     report::{Item, Report, index_path, key_path},
     schema,
     spec::{ActionSpec, CanarySpec, DecisionGroupSpec},
@@ -26,6 +29,9 @@ pub(super) struct Draft {
     pub name: Option<String>,
     /// Pools its actions name: (path, pool).
     pub refs: Vec<(String, String)>,
+    /// Client classes its `by_class` actions name: (path of the class's key, class); never
+    /// `default`.
+    pub classes: Vec<(String, String)>,
     /// The group, when every key of it is right.
     pub value: Option<DecisionGroup>,
 }
@@ -40,6 +46,7 @@ pub(super) fn group(it: &Item<DecisionGroupSpec>, report: &mut Report) -> Draft 
     let g = &it.spec;
     let name = required(it, report, g.name.as_deref(), "", "name", values::name);
     let mut refs = Vec::new();
+    let mut classes = Vec::new();
     let rules = match &g.rules {
         _ if it.is_broken("rules") => None,
         None => {
@@ -89,7 +96,10 @@ pub(super) fn group(it: &Item<DecisionGroupSpec>, report: &mut Report) -> Draft 
                         missing(it, report, &rel, "then");
                         None
                     }
-                    Some(a) => action(it, report, &key_path(&rel, "then"), a, &mut refs),
+                    Some(a) => {
+                        let rel = key_path(&rel, "then");
+                        action(it, report, &rel, a, (&mut refs, &mut classes))
+                    }
                 };
                 match (id, priority, when, then, out.as_mut()) {
                     (Some(id), Some(priority), Some(when), Some(then), Some(out)) => {
@@ -109,7 +119,7 @@ pub(super) fn group(it: &Item<DecisionGroupSpec>, report: &mut Report) -> Draft 
     let default = match &g.default {
         _ if it.is_broken("default") => Field::Bad,
         None => Field::Absent,
-        Some(a) => match action(it, report, "default", a, &mut refs) {
+        Some(a) => match action(it, report, "default", a, (&mut refs, &mut classes)) {
             Some(a) => Field::Ok(Some(a)),
             None => Field::Bad,
         },
@@ -145,6 +155,15 @@ pub(super) fn group(it: &Item<DecisionGroupSpec>, report: &mut Report) -> Draft 
             None => Field::Bad,
         },
     };
+    let split_by = leaf(it, report, g.split_by.as_deref(), "split_by", |v| {
+        let choices = [
+            ("flow", SplitBy::Flow),
+            ("client", SplitBy::Client),
+            ("client_prefix", SplitBy::ClientPrefix),
+        ];
+        values::choice(v, "split_by", &choices, &[])
+    })
+    .or(SplitBy::Flow);
     let value = (|| {
         Some(DecisionGroup {
             name: name.clone()?,
@@ -155,9 +174,15 @@ pub(super) fn group(it: &Item<DecisionGroupSpec>, report: &mut Report) -> Draft 
             automatic: g.automatic.clone(),
             on_failback: on_failback?,
             canary: canary.or(None)?,
+            split_by: split_by?,
         })
     })();
-    Draft { name, refs, value }
+    Draft {
+        name,
+        refs,
+        classes,
+        value,
+    }
 }
 
 /// `canary:`: the pool (a reference like an action's), the steps, the hold. `rollback_when` is
@@ -258,16 +283,34 @@ fn step_share(v: &str) -> Result<u32, values::Bad> {
     Ok(share)
 }
 
-/// `then:` or `default:` at `rel`: exactly one of pool, split.
+/// What an action names, each with its path: pools (`.0`) and client classes (`.1`).
+type Refs<'a> = (&'a mut Vec<(String, String)>, &'a mut Vec<(String, String)>);
+
+/// `then:` or `default:` at `rel`: exactly one of `pool`, `split`, `by_class`. The pools and
+/// classes it names go to `refs`.
 fn action<S>(
     it: &Item<S>,
     report: &mut Report,
     rel: &str,
     a: &ActionSpec,
-    refs: &mut Vec<(String, String)>,
+    refs: Refs<'_>,
 ) -> Option<Action> {
+    let (refs, class_refs) = refs;
     let pool_rel = key_path(rel, "pool");
     let split_rel = key_path(rel, "split");
+    let by_class_rel = key_path(rel, "by_class");
+    if a.by_class.is_some() || it.is_broken(&by_class_rel) {
+        if a.pool.is_some() || a.split.is_some() {
+            let message = "give exactly one of pool, split, by_class".to_owned();
+            it.err(report, rel, message, None);
+            return None;
+        }
+        let classes = a
+            .by_class
+            .as_ref()
+            .filter(|_| !it.is_broken(&by_class_rel))?;
+        return by_class(it, report, &by_class_rel, classes, (refs, class_refs));
+    }
     match (&a.pool, &a.split) {
         (Some(_), Some(_)) => {
             let message = "give exactly one of pool, split".to_owned();
@@ -288,12 +331,54 @@ fn action<S>(
             .map(|v| Action::Split(v.into_iter().map(|s| (s.pool, s.weight)).collect())),
         (None, None) if it.is_broken(&pool_rel) || it.is_broken(&split_rel) => None,
         (None, None) => {
-            let message = "an action needs one of pool, split".to_owned();
+            let message = "an action needs one of pool, split, by_class".to_owned();
             let hint = Some("for example `{ pool: dc1 }`".to_owned());
             it.err(report, rel, message, hint);
             None
         }
     }
+}
+
+/// `by_class:` at `rel`: class name → a pool or split action, with `default` required. Class
+/// names are checked against `classes:` with the whole configuration.
+fn by_class<S>(
+    it: &Item<S>,
+    report: &mut Report,
+    rel: &str,
+    classes: &std::collections::BTreeMap<String, ActionSpec>,
+    refs: Refs<'_>,
+) -> Option<Action> {
+    let (refs, class_refs) = refs;
+    let mut out = Some(std::collections::BTreeMap::new());
+    for (class, spec) in classes {
+        let class_rel = key_path(rel, class);
+        if class != DEFAULT_CLASS {
+            class_refs.push((class_rel.clone(), class.clone()));
+        }
+        if spec.by_class.is_some() {
+            let message = format!("the action of class {class:?} is itself by_class");
+            let hint = Some("give each class a pool or a split".to_owned());
+            it.err(report, &key_path(&class_rel, "by_class"), message, hint);
+            out = None;
+            continue;
+        }
+        match action(it, report, &class_rel, spec, (&mut *refs, &mut *class_refs)) {
+            Some(a) => {
+                if let Some(out) = out.as_mut() {
+                    out.insert(class.clone(), a);
+                }
+            }
+            None => out = None,
+        }
+    }
+    if !classes.contains_key(DEFAULT_CLASS) {
+        let message =
+            "by_class needs a default: the action of clients of no class it names".to_owned();
+        let hint = Some("for example `default: { pool: stable }`".to_owned());
+        it.err(report, rel, message, hint);
+        return None;
+    }
+    out.map(Action::ByClass)
 }
 
 /// Everything drafted so far.

@@ -69,7 +69,9 @@ fn config() -> Config {
             automatic: None,
             on_failback: switchyard::config::FlowPolicy::Keep,
             canary: None,
+            split_by: switchyard::config::SplitBy::Flow,
         }],
+        classes: Vec::new(),
         rules: std::sync::Arc::default(),
     }
 }

@@ -124,6 +124,7 @@ fn config() -> Config {
         ],
         state: vec![],
         decisions: vec![],
+        classes: Vec::new(),
         rules: std::sync::Arc::default(),
     }
 }

@@ -116,6 +116,7 @@ fn fixture_config() -> Config {
         ],
         state: vec![],
         decisions: vec![],
+        classes: Vec::new(),
         rules: std::sync::Arc::default(),
     }
 }

@@ -10,6 +10,7 @@ mod backend_down;
 mod balance;
 mod breaker;
 mod canary;
+mod classes;
 mod drain;
 mod failover;
 mod first_check;
