@@ -96,6 +96,12 @@ const TOOLS: [(&str, &str, bool, &str); 15] = [
         "cargo xtask setup (apt-get install openssl); the etcd TLS test makes its certificates",
     ),
     (
+        "dnsmasq",
+        "--version",
+        true,
+        "cargo xtask setup (apt-get install dnsmasq-base); the DNS probe tests start their own",
+    ),
+    (
         "protoc",
         "--version",
         true,

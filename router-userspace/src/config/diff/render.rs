@@ -158,7 +158,51 @@ pub(super) fn probe(kind: &CheckKind) -> String {
             format!("http port {port} path {path} expect {}", expect.join(","))
         }
         CheckKind::Exec { command } => format!("exec {command:?}"),
+        CheckKind::Dns {
+            port,
+            query,
+            record,
+            expect,
+        } => format!(
+            "dns port {port} {record} {query} expect [{}]",
+            expect.join(",")
+        ),
+        CheckKind::Udp { port, send, expect } => format!(
+            "udp port {port} send {} bytes{}",
+            send.len(),
+            expect
+                .as_ref()
+                .map_or_else(String::new, |e| format!(" expect {} bytes", e.len()))
+        ),
+        CheckKind::Tls { port, tls } => format!("tls port {port}{}", tls_options(tls)),
+        CheckKind::Https {
+            port,
+            path,
+            expect,
+            tls,
+        } => {
+            let expect: Vec<String> = expect.iter().map(u16::to_string).collect();
+            format!(
+                "https port {port} path {path} expect {}{}",
+                expect.join(","),
+                tls_options(tls)
+            )
+        }
     }
+}
+
+fn tls_options(tls: &crate::config::TlsOptions) -> String {
+    let mut out = String::new();
+    if let Some(sni) = &tls.sni {
+        out.push_str(&format!(" sni {sni}"));
+    }
+    if !tls.verify {
+        out.push_str(" verify off");
+    }
+    if let Some(ca) = &tls.ca {
+        out.push_str(&format!(" ca {}", ca.display()));
+    }
+    out
 }
 
 pub(super) fn target(t: &Target) -> String {
