@@ -322,3 +322,7 @@ fn judge_dns(answer: &Message, question: &DnsQuestion, latency: Duration) -> Pro
         )
     }
 }
+
+#[cfg(test)]
+#[path = "protocols_tests.rs"]
+mod tests;
