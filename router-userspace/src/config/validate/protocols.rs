@@ -148,7 +148,7 @@ fn record_type(s: &str) -> Result<String, Bad> {
 fn record_value(record: &str, s: &str) -> Result<String, Bad> {
     let bad = |family: &str| {
         (
-            format!("{s:?} is not an {family} address, as a {record} record holds"),
+            format!("{s:?} is not an {family} address, which {record} records hold"),
             None,
         )
     };
@@ -348,16 +348,22 @@ pub(in crate::config) fn tls_options<S>(
     })
 }
 
-/// A name a TLS client can send and check: a DNS name or an IP address.
+/// A DNS name a TLS client can send and check. Not an address: without `sni` the backend's
+/// address is what the certificate must name, and an https request's URL names its host by
+/// `sni`, which the client resolves to the backend.
 fn server_name(s: &str) -> Result<String, Bad> {
-    rustls::pki_types::ServerName::try_from(s)
-        .map(|_| s.to_owned())
-        .map_err(|_| {
-            (
-                format!("{s:?} is not a server name"),
-                Some("such as api.example.org".to_owned()),
-            )
-        })
+    let hint = || Some("such as api.example.org".to_owned());
+    if s.parse::<IpAddr>().is_ok() {
+        let message = format!("sni names a host, not an address ({s:?})");
+        return Err((
+            message,
+            Some("leave sni out to check the certificate against the address".to_owned()),
+        ));
+    }
+    match rustls::pki_types::ServerName::try_from(s) {
+        Ok(rustls::pki_types::ServerName::DnsName(_)) => Ok(s.to_owned()),
+        _ => Err((format!("{s:?} is not a server name"), hint())),
+    }
 }
 
 /// An absolute path (the agent's working directory is no place for trust anchors). Whether the
