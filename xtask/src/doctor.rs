@@ -38,7 +38,7 @@ fn missing(problem: impl Into<String>, fix: impl Into<String>) -> Missing {
 
 /// Commands checked: name, the argument that prints its version, whether it is required, and
 /// how to install it.
-const TOOLS: [(&str, &str, bool, &str); 15] = [
+const TOOLS: [(&str, &str, bool, &str); 16] = [
     ("bpf-linker", "--version", true, SETUP),
     (
         "bpftool",

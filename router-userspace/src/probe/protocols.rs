@@ -57,22 +57,19 @@ pub fn client_config(tls: &TlsOptions) -> Result<ClientConfig, String> {
 /// The trusted roots: the certificates of `ca`, or the system's.
 fn roots(ca: Option<&Path>) -> Result<RootCertStore, String> {
     let mut store = RootCertStore::empty();
-    match ca {
-        Some(path) => {
-            let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(path)
-                .and_then(Iterator::collect)
-                .map_err(|e| format!("cannot read ca {}: {e}", path.display()))?;
-            let (added, _) = store.add_parsable_certificates(certs);
-            if added == 0 {
-                return Err(format!("ca {} holds no usable certificate", path.display()));
-            }
+    if let Some(path) = ca {
+        let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(path)
+            .and_then(Iterator::collect)
+            .map_err(|e| format!("cannot read ca {}: {e}", path.display()))?;
+        let (added, _) = store.add_parsable_certificates(certs);
+        if added == 0 {
+            return Err(format!("ca {} holds no usable certificate", path.display()));
         }
-        None => {
-            let found = rustls_native_certs::load_native_certs();
-            store.add_parsable_certificates(found.certs);
-            if store.is_empty() {
-                return Err("no trusted roots in the system's store; give ca".to_owned());
-            }
+    } else {
+        let found = rustls_native_certs::load_native_certs();
+        store.add_parsable_certificates(found.certs);
+        if store.is_empty() {
+            return Err("no trusted roots in the system's store; give ca".to_owned());
         }
     }
     Ok(store)
@@ -80,6 +77,9 @@ fn roots(ca: Option<&Path>) -> Result<RootCertStore, String> {
 
 /// The name a TLS probe sends and checks: `sni`, else the backend's address (no SNI is sent
 /// for an address).
+///
+/// # Errors
+/// The reason as text when `sni` is no server name (validation refuses such a name).
 pub fn server_name(tls: &TlsOptions, addr: SocketAddr) -> Result<ServerName<'static>, String> {
     match &tls.sni {
         Some(sni) => ServerName::try_from(sni.clone()).map_err(|e| format!("bad sni {sni:?}: {e}")),

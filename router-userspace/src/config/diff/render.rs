@@ -192,17 +192,16 @@ pub(super) fn probe(kind: &CheckKind) -> String {
 }
 
 fn tls_options(tls: &crate::config::TlsOptions) -> String {
-    let mut out = String::new();
-    if let Some(sni) = &tls.sni {
-        out.push_str(&format!(" sni {sni}"));
-    }
-    if !tls.verify {
-        out.push_str(" verify off");
-    }
-    if let Some(ca) = &tls.ca {
-        out.push_str(&format!(" ca {}", ca.display()));
-    }
-    out
+    let sni = tls
+        .sni
+        .as_ref()
+        .map_or_else(String::new, |sni| format!(" sni {sni}"));
+    let verify = if tls.verify { "" } else { " verify off" };
+    let ca = tls
+        .ca
+        .as_ref()
+        .map_or_else(String::new, |ca| format!(" ca {}", ca.display()));
+    format!("{sni}{verify}{ca}")
 }
 
 pub(super) fn target(t: &Target) -> String {

@@ -240,7 +240,7 @@ fn bytes<S>(
 fn hex_bytes(s: &str) -> Result<Vec<u8>, Bad> {
     let digits: Vec<char> = s.chars().filter(|c| *c != ' ').collect();
     let hint = || Some("two hex digits per byte, such as \"0a1b2c\"".to_owned());
-    if digits.len() % 2 != 0 {
+    if !digits.len().is_multiple_of(2) {
         return Err((format!("{s:?} has an odd number of hex digits"), hint()));
     }
     digits
