@@ -233,6 +233,7 @@ fn prepare_https(addr: SocketAddr, path: &str, expect: &[u16], tls: &TlsOptions)
 
 /// The settings every probe's HTTP client shares: no proxy, redirect, retry or kept connection.
 fn client_builder() -> reqwest::ClientBuilder {
+    protocols::install_crypto_provider();
     reqwest::Client::builder()
         .no_proxy()
         .redirect(reqwest::redirect::Policy::none())

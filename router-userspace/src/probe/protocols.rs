@@ -28,6 +28,20 @@ use tokio_rustls::TlsConnector;
 use super::check::{ProbeOutcome, describe_io, outcome, timed_out};
 use crate::config::TlsOptions;
 
+/// Makes rustls's `ring` provider the process's default, once; later calls do nothing.
+///
+/// reqwest is built with `rustls-no-provider` (so aws-lc-rs is not): every HTTP client it
+/// builds without a TLS configuration of its own (the CLI's, hooks', plain `http` probes') asks
+/// rustls for the process's default provider and panics when there is none. So the binary's
+/// `main` and every place here that builds such a client call this first.
+pub fn install_crypto_provider() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        // Err only when another provider was installed first, which then serves as well.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    });
+}
+
 /// Largest datagram read: a UDP reply or a DNS answer (without EDNS a server sends ≤ 512 bytes).
 const MAX_DATAGRAM: usize = 65_535;
 
