@@ -29,7 +29,9 @@ pub struct ProbeOutcome {
     /// timed out).
     pub latency: Duration,
     /// What happened, for logs and `status`: `"connected"`, `"status 200"`, `"status 503"`,
-    /// `"connection refused"`, `"timeout after 300ms"`, or another error's text.
+    /// `"connection refused"`, `"timeout after 300ms"`, `"answer 198.18.0.5"`,
+    /// `"answer NXDomain"`, `"reply of 9 bytes"`, `"handshake done (TLSv1_3)"`, or another
+    /// error's text (a refused certificate: `"invalid peer certificate: …"`).
     pub detail: String,
 }
 

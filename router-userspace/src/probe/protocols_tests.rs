@@ -350,6 +350,7 @@ async fn https_probe_of_an_expired_or_misnamed_certificate_fails_only_when_verif
         let server = TlsServer::start(cert).await;
         let verified = probe(https(server.port, opts(Some(NAME), true, Some(&pki.ca)))).await;
         assert!(!verified.success, "{verified:?}");
+        assert!(verified.detail.contains("certificate"), "{verified:?}");
         assert!(server.requests.lock().unwrap().is_empty());
         let unverified = probe(https(server.port, opts(Some(NAME), false, None))).await;
         assert!(unverified.success, "{unverified:?}");
