@@ -30,7 +30,7 @@ pub struct ProbeOutcome {
     pub latency: Duration,
     /// What happened, for logs and `status`: `"connected"`, `"status 200"`, `"status 503"`,
     /// `"connection refused"`, `"timeout after 300ms"`, `"answer 198.18.0.5"`,
-    /// `"answer NXDomain"`, `"reply of 9 bytes"`, `"handshake done (TLSv1_3)"`, or another
+    /// `"answer NXDOMAIN"`, `"reply of 9 bytes"`, `"handshake done (TLSv1_3)"`, or another
     /// error's text (a refused certificate: `"invalid peer certificate: …"`).
     pub detail: String,
 }

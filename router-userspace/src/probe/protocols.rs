@@ -303,7 +303,9 @@ pub async fn dns(addr: SocketAddr, question: &DnsQuestion, timeout: Duration) ->
 fn judge_dns(answer: &Message, question: &DnsQuestion, latency: Duration) -> ProbeOutcome {
     let rcode = answer.response_code();
     if rcode != ResponseCode::NoError {
-        return outcome(false, latency, format!("answer {}", rcode.to_str()));
+        // As dig writes it: NXDOMAIN, SERVFAIL, REFUSED.
+        let name = format!("{rcode:?}").to_ascii_uppercase();
+        return outcome(false, latency, format!("answer {name}"));
     }
     let values: Vec<String> = answer
         .answers()

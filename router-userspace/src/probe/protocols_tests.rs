@@ -475,8 +475,7 @@ async fn dns_probe_fails_on_a_wrong_answer_a_missing_name_or_type() {
     assert_eq!(wrong.detail, format!("answer {DNS_A} lacks 198.18.0.9"));
     let nxdomain = probe(dns.query(&format!("nothere.{NAME}"), "A", &[])).await;
     assert!(!nxdomain.success);
-    let rcode = hickory_proto::op::ResponseCode::NXDomain.to_str();
-    assert_eq!(nxdomain.detail, format!("answer {rcode}"));
+    assert_eq!(nxdomain.detail, "answer NXDOMAIN");
     let no_mx = probe(dns.query(&format!("www.{NAME}"), "MX", &[])).await;
     assert!(!no_mx.success, "{no_mx:?}");
 }
