@@ -107,6 +107,23 @@ async fn udp_probe_without_a_reply_times_out() {
 }
 
 #[tokio::test]
+async fn udp_probe_over_ipv6_gets_its_reply() {
+    let v6 = IpAddr::from(std::net::Ipv6Addr::LOCALHOST);
+    let socket = UdpSocket::bind((v6, 0)).await.unwrap();
+    let port = socket.local_addr().unwrap().port();
+    let _server = Guard(tokio::spawn(async move {
+        let mut buf = vec![0; 64];
+        while let Ok((n, from)) = socket.recv_from(&mut buf).await {
+            let _ = socket.send_to(&buf[..n], from).await;
+        }
+    }));
+    let out = Checker::new(Some(v6), &check(udp(port, b"v6", Some(b"v6"))))
+        .probe()
+        .await;
+    assert!(out.success, "{out:?}");
+}
+
+#[tokio::test]
 async fn udp_probe_to_a_closed_port_fails_as_refused() {
     // A UDP port that nothing binds: the kernel answers with ICMP port unreachable.
     let port = {
