@@ -19,6 +19,8 @@ have bird     || need_apt+=(bird2)
 have etcd     || need_apt+=(etcd-server)
 have etcdctl  || need_apt+=(etcd-client)
 have openssl  || need_apt+=(openssl)
+# dnsmasq (the binary only, no system service): the DNS server the DNS probe tests start.
+have dnsmasq  || need_apt+=(dnsmasq-base)
 have protoc   || need_apt+=(protobuf-compiler)
 # systemd-analyze verifies the package's unit (`cargo xtask package --check`); dpkg installs it.
 have systemd-analyze || need_apt+=(systemd)

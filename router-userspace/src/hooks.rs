@@ -509,6 +509,7 @@ async fn command(name: &str, argv: &[String], event: &str, timeout: Duration) ->
 
 /// The client of a URL hook: HTTP/1.1 only, no proxy, redirects not followed.
 fn client() -> reqwest::Result<reqwest::Client> {
+    crate::probe::protocols::install_crypto_provider();
     reqwest::Client::builder()
         .no_proxy()
         .redirect(reqwest::redirect::Policy::none())

@@ -447,6 +447,8 @@ fn report(e: &anyhow::Error) -> String {
 
 fn main() -> ExitCode {
     service::init_logging();
+    // Before any HTTP client is built (reqwest's TLS needs a process-wide rustls provider).
+    switchyard::probe::protocols::install_crypto_provider();
     match run(Args::parse()) {
         Ok(code) => code,
         Err(e) => {

@@ -38,7 +38,7 @@ fn missing(problem: impl Into<String>, fix: impl Into<String>) -> Missing {
 
 /// Commands checked: name, the argument that prints its version, whether it is required, and
 /// how to install it.
-const TOOLS: [(&str, &str, bool, &str); 15] = [
+const TOOLS: [(&str, &str, bool, &str); 16] = [
     ("bpf-linker", "--version", true, SETUP),
     (
         "bpftool",
@@ -94,6 +94,12 @@ const TOOLS: [(&str, &str, bool, &str); 15] = [
         "version",
         true,
         "cargo xtask setup (apt-get install openssl); the etcd TLS test makes its certificates",
+    ),
+    (
+        "dnsmasq",
+        "--version",
+        true,
+        "cargo xtask setup (apt-get install dnsmasq-base); the DNS probe tests start their own",
     ),
     (
         "protoc",

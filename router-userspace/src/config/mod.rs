@@ -58,6 +58,7 @@ pub use model::{
     HookTarget, MAX_HOST_PORTS, Pool, Protocol, Service, SourceRange, SplitBy, SplitShare, Target,
     Vip, WhenAllDown,
 };
+pub use model::{DNS_RECORD_TYPES, TlsOptions};
 
 /// One thing wrong with a configuration, located as precisely as the input allows.
 ///

@@ -710,6 +710,65 @@ pub enum CheckKind {
         /// Program and arguments.
         command: Vec<String>,
     },
+    /// Ask the DNS server on `port` (over UDP) for `record` records of `query`; success is a
+    /// `NOERROR` answer with at least one such record that holds every value of `expect`.
+    Dns {
+        /// Port of the server on the backend (default 53).
+        port: u16,
+        /// The name asked for, such as `example.org` (absolute: no search domains).
+        query: String,
+        /// Record type, upper case: one of [`DNS_RECORD_TYPES`].
+        record: String,
+        /// Values the answer must hold, in the record's text form (`198.18.0.5`, `mail.example.org`);
+        /// addresses are kept in their canonical form. Empty: any answer of the type passes.
+        expect: Vec<String>,
+    },
+    /// Send one UDP datagram to `port` and wait for a reply; success is a reply that contains
+    /// `expect` (any reply when `expect` is `None`).
+    Udp {
+        /// Port on the backend.
+        port: u16,
+        /// The datagram sent (`send:` as text, or `send_hex:`); may be empty.
+        send: Vec<u8>,
+        /// Bytes the reply must contain (`expect:` as text, or `expect_hex:`).
+        expect: Option<Vec<u8>>,
+    },
+    /// A TLS handshake with `port`; success is a completed handshake (and, when verifying, a
+    /// certificate valid for the name and now).
+    Tls {
+        /// Port on the backend.
+        port: u16,
+        /// How the server's certificate is judged.
+        tls: TlsOptions,
+    },
+    /// `GET path` on `port` over HTTP/1.1 over TLS; success is a status in `expect`.
+    Https {
+        /// Port on the backend (default 443).
+        port: u16,
+        /// Request path, as for [`CheckKind::Http`] (default `/`).
+        path: String,
+        /// Accepted status codes (default `[200]`).
+        expect: Vec<u16>,
+        /// How the server's certificate is judged.
+        tls: TlsOptions,
+    },
+}
+
+/// The DNS record types a `dns` check may ask for.
+pub const DNS_RECORD_TYPES: &[&str] =
+    &["A", "AAAA", "CNAME", "MX", "NS", "PTR", "SOA", "SRV", "TXT"];
+
+/// The TLS side of a `tls` or `https` check.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TlsOptions {
+    /// Server name sent (SNI) and checked against the certificate; `None` sends none and checks
+    /// the certificate against the backend's IP address.
+    pub sni: Option<String>,
+    /// Whether the certificate must chain to a trusted root, be valid now and name the server
+    /// (default true). When false any certificate passes: only the handshake is judged.
+    pub verify: bool,
+    /// PEM file of the roots trusted instead of the system's (`/etc/ssl/certs`).
+    pub ca: Option<std::path::PathBuf>,
 }
 
 /// `pools[].health_check`.
@@ -777,8 +836,8 @@ pub enum PushValue {
 /// `state.<name>.probe`.
 #[derive(Clone, Debug, PartialEq)]
 pub struct StateProbe {
-    /// The address probed (`tcp: "198.18.1.50:5432"`, `http: "http://198.18.1.11/health"`);
-    /// `None` for `exec`.
+    /// The address probed (`tcp: "198.18.1.50:5432"`, `http: "http://198.18.1.11/health"`,
+    /// `dns: { address: "198.18.1.53:53", … }`); `None` for `exec`.
     pub address: Option<IpAddr>,
     /// What is probed and how often; thresholds and backoff as for pools.
     pub check: HealthCheck,

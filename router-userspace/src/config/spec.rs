@@ -181,6 +181,56 @@ pub(crate) struct HealthCheckSpec {
     pub unhealthy_threshold: Option<String>,
     pub healthy_threshold: Option<String>,
     pub backoff: Option<BackoffSpec>,
+    pub dns: Option<DnsCheckSpec>,
+    pub udp: Option<UdpCheckSpec>,
+    pub tls: Option<TlsCheckSpec>,
+    pub https: Option<HttpsCheckSpec>,
+}
+
+/// `health_check.dns` (and `state.*.probe.dns`, where `address` replaces `port`).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct DnsCheckSpec {
+    pub port: Option<String>,
+    pub address: Option<String>,
+    pub query: Option<String>,
+    pub record: Option<String>,
+    pub expect: Option<Vec<String>>,
+}
+
+/// `health_check.udp` (and `state.*.probe.udp`, where `address` replaces `port`).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct UdpCheckSpec {
+    pub port: Option<String>,
+    pub address: Option<String>,
+    pub send: Option<String>,
+    pub send_hex: Option<String>,
+    pub expect: Option<String>,
+    pub expect_hex: Option<String>,
+}
+
+/// `health_check.tls` (and `state.*.probe.tls`, where `address` replaces `port`).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct TlsCheckSpec {
+    pub port: Option<String>,
+    pub address: Option<String>,
+    pub sni: Option<String>,
+    pub verify: Option<String>,
+    pub ca: Option<String>,
+}
+
+/// `health_check.https`: `http`'s keys and `tls`'s.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct HttpsCheckSpec {
+    pub port: Option<String>,
+    pub path: Option<String>,
+    pub expect: Option<Vec<String>>,
+    pub sni: Option<String>,
+    pub verify: Option<String>,
+    pub ca: Option<String>,
 }
 
 /// `health_check.tcp`.
@@ -240,6 +290,15 @@ pub(crate) struct StateProbeSpec {
     pub unhealthy_threshold: Option<String>,
     pub healthy_threshold: Option<String>,
     pub backoff: Option<BackoffSpec>,
+    pub dns: Option<DnsCheckSpec>,
+    pub udp: Option<UdpCheckSpec>,
+    pub tls: Option<TlsCheckSpec>,
+    /// With an `https://` URL in `http`: the name sent and checked (SNI).
+    pub sni: Option<String>,
+    /// With an `https://` URL in `http`: whether the certificate is verified (default true).
+    pub verify: Option<String>,
+    /// With an `https://` URL in `http`: PEM file of the trusted roots.
+    pub ca: Option<String>,
 }
 
 /// `state.<name>.push`.

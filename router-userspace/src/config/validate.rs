@@ -30,6 +30,7 @@ mod fleet;
 mod hooks;
 pub(crate) use decisions::Checked;
 mod pool;
+mod protocols;
 mod state;
 mod vip;
 mod weights;

@@ -1,5 +1,6 @@
-//! One health probe against one backend: a TCP connect, or an HTTP/1.1 `GET` judged by its
-//! status code, each bounded by the check's timeout.
+//! One health probe against one backend: a TCP connect, an HTTP/1.1 `GET` (plain or over TLS)
+//! judged by its status code, a program's exit status, a DNS query, a UDP exchange or a TLS
+//! handshake (`protocols.rs`), each bounded by the check's timeout.
 //!
 //! A [`Checker`] is prepared once per backend (URL parsed, HTTP client built) and run once per
 //! probe. Every probe opens a fresh connection (no keep-alive pool), so a probe tests that the
@@ -16,7 +17,8 @@ use std::{
 
 use tokio::{net::TcpStream, time::Instant};
 
-use crate::config::{CheckKind, HealthCheck};
+use super::protocols;
+use crate::config::{CheckKind, HealthCheck, TlsOptions};
 
 /// The result of one probe.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -27,7 +29,9 @@ pub struct ProbeOutcome {
     /// timed out).
     pub latency: Duration,
     /// What happened, for logs and `status`: `"connected"`, `"status 200"`, `"status 503"`,
-    /// `"connection refused"`, `"timeout after 300ms"`, or another error's text.
+    /// `"connection refused"`, `"timeout after 300ms"`, `"answer 198.18.0.5"`,
+    /// `"answer NXDOMAIN"`, `"reply of 9 bytes"`, `"handshake done (TLSv1_3)"`, or another
+    /// error's text (a refused certificate: `"invalid peer certificate: …"`).
     pub detail: String,
 }
 
@@ -48,6 +52,20 @@ enum Prepared {
     },
     /// Run a program (no shell) and wait for its exit status.
     Exec(Vec<String>),
+    /// Ask a DNS server.
+    Dns(SocketAddr, protocols::DnsQuestion),
+    /// Send a UDP datagram and judge the reply.
+    Udp {
+        addr: SocketAddr,
+        send: Vec<u8>,
+        expect: Option<Vec<u8>>,
+    },
+    /// A TLS handshake.
+    Tls {
+        addr: SocketAddr,
+        name: rustls::pki_types::ServerName<'static>,
+        config: std::sync::Arc<rustls::ClientConfig>,
+    },
     /// The check cannot be run (a path that makes no URL, a client that cannot be built): every
     /// probe fails with this text. Config validation should make this unreachable.
     Broken(String),
@@ -78,6 +96,27 @@ impl Checker {
                 }
                 None => Prepared::Exec(command.clone()),
             },
+            CheckKind::Dns {
+                port,
+                query,
+                record,
+                expect,
+            } => match protocols::DnsQuestion::new(query, record, expect) {
+                Ok(question) => Prepared::Dns(at(*port), question),
+                Err(reason) => Prepared::Broken(reason),
+            },
+            CheckKind::Udp { port, send, expect } => Prepared::Udp {
+                addr: at(*port),
+                send: send.clone(),
+                expect: expect.clone(),
+            },
+            CheckKind::Tls { port, tls } => prepare_tls(at(*port), tls),
+            CheckKind::Https {
+                port,
+                path,
+                expect,
+                tls,
+            } => prepare_https(at(*port), path, expect, tls),
         };
         Self {
             timeout: check.timeout,
@@ -104,6 +143,13 @@ impl Checker {
                 expect,
             } => http(client, url, expect, self.timeout).await,
             Prepared::Exec(argv) => exec(argv, self.timeout).await,
+            Prepared::Dns(addr, question) => protocols::dns(*addr, question, self.timeout).await,
+            Prepared::Udp { addr, send, expect } => {
+                protocols::udp(*addr, send, expect.as_deref(), self.timeout).await
+            }
+            Prepared::Tls { addr, name, config } => {
+                protocols::tls(*addr, name, config, self.timeout).await
+            }
             Prepared::Broken(reason) => ProbeOutcome {
                 success: false,
                 latency: Duration::ZERO,
@@ -126,13 +172,7 @@ fn prepare_http(addr: SocketAddr, path: &str, expect: &[u16]) -> Prepared {
         Ok(url) => url,
         Err(e) => return Prepared::Broken(format!("invalid health check URL {text:?}: {e}")),
     };
-    let client = reqwest::Client::builder()
-        .no_proxy()
-        .redirect(reqwest::redirect::Policy::none())
-        .retry(reqwest::retry::never())
-        .pool_max_idle_per_host(0)
-        .user_agent(concat!("switchyard-probe/", env!("CARGO_PKG_VERSION")))
-        .build();
+    let client = client_builder().build();
     match client {
         Ok(client) => Prepared::Http {
             client,
@@ -141,6 +181,67 @@ fn prepare_http(addr: SocketAddr, path: &str, expect: &[u16]) -> Prepared {
         },
         Err(e) => Prepared::Broken(format!("cannot build HTTP client: {}", describe(&e))),
     }
+}
+
+fn prepare_tls(addr: SocketAddr, tls: &TlsOptions) -> Prepared {
+    let prepared = protocols::client_config(tls).and_then(|config| {
+        let name = protocols::server_name(tls, addr)?;
+        Ok((config, name))
+    });
+    match prepared {
+        Ok((config, name)) => Prepared::Tls {
+            addr,
+            name,
+            config: std::sync::Arc::new(config),
+        },
+        Err(reason) => Prepared::Broken(reason),
+    }
+}
+
+/// An HTTP client over TLS: rustls (ring) configured as for a `tls` check. With `sni`, the URL
+/// names the host by it (so the request's `Host` and the TLS name are the same) and the client
+/// resolves it to the backend's address.
+fn prepare_https(addr: SocketAddr, path: &str, expect: &[u16], tls: &TlsOptions) -> Prepared {
+    if !path.starts_with('/') {
+        return Prepared::Broken(format!(
+            "health check path {path:?} does not start with '/'"
+        ));
+    }
+    let config = match protocols::client_config(tls) {
+        Ok(config) => config,
+        Err(reason) => return Prepared::Broken(reason),
+    };
+    let text = match &tls.sni {
+        Some(sni) => format!("https://{sni}:{}{path}", addr.port()),
+        None => format!("https://{addr}{path}"),
+    };
+    let url = match reqwest::Url::parse(&text) {
+        Ok(url) => url,
+        Err(e) => return Prepared::Broken(format!("invalid health check URL {text:?}: {e}")),
+    };
+    let mut builder = client_builder().tls_backend_preconfigured(config);
+    if let Some(sni) = &tls.sni {
+        builder = builder.resolve(sni, addr);
+    }
+    match builder.build() {
+        Ok(client) => Prepared::Http {
+            client,
+            url,
+            expect: expect.to_vec(),
+        },
+        Err(e) => Prepared::Broken(format!("cannot build HTTP client: {}", describe(&e))),
+    }
+}
+
+/// The settings every probe's HTTP client shares: no proxy, redirect, retry or kept connection.
+fn client_builder() -> reqwest::ClientBuilder {
+    protocols::install_crypto_provider();
+    reqwest::Client::builder()
+        .no_proxy()
+        .redirect(reqwest::redirect::Policy::none())
+        .retry(reqwest::retry::never())
+        .pool_max_idle_per_host(0)
+        .user_agent(concat!("switchyard-probe/", env!("CARGO_PKG_VERSION")))
 }
 
 /// Runs `argv` (no shell, stdin/stdout/stderr to /dev/null); success is exit status 0 within
@@ -214,7 +315,7 @@ pub async fn http(
     }
 }
 
-fn outcome(success: bool, latency: Duration, detail: String) -> ProbeOutcome {
+pub(super) fn outcome(success: bool, latency: Duration, detail: String) -> ProbeOutcome {
     ProbeOutcome {
         success,
         latency,
@@ -222,12 +323,12 @@ fn outcome(success: bool, latency: Duration, detail: String) -> ProbeOutcome {
     }
 }
 
-fn timed_out(timeout: Duration) -> String {
+pub(super) fn timed_out(timeout: Duration) -> String {
     format!("timeout after {}ms", timeout.as_millis())
 }
 
 /// Short text for an I/O error: the common connect failures by name, others as the OS says.
-fn describe_io(e: &io::Error) -> String {
+pub(super) fn describe_io(e: &io::Error) -> String {
     match e.kind() {
         io::ErrorKind::ConnectionRefused => "connection refused".to_owned(),
         io::ErrorKind::ConnectionReset => "connection reset".to_owned(),

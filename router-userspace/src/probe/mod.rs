@@ -16,6 +16,7 @@
 pub mod agent_check;
 pub mod check;
 pub mod policy;
+pub mod protocols;
 #[cfg(test)]
 mod test_support;
 

@@ -16,7 +16,7 @@ use tokio::{
 };
 
 /// Aborts a server task when dropped.
-pub(crate) struct Guard(JoinHandle<()>);
+pub(crate) struct Guard(pub(crate) JoinHandle<()>);
 
 impl Drop for Guard {
     fn drop(&mut self) {

@@ -2,6 +2,7 @@
 //!
 //! - [`load`] — what converts, with its defaults
 //! - [`state`] — state variables, decision groups and `decide` targets, and lint warnings
+//! - [`protocols`] — the dns, udp, tls and https probes, with their defaults
 //! - [`dir`] — loading a config directory: merge order, leftovers, what is never read
 //! - [`reference`] — the reference config: what it reports, its copy, random edits of it
 //! - [`invalid`] — every refused config and its exact problems, as a golden table
@@ -11,6 +12,7 @@ mod dir;
 mod invalid;
 mod load;
 mod package;
+mod protocols;
 mod reference;
 mod state;
 

@@ -158,7 +158,50 @@ pub(super) fn probe(kind: &CheckKind) -> String {
             format!("http port {port} path {path} expect {}", expect.join(","))
         }
         CheckKind::Exec { command } => format!("exec {command:?}"),
+        CheckKind::Dns {
+            port,
+            query,
+            record,
+            expect,
+        } => format!(
+            "dns port {port} {record} {query} expect [{}]",
+            expect.join(",")
+        ),
+        CheckKind::Udp { port, send, expect } => format!(
+            "udp port {port} send {} bytes{}",
+            send.len(),
+            expect
+                .as_ref()
+                .map_or_else(String::new, |e| format!(" expect {} bytes", e.len()))
+        ),
+        CheckKind::Tls { port, tls } => format!("tls port {port}{}", tls_options(tls)),
+        CheckKind::Https {
+            port,
+            path,
+            expect,
+            tls,
+        } => {
+            let expect: Vec<String> = expect.iter().map(u16::to_string).collect();
+            format!(
+                "https port {port} path {path} expect {}{}",
+                expect.join(","),
+                tls_options(tls)
+            )
+        }
     }
+}
+
+fn tls_options(tls: &crate::config::TlsOptions) -> String {
+    let sni = tls
+        .sni
+        .as_ref()
+        .map_or_else(String::new, |sni| format!(" sni {sni}"));
+    let verify = if tls.verify { "" } else { " verify off" };
+    let ca = tls
+        .ca
+        .as_ref()
+        .map_or_else(String::new, |ca| format!(" ca {}", ca.display()));
+    format!("{sni}{verify}{ca}")
 }
 
 pub(super) fn target(t: &Target) -> String {

@@ -4,7 +4,7 @@ use std::{collections::HashMap, net::IpAddr, time::Duration};
 
 use router_common::{MAX_BACKENDS, MAX_POOLS, MAX_SERVICES};
 
-use super::{Field, leaf, missing, required};
+use super::{Field, leaf, missing, protocols, required};
 use crate::config::load::Parsed;
 use crate::config::{
     model::{
@@ -213,13 +213,23 @@ fn health_check(
         ("tcp", hc.tcp.is_some() || it.is_broken(&rel("tcp"))),
         ("http", hc.http.is_some() || it.is_broken(&rel("http"))),
         ("exec", hc.exec.is_some() || it.is_broken(&rel("exec"))),
+        ("dns", hc.dns.is_some() || it.is_broken(&rel("dns"))),
+        ("udp", hc.udp.is_some() || it.is_broken(&rel("udp"))),
+        ("tls", hc.tls.is_some() || it.is_broken(&rel("tls"))),
+        ("https", hc.https.is_some() || it.is_broken(&rel("https"))),
     ]
     .into_iter()
     .filter_map(|(k, set)| set.then_some(k))
     .collect();
     let kind = match (given.as_slice(), &hc.tcp, &hc.http, &hc.exec) {
+        ([_], ..)
+            if hc.dns.is_some() || hc.udp.is_some() || hc.tls.is_some() || hc.https.is_some() =>
+        {
+            more_check(it, report, hc)
+        }
         ([], ..) => {
-            let message = "health_check needs one of tcp, http, exec".to_owned();
+            let message =
+                "health_check needs one of tcp, http, exec, dns, udp, tls, https".to_owned();
             let hint = Some("for example `tcp: { port: 80 }`".to_owned());
             it.err(report, HC, message, hint);
             None
@@ -240,7 +250,7 @@ fn health_check(
         ([_], ..) => None,
         (many, ..) => {
             let message = format!(
-                "health_check has {}: give exactly one of tcp, http, exec",
+                "health_check has {}: give exactly one of tcp, http, exec, dns, udp, tls, https",
                 many.join(" and ")
             );
             it.err(report, HC, message, None);
@@ -255,6 +265,48 @@ fn health_check(
         backoff: &hc.backoff,
     };
     timed(it, report, HC, &timing, kind, true)
+}
+
+/// `dns`, `udp`, `tls` or `https` (whichever is given) of a pool's check.
+fn more_check(it: &Item<PoolSpec>, report: &mut Report, hc: &HealthCheckSpec) -> Option<CheckKind> {
+    let rel = |key: &str| key_path(HC, key);
+    if let Some(d) = &hc.dns {
+        let port = protocols::target(
+            it,
+            report,
+            &rel("dns"),
+            d.port.as_deref(),
+            d.address.as_deref(),
+            true,
+            Some(protocols::DNS_PORT),
+        );
+        protocols::dns(it, report, &rel("dns"), d, port.map(|(_, p)| p))
+    } else if let Some(u) = &hc.udp {
+        let port = protocols::target(
+            it,
+            report,
+            &rel("udp"),
+            u.port.as_deref(),
+            u.address.as_deref(),
+            true,
+            None,
+        );
+        protocols::udp(it, report, &rel("udp"), u, port.map(|(_, p)| p))
+    } else if let Some(t) = &hc.tls {
+        let port = protocols::target(
+            it,
+            report,
+            &rel("tls"),
+            t.port.as_deref(),
+            t.address.as_deref(),
+            true,
+            None,
+        );
+        protocols::tls(it, report, &rel("tls"), t, port.map(|(_, p)| p))
+    } else {
+        let h = hc.https.as_ref()?;
+        protocols::https(it, report, &rel("https"), h)
+    }
 }
 
 /// `exec: { command: [...] }`: a program and its arguments, run without a shell. `{address}` is

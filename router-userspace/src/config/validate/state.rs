@@ -11,7 +11,7 @@ use rules::Type;
 use super::{
     Field, leaf,
     pool::{Timing, exec_check, expect_codes, http_path, timed},
-    required,
+    protocols, required,
 };
 use crate::config::{
     model::{CheckKind, MetricSpec, PushValue, StateProbe, StateSource, StateVar},
@@ -138,6 +138,9 @@ fn probe(it: &Item<StateVarSpec>, report: &mut Report, p: &StateProbeSpec) -> Op
         ("tcp", p.tcp.is_some() || it.is_broken(&rel("tcp"))),
         ("http", p.http.is_some() || it.is_broken(&rel("http"))),
         ("exec", p.exec.is_some() || it.is_broken(&rel("exec"))),
+        ("dns", p.dns.is_some() || it.is_broken(&rel("dns"))),
+        ("udp", p.udp.is_some() || it.is_broken(&rel("udp"))),
+        ("tls", p.tls.is_some() || it.is_broken(&rel("tls"))),
     ]
     .into_iter()
     .filter_map(|(k, set)| set.then_some(k))
@@ -146,9 +149,44 @@ fn probe(it: &Item<StateVarSpec>, report: &mut Report, p: &StateProbeSpec) -> Op
         let message = "expect applies to http probes only".to_owned();
         it.err(report, &rel("expect"), message, None);
     }
+    let https = p.http.as_deref().is_some_and(|u| u.starts_with("https://"));
+    for (key, set) in [("sni", &p.sni), ("verify", &p.verify), ("ca", &p.ca)] {
+        if set.is_some() && !https {
+            let message = format!("{key} applies to https:// URLs in http only");
+            let hint = Some("a tls probe takes it inside tls: { … }".to_owned());
+            it.err(report, &rel(key), message, hint);
+        }
+    }
     let (address, kind) = match (given.as_slice(), &p.tcp, &p.http, &p.exec) {
+        ([_], ..) if p.dns.is_some() || p.udp.is_some() || p.tls.is_some() => {
+            more_probe(it, report, p)
+        }
+        ([_], _, Some(_), _) if https => {
+            let url = leaf(it, report, p.http.as_deref(), &rel("http"), https_url);
+            let expect = expect_codes(it, report, &rel("expect"), p.expect.as_deref());
+            let tls = protocols::tls_options(
+                it,
+                report,
+                "probe",
+                p.sni.as_deref(),
+                p.verify.as_deref(),
+                p.ca.as_deref(),
+            );
+            match (url, expect, tls) {
+                (Field::Ok((sa, path)), Some(expect), Some(tls)) => (
+                    Some(sa.ip()),
+                    Some(CheckKind::Https {
+                        port: sa.port(),
+                        path,
+                        expect,
+                        tls,
+                    }),
+                ),
+                _ => (None, None),
+            }
+        }
         ([], ..) => {
-            let message = "probe needs one of tcp, http, exec".to_owned();
+            let message = "probe needs one of tcp, http, exec, dns, udp, tls".to_owned();
             let hint = Some("for example `tcp: \"198.18.1.50:5432\"`".to_owned());
             it.err(report, "probe", message, hint);
             (None, None)
@@ -176,7 +214,7 @@ fn probe(it: &Item<StateVarSpec>, report: &mut Report, p: &StateProbeSpec) -> Op
         ([_], ..) => (None, None),
         (many, ..) => {
             let message = format!(
-                "probe has {}: give exactly one of tcp, http, exec",
+                "probe has {}: give exactly one of tcp, http, exec, dns, udp, tls",
                 many.join(" and ")
             );
             it.err(report, "probe", message, None);
@@ -194,6 +232,85 @@ fn probe(it: &Item<StateVarSpec>, report: &mut Report, p: &StateProbeSpec) -> Op
     // the previous one ends), as the reference's 100 ms probes with a 200 ms timeout do.
     let check = timed(it, report, "probe", &timing, kind, false)?;
     Some(StateProbe { address, check })
+}
+
+/// `dns`, `udp` or `tls` (whichever is given) of a state probe, with the address it names.
+fn more_probe(
+    it: &Item<StateVarSpec>,
+    report: &mut Report,
+    p: &StateProbeSpec,
+) -> (Option<IpAddr>, Option<CheckKind>) {
+    let rel = |k: &str| key_path("probe", k);
+    let (target, kind) = if let Some(d) = &p.dns {
+        let target = protocols::target(
+            it,
+            report,
+            &rel("dns"),
+            d.port.as_deref(),
+            d.address.as_deref(),
+            false,
+            Some(protocols::DNS_PORT),
+        );
+        let kind = protocols::dns(it, report, &rel("dns"), d, target.map(|(_, p)| p));
+        (target, kind)
+    } else if let Some(u) = &p.udp {
+        let target = protocols::target(
+            it,
+            report,
+            &rel("udp"),
+            u.port.as_deref(),
+            u.address.as_deref(),
+            false,
+            None,
+        );
+        let kind = protocols::udp(it, report, &rel("udp"), u, target.map(|(_, p)| p));
+        (target, kind)
+    } else if let Some(t) = &p.tls {
+        let target = protocols::target(
+            it,
+            report,
+            &rel("tls"),
+            t.port.as_deref(),
+            t.address.as_deref(),
+            false,
+            None,
+        );
+        let kind = protocols::tls(it, report, &rel("tls"), t, target.map(|(_, p)| p));
+        (target, kind)
+    } else {
+        (None, None)
+    };
+    match (target, kind) {
+        (Some((address, _)), Some(kind)) => (address, Some(kind)),
+        _ => (None, None),
+    }
+}
+
+/// `http: "https://198.18.1.11[:port]/path"`: as [`http_url`], with port 443 by default.
+fn https_url(s: &str) -> Result<(SocketAddr, String), Bad> {
+    let rest = s.strip_prefix("https://").unwrap_or(s);
+    let explicit_port = {
+        let authority = rest.split('/').next().unwrap_or(rest);
+        match authority.rsplit_once(']') {
+            Some((_, after)) => after.starts_with(':'),
+            None => authority.contains(':'),
+        }
+    };
+    let (sa, path) = http_url(&format!("http://{rest}")).map_err(|(m, _)| {
+        (
+            m.replace("http://", "https://"),
+            Some(
+                "such as https://198.18.1.11/health or https://[2001:db8::11]:8443/health"
+                    .to_owned(),
+            ),
+        )
+    })?;
+    let port = if explicit_port {
+        sa.port()
+    } else {
+        protocols::HTTPS_PORT
+    };
+    Ok((SocketAddr::new(sa.ip(), port), path))
 }
 
 /// `tcp: "198.18.1.50:5432"` or `"[2001:db8::50]:5432"`.
@@ -215,11 +332,7 @@ fn http_url(s: &str) -> Result<(SocketAddr, String), Bad> {
         Some("such as http://198.18.1.11/health or http://[2001:db8::11]:8080/health".to_owned())
     };
     let Some(rest) = s.strip_prefix("http://") else {
-        let message = if s.starts_with("https://") {
-            format!("https probes are not supported: {s:?}")
-        } else {
-            format!("{s:?} is not an http:// URL")
-        };
+        let message = format!("{s:?} is not an http:// or https:// URL");
         return Err((message, hint()));
     };
     let (authority, path) = match rest.find('/') {

@@ -23,6 +23,7 @@ mod flows;
 mod health;
 mod hitless;
 mod hooks;
+mod probes;
 mod real_hosts;
 mod remote_api;
 mod service;
