@@ -325,7 +325,8 @@ pub struct UnknownClient {
 pub const fn class_stat_index(class: u32, side: u32) -> u32 {
     class.wrapping_mul(2).wrapping_add(side & 1)
 }
-/// `CLASS_STATS` index: new flows classed by a live `CLIENT_ANSWERS` entry (no static class).
+/// `CLASS_STATS` index: new flows classed by a live `CLIENT_ANSWERS` entry (no static class),
+/// the class-0 placeholder of a client reported and not yet answered included.
 pub const CLASS_STAT_ANSWER: u32 = (MAX_CLASSES + 1) * 2;
 /// `CLASS_STATS` index: new flows of a [`SVC_F_CLASSIFY`] service whose client had neither a
 /// static class nor a live answer.

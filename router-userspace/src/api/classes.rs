@@ -12,7 +12,9 @@ use crate::agent::command::Query;
 pub struct ClassesView {
     /// Each class by id (`none`, id 0, first: clients of no class, the actions' `default`).
     pub classes: Vec<ClassView>,
-    /// New flows whose class came from a live classifier answer (no configured prefix).
+    /// New flows whose class came from a live `CLIENT_ANSWERS` entry (no configured prefix):
+    /// a classifier's answer, or the program's class-0 placeholder for a client it reported
+    /// and that is not answered yet.
     pub answered: u64,
     /// New flows whose client had neither a configured prefix nor a live answer (the
     /// program's `CLASS_STAT_UNKNOWN`).
